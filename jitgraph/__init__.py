@@ -1,0 +1,33 @@
+"""jitgraph: NumPy-style code traced to an expression graph, differentiated by graph expansion,
+fused and compiled to Numba kernels, cached by shape signature.
+
+Pipeline, one module per stage: ``core`` (IR, tracing) -> ``ops`` (primitives) ->
+``autodiff`` -> ``passes`` -> ``compiler`` (fusion, codegen, cache, runtime).
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import ops  # noqa: F401  (registers the primitives)
+from . import numpy  # noqa: F401
+from . import nn, scipy  # noqa: F401
+from .check import GradCheckError, check_grads
+from .core import PRIMITIVES, Aval, Graph, Primitive
+from .core import Aval as ShapedArray
+from .custom import custom_vjp, defjvp, defprimitive, defvjp
+from .errors import ConcretizationError, LeakedTracerError, ShapeError
+from .interpreter import run as interpret
+from .transforms import (grad, hessian, jacfwd, jacobian, jacrev, jvp, make_graph,
+                         value_and_grad, vjp)
+from .tree import tree_flatten, tree_leaves, tree_map, tree_unflatten
+
+stop_gradient = numpy.stop_gradient
+primitive = defprimitive
+
+__all__ = [
+    "Aval", "ConcretizationError", "Graph", "GradCheckError", "LeakedTracerError", "PRIMITIVES",
+    "Primitive", "ShapeError", "ShapedArray", "check_grads", "custom_vjp", "defjvp",
+    "defprimitive", "defvjp", "grad", "hessian", "interpret", "jacfwd", "jacobian", "jacrev",
+    "jvp", "make_graph", "nn", "numpy", "primitive", "scipy", "stop_gradient", "tree_flatten",
+    "tree_leaves", "tree_map", "tree_unflatten", "value_and_grad", "vjp",
+]

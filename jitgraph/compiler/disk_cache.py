@@ -1,0 +1,543 @@
+"""On-disk cache of generated Numba modules.
+
+Why this exists: ``@numba.njit(cache=True)`` only works for functions that come
+from a real source file (``exec`` of a string has no cache locator, see
+numba/numba#3501).  jitgraph therefore writes every generated module to a
+content-addressed file ``<cache dir>/<sha256>.py`` and imports it under the
+unique name ``jitgraph_gen_<sha256>``.  Numba then stores the machine code in
+``<cache dir>/__pycache__`` (``<sha256>.<func>-<line>.py311.nbi/.nbc``), so a
+new process that generates the same source loads the compiled code instead of
+compiling again.
+
+Design points (each one is covered by ``tests/test_disk_cache.py``):
+
+* The file name is the SHA-256 of the file's bytes.  The bytes are the
+  generated source followed by a one-line comment holding the cache key
+  (``key_extra``, :data:`FORMAT_VERSION`, Python/NumPy/Numba/llvmlite
+  versions, host CPU name and features).  Putting the key *after* the source
+  keeps the line numbers of the generated code unchanged.  On load the bytes
+  must hash to the name, otherwise the entry is corrupt: it is discarded and
+  rewritten with a :class:`CacheWarning`.
+* The module is registered in ``sys.modules`` *before* it is executed: Numba
+  re-imports the module by name when it rebuilds a cached function.
+* Writes are atomic: a private temporary file in the same directory, then
+  ``os.replace``.  Concurrent processes writing the same entry write identical
+  bytes, and Numba writes its own files the same way.
+* Cached files are executable code (the ``.py`` is imported, Numba's index and
+  data files are unpickled).  The cache directory is created with mode 0700;
+  a directory or file not owned by the current user or writable by group or
+  others is refused with a :class:`CacheWarning`, and the module is then
+  compiled from a fresh private temporary directory instead.  The verified
+  bytes are what gets executed (no second read of the file, no ``.pyc``).
+* Numba's own cache files are not checksummed by Numba, and a truncated or
+  garbled ``.nbi``/``.nbc`` makes the first call raise (``EOFError``,
+  ``UnpicklingError``, ``UnicodeDecodeError``, ``RuntimeError: LLVM bitcode
+  parsing error`` were observed with numba 0.68.1).  Each dispatcher's cache
+  is therefore wrapped: a failing load warns, resets the function's index and
+  returns "not cached", so Numba recompiles and overwrites the bad entry.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import shutil
+import stat
+import sys
+import tempfile
+import threading
+import types
+import warnings
+from typing import Any
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MODULE_PREFIX",
+    "CacheWarning",
+    "DiskCache",
+    "default_cache_dir",
+    "numba_compile_count",
+]
+
+#: Version of the jitgraph code generator / cache layout.  Bump it whenever
+#: generated code may change meaning without its source text changing (Numba
+#: does not notice changes in other files a cached function depends on).
+FORMAT_VERSION = "jitgraph-disk-cache-1"
+
+#: Prefix of the module names under which cached modules are imported.
+MODULE_PREFIX = "jitgraph_gen_"
+
+_KEY_MARKER = "# jitgraph-cache-key: "
+
+# One lock for all DiskCache instances: they share sys.modules.
+_LOCK = threading.RLock()
+
+_PRIVATE_TMPDIRS: list[str] = []
+
+
+class CacheWarning(UserWarning):
+    """A cache entry or directory was unusable (corrupt or unsafe) and was bypassed."""
+
+
+def default_cache_dir() -> pathlib.Path:
+    """Return ``$JITGRAPH_CACHE_DIR``, else ``$XDG_CACHE_HOME/jitgraph``, else ``~/.cache/jitgraph``."""
+    env = os.environ.get("JITGRAPH_CACHE_DIR")
+    if env:
+        return pathlib.Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec says relative paths are invalid and must be ignored.
+    if xdg and os.path.isabs(xdg):
+        base = pathlib.Path(xdg)
+    else:
+        base = pathlib.Path.home() / ".cache"
+    return base / "jitgraph"
+
+
+def _current_uid() -> int | None:
+    """The uid cache files must belong to (a function so tests can monkeypatch it)."""
+    getuid = getattr(os, "getuid", None)
+    return getuid() if getuid is not None else None
+
+
+def _unsafe_reason(st: os.stat_result, what: str) -> str | None:
+    """Why a file/directory with stat *st* must not be trusted, or None if it is fine."""
+    uid = _current_uid()
+    if uid is not None and st.st_uid != uid:
+        return f"{what} is owned by uid {st.st_uid}, not by the current user (uid {uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{what} is writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _machine_key() -> tuple[tuple[str, str], ...]:
+    """Everything outside the source that decides whether compiled code is reusable."""
+    import llvmlite
+    import llvmlite.binding as llvm
+    import numba
+    import numpy
+    from numba.core import config
+
+    try:
+        cpu_name = llvm.get_host_cpu_name()
+    except Exception:  # pragma: no cover - platform specific
+        cpu_name = "unknown"
+    try:
+        cpu_features = llvm.get_host_cpu_features().flatten()
+    except Exception:  # pragma: no cover - LLVM raises where it cannot tell
+        cpu_features = ""
+    return (
+        ("python", sys.version),
+        ("python_cache_tag", str(sys.implementation.cache_tag)),
+        ("machine", platform.machine()),
+        ("numba", numba.__version__),
+        ("numpy", numpy.__version__),
+        ("llvmlite", llvmlite.__version__),
+        ("cpu_name", cpu_name),
+        ("cpu_features", cpu_features),
+        # Numba compiles for these instead of the host CPU when they are set.
+        ("numba_cpu_name", str(config.CPU_NAME)),
+        ("numba_cpu_features", str(config.CPU_FEATURES)),
+    )
+
+
+def _entry_bytes(source: str, key_extra: str) -> bytes:
+    """The exact bytes of a cache file: the source, then one comment line with the key."""
+    key = {"format": FORMAT_VERSION, "extra": key_extra, **dict(_machine_key())}
+    text = source if source.endswith("\n") else source + "\n"
+    # json.dumps escapes newlines, so the key stays one comment line.
+    return (text + _KEY_MARKER + json.dumps(key, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _cleanup_private_tmpdirs() -> None:
+    for path in _PRIVATE_TMPDIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+atexit.register(_cleanup_private_tmpdirs)
+
+
+class _VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
+    """Executes the bytes that were verified, never re-reads the file or a ``.pyc``.
+
+    Why: between verification and a normal import the file could change, and a
+    ``.pyc`` in ``__pycache__`` would bypass the content check.
+    """
+
+    def __init__(self, fullname: str, path: str, data: bytes) -> None:
+        super().__init__(fullname, path)
+        self._verified = data
+
+    def get_data(self, path: str) -> bytes:
+        if os.path.abspath(path) == os.path.abspath(self.path):
+            return self._verified
+        return super().get_data(path)
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        return self.source_to_code(self._verified, self.path)
+
+
+def _import_verified(modname: str, path: pathlib.Path, data: bytes) -> types.ModuleType:
+    """Import *data* as module *modname* backed by file *path* (registered before exec)."""
+    loader = _VerifiedSourceLoader(modname, str(path), data)
+    spec = importlib.util.spec_from_file_location(modname, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    # Numba re-imports the module by name when it rebuilds a cached function,
+    # so it has to be in sys.modules while the module body runs.
+    sys.modules[modname] = module
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return module
+
+
+def _iter_dispatchers(module: types.ModuleType):
+    """Numba dispatchers defined by *module* itself (not ones it imported)."""
+    from numba.core.dispatcher import Dispatcher
+
+    seen: set[int] = set()
+    for obj in list(vars(module).values()):
+        if not isinstance(obj, Dispatcher) or id(obj) in seen:
+            continue
+        if getattr(obj.py_func, "__module__", None) != module.__name__:
+            continue
+        seen.add(id(obj))
+        yield obj
+
+
+def numba_compile_count(module: types.ModuleType) -> int:
+    """How many times the module's dispatchers really compiled (not loaded from Numba's cache).
+
+    Why it is reliable: in numba 0.68 ``Dispatcher.compile`` first asks its
+    cache (``dispatcher.stats.cache_hits[sig] += 1`` on a load) and only then
+    compiles (``dispatcher.stats.cache_misses[sig] += 1``).  The miss counter is
+    incremented for every compilation, with or without ``cache=True``.
+    """
+    return sum(sum(d.stats.cache_misses.values()) for d in _iter_dispatchers(module))
+
+
+def _numba_cache_load_count(module: types.ModuleType) -> int:
+    """How many overloads the module's dispatchers loaded from Numba's cache."""
+    return sum(sum(d.stats.cache_hits.values()) for d in _iter_dispatchers(module))
+
+
+def _check_numba_dir(cache_path: str | os.PathLike, stem: str) -> str | None:
+    """Check Numba's cache directory and the files in it that belong to module file *stem*."""
+    try:
+        st = os.stat(cache_path)
+    except FileNotFoundError:
+        return None
+    reason = _unsafe_reason(st, f"Numba cache directory {os.fspath(cache_path)!r}")
+    if reason:
+        return reason
+    prefix = stem + "."
+    try:
+        entries = list(os.scandir(cache_path))
+    except OSError as exc:
+        return f"cannot list Numba cache directory {os.fspath(cache_path)!r}: {exc}"
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        try:
+            est = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(est.st_mode):
+            return f"Numba cache file {entry.path!r} is not a regular file"
+        reason = _unsafe_reason(est, f"Numba cache file {entry.path!r}")
+        if reason:
+            return reason
+    return None
+
+
+def _predicted_numba_cache_dir(py_file: pathlib.Path) -> pathlib.Path:
+    """Where Numba will put the cache files of functions defined in *py_file*."""
+    from numba.core import config
+    from numba.core.caching import _CacheLocator
+
+    if config.CACHE_DIR:
+        return pathlib.Path(config.CACHE_DIR) / _CacheLocator.get_suitable_cache_subpath(str(py_file))
+    return py_file.parent / "__pycache__"
+
+
+class DiskCache:
+    """Content-addressed directory of generated modules whose ``cache=True`` functions Numba caches.
+
+    ``stats`` counts ``disk_hits`` (valid entry imported), ``disk_misses`` (no
+    usable entry: missing, corrupt or unsafe), ``rejected`` (corrupt or unsafe
+    ``.py`` entries, unsafe directories, unreadable Numba cache entries),
+    ``writes`` (entries written) and ``memory_hits`` (module already imported
+    in this process).
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None) -> None:
+        self.directory = pathlib.Path(directory) if directory is not None else default_cache_dir()
+        self.directory = self.directory.expanduser().absolute()
+        self.stats: dict[str, int] = {
+            "disk_hits": 0,
+            "disk_misses": 0,
+            "rejected": 0,
+            "writes": 0,
+            "memory_hits": 0,
+        }
+        self._stats_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"DiskCache({str(self.directory)!r})"
+
+    # -- public API -------------------------------------------------------
+
+    def entry_name(self, source: str, key_extra: str = "") -> str:
+        """The hex digest naming the entry for (*source*, *key_extra*) on this machine."""
+        return hashlib.sha256(_entry_bytes(source, key_extra)).hexdigest()
+
+    def load_module(self, source: str, key_extra: str = "") -> tuple[types.ModuleType, bool]:
+        """Return ``(module, was_on_disk)`` for generated *source*.
+
+        The file name is the SHA-256 of the source plus the cache key
+        (*key_extra*, :data:`FORMAT_VERSION`, Python/NumPy/Numba/llvmlite
+        versions, CPU name and features).  ``was_on_disk`` is True when a valid
+        entry already existed in this cache directory (also for a module this
+        process imported before from this directory), False when the entry had
+        to be written or the module was built in a private temporary directory.
+        """
+        data = _entry_bytes(source, key_extra)
+        digest = hashlib.sha256(data).hexdigest()
+        modname = MODULE_PREFIX + digest
+        with _LOCK:
+            module = sys.modules.get(modname)
+            if module is not None:
+                self.stats["memory_hits"] += 1
+                file = getattr(module, "__file__", None)
+                return module, bool(file) and pathlib.Path(file).parent == self.directory
+            return self._load_from_disk(modname, digest, data)
+
+    # -- internals ----------------------------------------------------------
+
+    def _warn(self, message: str) -> None:
+        with self._stats_lock:
+            self.stats["rejected"] += 1
+        warnings.warn(CacheWarning(message), stacklevel=4)
+
+    def _ensure_directory(self) -> str | None:
+        """Create the cache directory (mode 0700) and its ``__pycache__``; return why it is unsafe."""
+        d = self.directory
+        try:
+            try:
+                os.mkdir(d, 0o700)
+            except FileNotFoundError:
+                os.makedirs(d.parent, exist_ok=True)
+                os.mkdir(d, 0o700)
+            os.chmod(d, 0o700)  # the umask may have removed bits; be exact
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            return f"cannot create cache directory {str(d)!r}: {exc}"
+        try:
+            st = os.stat(d)
+        except OSError as exc:
+            return f"cannot stat cache directory {str(d)!r}: {exc}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"cache directory {str(d)!r} is not a directory"
+        reason = _unsafe_reason(st, f"cache directory {str(d)!r}")
+        if reason:
+            return reason
+        # Pre-create Numba's in-tree cache directory privately (Numba itself
+        # would use the umask default, typically 0755).
+        try:
+            os.mkdir(d / "__pycache__", 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            pass  # Numba then picks another locator; checked after import
+        return None
+
+    def _read_entry(self, path: pathlib.Path, digest: str) -> tuple[str, bytes | None, str]:
+        """Read and verify an entry: ``("ok", bytes, "")``, ``("missing"|"corrupt"|"unsafe", None, why)``."""
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            return "missing", None, ""
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "unsafe", None, f"cache entry {str(path)!r} is a symbolic link"
+            return "unsafe", None, f"cannot open cache entry {str(path)!r}: {exc}"
+        try:
+            st = os.fstat(fd)  # the file actually opened, not the name
+            if not stat.S_ISREG(st.st_mode):
+                return "unsafe", None, f"cache entry {str(path)!r} is not a regular file"
+            reason = _unsafe_reason(st, f"cache entry {str(path)!r}")
+            if reason:
+                return "unsafe", None, reason
+            chunks = []
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        finally:
+            os.close(fd)
+        if hashlib.sha256(data).hexdigest() != digest:
+            return "corrupt", None, (
+                f"cache entry {str(path)!r} does not match its hash "
+                f"({len(data)} bytes; truncated or modified)"
+            )
+        return "ok", data, ""
+
+    def _write_entry(self, path: pathlib.Path, data: bytes) -> None:
+        """Atomically write *data* to *path*: private temp file in the same dir, then os.replace."""
+        fd, tmp = tempfile.mkstemp(prefix="." + path.stem[:16] + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self.stats["writes"] += 1
+
+    def _load_from_disk(self, modname: str, digest: str, data: bytes) -> tuple[types.ModuleType, bool]:
+        reason = self._ensure_directory()
+        if reason:
+            self.stats["disk_misses"] += 1
+            self._warn(f"{reason}; compiling {modname} in a private temporary directory instead")
+            return self._load_private(modname, digest, data), False
+
+        path = self.directory / f"{digest}.py"
+        status, verified, why = self._read_entry(path, digest)
+        if status == "unsafe":
+            self.stats["disk_misses"] += 1
+            self._warn(f"{why}; refusing to import it, compiling in a private temporary directory instead")
+            return self._load_private(modname, digest, data), False
+
+        numba_dir = _predicted_numba_cache_dir(path)
+        reason = _check_numba_dir(numba_dir, digest)
+        if reason:
+            self.stats["disk_misses"] += 1
+            self._warn(f"{reason}; compiling {modname} in a private temporary directory instead")
+            return self._load_private(modname, digest, data), False
+
+        if status == "ok":
+            assert verified is not None
+            self.stats["disk_hits"] += 1
+            return self._import(modname, path, verified), True
+
+        self.stats["disk_misses"] += 1
+        if status == "corrupt":
+            self._warn(f"{why}; discarding and rewriting it")
+        try:
+            self._write_entry(path, data)
+        except OSError as exc:
+            self._warn(f"cannot write cache entry {str(path)!r}: {exc}; "
+                       "compiling in a private temporary directory instead")
+            return self._load_private(modname, digest, data), False
+        # Execute the bytes we wrote, not what is on disk now.
+        return self._import(modname, path, data), False
+
+    def _load_private(self, modname: str, digest: str, data: bytes) -> types.ModuleType:
+        """Fallback: write the module into a fresh 0700 temporary directory and import it from there.
+
+        Why a file and not ``exec``: ``cache=True`` raises for functions without
+        a source file.  The directory lives until the process exits.
+        """
+        tmpdir = tempfile.mkdtemp(prefix="jitgraph-private-")  # mode 0700
+        _PRIVATE_TMPDIRS.append(tmpdir)
+        path = pathlib.Path(tmpdir) / f"{digest}.py"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.mkdir(pathlib.Path(tmpdir) / "__pycache__", 0o700)
+        return self._import(modname, path, data)
+
+    def _import(self, modname: str, path: pathlib.Path, data: bytes) -> types.ModuleType:
+        module = _import_verified(modname, path, data)
+        self._guard_numba_caches(module, path)
+        return module
+
+    def _guard_numba_caches(self, module: types.ModuleType, path: pathlib.Path) -> None:
+        """Make each dispatcher's Numba cache refuse unsafe files and survive corrupt ones."""
+        from numba.core.caching import Cache
+
+        checked = {os.path.abspath(_predicted_numba_cache_dir(path))}
+        for disp in _iter_dispatchers(module):
+            cache = getattr(disp, "_cache", None)
+            if not isinstance(cache, Cache):
+                continue  # cache=False: nothing is read from disk
+            cache_path = os.path.abspath(cache.cache_path)
+            if cache_path not in checked:
+                reason = _check_numba_dir(cache_path, path.stem)
+                if reason:
+                    cache.disable()
+                    self._warn(f"{reason}; Numba caching disabled for {disp.py_func.__qualname__}")
+                    continue
+                checked.add(cache_path)
+            self._wrap_cache(cache)
+
+    def _wrap_cache(self, cache: Any) -> None:
+        """Wrap ``load_overload``/``save_overload`` so Numba cache errors mean "recompile".
+
+        What Numba 0.68.1 does by itself on a truncated/garbled ``.nbi`` or
+        ``.nbc``: the exception from ``pickle`` (EOFError, UnpicklingError,
+        UnicodeDecodeError...) or from LLVM (RuntimeError: bitcode parsing
+        error) propagates out of the first call of the function.
+        """
+        if getattr(cache, "_jitgraph_guarded", False):
+            return
+        load = cache.load_overload
+        save = cache.save_overload
+        owner = self
+        py_func = cache._py_func
+        what = f"{py_func.__module__}.{py_func.__qualname__}"
+
+        def load_overload(sig: Any, target_context: Any) -> Any:
+            try:
+                return load(sig, target_context)
+            except Exception as exc:
+                # Not _LOCK: this runs under Numba's compiler lock, and a thread
+                # holding _LOCK may be waiting for that lock (eager compilation).
+                with owner._stats_lock:
+                    owner.stats["rejected"] += 1
+                warnings.warn(
+                    CacheWarning(
+                        f"unreadable Numba cache entry for {what} in "
+                        f"{cache.cache_path!r} ({type(exc).__name__}: {exc}); recompiling"
+                    ),
+                    stacklevel=2,
+                )
+                try:
+                    cache.flush()  # empty index: the bad data file gets overwritten on save
+                except Exception:
+                    cache.disable()
+                return None
+
+        def save_overload(sig: Any, data: Any) -> None:
+            try:
+                save(sig, data)
+            except Exception as exc:
+                warnings.warn(
+                    CacheWarning(
+                        f"cannot save Numba cache entry for {what} in "
+                        f"{cache.cache_path!r} ({type(exc).__name__}: {exc})"
+                    ),
+                    stacklevel=2,
+                )
+
+        cache.load_overload = load_overload
+        cache.save_overload = save_overload
+        cache._jitgraph_guarded = True

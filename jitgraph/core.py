@@ -1,0 +1,394 @@
+"""The expression-graph IR and tracing.
+
+* ``Aval``: abstract value (shape, dtype, weak-typed Python scalar or not).
+* ``Var``/``Node``/``Graph``: the IR. One ``Node`` applies one ``Primitive`` to ``Var`` inputs.
+* ``Primitive``: the single definition of an op: shape/dtype rule, NumPy reference
+  implementation, VJP and JVP rules (written with primitives) and code-generation rule.
+* ``Trace``/``Tracer``: running a Python function on ``Tracer`` objects records nodes into a
+  ``Trace``. A tracer may also carry its concrete value (``val``), which is how ``grad`` outside
+  ``jit`` lets Python control flow look at values, as autograd and JAX do.
+* ``bind``: apply a primitive to arrays (evaluates eagerly with the reference implementation) or
+  tracers (records a node in the innermost trace involved).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import dtypes
+from .errors import ConcretizationError, LeakedTracerError, ShapeError, user_frame, where
+
+
+# --------------------------------------------------------------------------- abstract values
+class Aval:
+    """Shape and dtype of a value; ``weak`` marks values that came from Python scalars."""
+
+    __slots__ = ("shape", "dtype", "weak")
+
+    def __init__(self, shape: Sequence[int], dtype, weak: bool = False):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.weak = weak
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Aval) and self.shape == other.shape
+                and self.dtype == other.dtype and self.weak == other.weak)
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype, self.weak))
+
+    def strong(self) -> "Aval":
+        return Aval(self.shape, self.dtype) if self.weak else self
+
+    def __repr__(self) -> str:
+        return short_dtype(self.dtype) + "[" + ",".join(map(str, self.shape)) + "]"
+
+
+_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+
+
+def short_dtype(dtype) -> str:
+    return _SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
+
+
+def aval_of(x: Any) -> Aval:
+    """Abstract value of a tracer, an array or a Python scalar (weak)."""
+    if isinstance(x, Tracer):
+        return x.gvar.aval
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return Aval((), dtypes.python_scalar_dtype(x), weak=True)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return Aval(x.shape, dtypes.canonical(x.dtype))
+    raise TypeError(f"expected an array, a scalar or a traced value, got {type(x).__name__}")
+
+
+# --------------------------------------------------------------------------- IR
+_var_ids = itertools.count()
+
+
+class Var:
+    """A value in a graph. Identity matters; ``aval`` gives shape and dtype."""
+
+    __slots__ = ("aval", "id")
+
+    def __init__(self, aval: Aval):
+        self.aval = aval
+        self.id = next(_var_ids)
+
+    def __repr__(self) -> str:
+        return f"v{self.id}:{self.aval}"
+
+
+class Node:
+    """``outs = prim(*inputs, **params)``; ``source`` is the user's file:line that made it."""
+
+    __slots__ = ("prim", "inputs", "params", "outs", "source")
+
+    def __init__(self, prim: "Primitive", inputs: list[Var], params: dict, outs: list[Var],
+                 source=None):
+        self.prim = prim
+        self.inputs = inputs
+        self.params = params
+        self.outs = outs
+        self.source = source
+
+    @property
+    def out(self) -> Var:
+        return self.outs[0]
+
+    def __repr__(self) -> str:
+        return f"Node({self.prim.name}, {self.inputs} -> {self.outs})"
+
+
+class Graph:
+    """A closed expression graph: ``outputs = f(*inputs)``; ``consts`` holds literal arrays."""
+
+    def __init__(self, inputs: list[Var], nodes: list[Node], outputs: list[Var],
+                 consts: dict[Var, np.ndarray], in_tree=None, out_tree=None):
+        self.inputs = inputs
+        self.nodes = nodes
+        self.outputs = outputs
+        self.consts = consts
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+
+    def __str__(self) -> str:
+        from .printing import graph_to_text
+        return graph_to_text(self)
+
+    __repr__ = __str__
+
+    def to_dot(self) -> str:
+        """Graphviz source of the graph."""
+        from .printing import graph_to_dot
+        return graph_to_dot(self)
+
+    def count(self, prim_name: str) -> int:
+        return sum(1 for n in self.nodes if n.prim.name == prim_name)
+
+
+# --------------------------------------------------------------------------- primitives
+class Primitive:
+    """One op, defined once: every rule the pipeline needs lives on this object.
+
+    kind: 'elementwise' | 'reduce' | 'layout' | 'index' | 'matmul' | 'opaque' (used by fusion)
+    abstract_eval(*avals, **params) -> Aval (or list of Avals when multiple_results)
+    impl(*arrays, **params) -> ndarray            (NumPy reference: the ground truth)
+    vjp(cts, outs, *inputs, **params) -> list     (written with jnp/primitives; None = zero)
+    jvp(tangents, outs, *inputs, **params) -> out tangent(s)
+    codegen: backend-neutral codegen rule (see the ops modules for its form per kind)
+    """
+
+    def __init__(self, name: str, *, kind: str, abstract_eval: Callable, impl: Callable,
+                 vjp: Callable | None = None, jvp: Callable | None = None, codegen: Any = None,
+                 multiple_results: bool = False, differentiable: bool = True):
+        self.name = name
+        self.kind = kind
+        self.abstract_eval = abstract_eval
+        self.impl = impl
+        self.vjp = vjp
+        self.jvp = jvp
+        self.codegen = codegen
+        self.multiple_results = multiple_results
+        self.differentiable = differentiable
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __call__(self, *args, **params):
+        return bind(self, *args, **params)
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def register(prim: Primitive) -> Primitive:
+    if prim.name in PRIMITIVES:
+        raise ValueError(f"a primitive named {prim.name!r} already exists")
+    PRIMITIVES[prim.name] = prim
+    return prim
+
+
+# --------------------------------------------------------------------------- tracing
+_TRACE_STACK: list["Trace"] = []
+
+
+class Trace:
+    """Records nodes while a Python function runs on tracers.
+
+    ``abstract`` traces (jit, make_graph) never hold values, so Python control flow on a traced
+    value raises. Other traces carry concrete values alongside the graph.
+    """
+
+    def __init__(self, abstract: bool = False, what: str = "trace"):
+        self.level = len(_TRACE_STACK)
+        self.abstract = abstract
+        self.what = what
+        self.inputs: list[Var] = []
+        self.nodes: list[Node] = []
+        self.consts: dict[Var, np.ndarray] = {}
+        self.captured: dict[int, tuple["Tracer", Var]] = {}
+        self._const_cache: dict[int, tuple[Any, Var]] = {}
+        self.active = False
+
+    def __enter__(self) -> "Trace":
+        self.level = len(_TRACE_STACK)
+        _TRACE_STACK.append(self)
+        self.active = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        popped = _TRACE_STACK.pop()
+        assert popped is self
+        self.active = False
+
+    def new_input(self, aval: Aval, val: Any = None) -> "Tracer":
+        v = Var(aval)
+        self.inputs.append(v)
+        return Tracer(self, v, None if self.abstract else val)
+
+    def const_var(self, value: Any) -> Var:
+        key = id(value)
+        hit = self._const_cache.get(key)
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        aval = aval_of(value)
+        arr = np.asarray(value, dtype=aval.dtype)
+        v = Var(aval)
+        self.consts[v] = arr
+        self._const_cache[key] = (value, v)
+        return v
+
+    def to_var(self, x: Any) -> Var:
+        if isinstance(x, Tracer):
+            if x.trace is self:
+                return x.gvar
+            if not x.trace.active:
+                raise LeakedTracerError(
+                    f"a traced value {x.gvar.aval} from a finished {x.trace.what} was used; traced "
+                    "values must not escape the function being transformed (return them instead)")
+            hit = self.captured.get(id(x))
+            if hit is None:
+                v = Var(x.gvar.aval)
+                self.captured[id(x)] = (x, v)
+                return v
+            return hit[1]
+        return self.const_var(x)
+
+    def value_of(self, x: Any) -> Any:
+        if isinstance(x, Tracer):
+            return x.val if x.trace is self or not self.abstract else None
+        return x
+
+    def emit(self, prim: Primitive, args: Sequence[Any], out_avals: list[Aval],
+             params: dict) -> list["Tracer"]:
+        in_vars = [self.to_var(a) for a in args]
+        outs = [Var(a) for a in out_avals]
+        self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
+        vals: list[Any] = [None] * len(outs)
+        if not self.abstract:
+            in_vals = [x.val if isinstance(x, Tracer) else x for x in args]
+            if all(v is not None for v in in_vals):
+                vals = run_impl(prim, in_vals, params, out_avals)
+        return [Tracer(self, o, v) for o, v in zip(outs, vals)]
+
+    def to_graph(self, out_values: Sequence[Any], in_tree=None, out_tree=None) -> Graph:
+        """Close the trace: outputs may be tracers of this trace, outer tracers or constants."""
+        outs = [self.to_var(o) for o in out_values]
+        inputs = list(self.inputs) + [v for _, v in self.captured.values()]
+        return Graph(inputs, list(self.nodes), outs, dict(self.consts), in_tree, out_tree)
+
+    def captured_values(self) -> list["Tracer"]:
+        return [t for t, _ in self.captured.values()]
+
+
+def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
+             out_avals: list[Aval]) -> list[np.ndarray]:
+    """Run the reference implementation and pin results to the dtypes the shape rule promised."""
+    arrays = [np.asarray(v) for v in in_vals]
+    with np.errstate(all="ignore"):
+        res = prim.impl(*arrays, **params)
+    if not prim.multiple_results:
+        res = (res,)
+    return [np.asarray(r, dtype=a.dtype).reshape(a.shape) for r, a in zip(res, out_avals)]
+
+
+class Tracer:
+    """A value inside a trace; behaves like an ndarray (operators are installed by jitgraph.numpy)."""
+
+    __slots__ = ("trace", "gvar", "val")
+    __array_priority__ = 1000
+    __array_ufunc__ = None  # so ndarray + tracer dispatches to Tracer.__radd__
+
+    def __init__(self, trace: Trace, var: Var, val: Any = None):
+        self.trace = trace
+        self.gvar = var
+        self.val = val
+
+    aval = property(lambda self: self.gvar.aval)
+    shape = property(lambda self: self.gvar.aval.shape)
+    dtype = property(lambda self: self.gvar.aval.dtype)
+    ndim = property(lambda self: self.gvar.aval.ndim)
+    size = property(lambda self: self.gvar.aval.size)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced value")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d traced value")
+        return (self[i] for i in range(self.shape[0]))
+
+    def _concrete(self, what: str) -> Any:
+        if self.val is None:
+            raise ConcretizationError(
+                f"{what} needs a concrete value, but this is an abstract traced value "
+                f"{self.gvar.aval} inside {self.trace.what} (at {where(user_frame(3))}).\n"
+                "Python control flow cannot depend on traced values under jit/make_graph: use "
+                "jnp.where(cond, a, b) to select values, or mark the argument static with "
+                "jit(f, static_argnums=...) / static_argnames=...")
+        return self.val
+
+    def __bool__(self) -> bool:
+        v = self._concrete("bool() / if / while")
+        return bool(v)
+
+    def __float__(self) -> float:
+        return float(self._concrete("float()"))
+
+    def __int__(self) -> int:
+        return int(self._concrete("int()"))
+
+    def __index__(self) -> int:
+        if not dtypes.is_integer_or_bool(self.dtype):
+            raise TypeError("only integer traced values can be used as an index")
+        return int(self._concrete("using a traced value as a Python index"))
+
+    def item(self):
+        return self._concrete(".item()").item()
+
+    def __array__(self, dtype=None, copy=None):
+        if self.val is not None and not self.trace.abstract:
+            raise TypeError(
+                f"a traced value {self.gvar.aval} was passed to a NumPy function; use the "
+                "jitgraph.numpy function of the same name so it can be traced")
+        raise TypeError(
+            f"a traced value {self.gvar.aval} was passed to a NumPy function (at "
+            f"{where(user_frame(2))}); use jitgraph.numpy (import jitgraph.numpy as jnp) instead")
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        if self.val is not None:
+            return f"Traced<{self.gvar.aval}>(value={self.val!r})"
+        return f"Traced<{self.gvar.aval}>"
+
+
+def is_traced(x: Any) -> bool:
+    return isinstance(x, Tracer)
+
+
+def top_trace(args: Sequence[Any]) -> Trace | None:
+    top = None
+    for a in args:
+        if isinstance(a, Tracer) and (top is None or a.trace.level > top.level):
+            top = a.trace
+    return top
+
+
+def _format_operands(avals: Sequence[Aval]) -> str:
+    return ", ".join(repr(a) for a in avals)
+
+
+def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
+    """Apply ``prim``: record a node if any argument is traced, else evaluate with NumPy."""
+    avals = [aval_of(a) for a in args]
+    try:
+        out = prim.abstract_eval(*avals, **params)
+    except (ShapeError, TypeError, ValueError, IndexError) as e:
+        frame = user_frame(2)
+        msg = (f"{prim.name}: {e}\n  operands: {_format_operands(avals)}\n"
+               f"  at {where(frame)}")
+        raise type(e)(msg) from None
+    out_avals = list(out) if prim.multiple_results else [out]
+    trace = top_trace(args)
+    if trace is None:
+        res = run_impl(prim, args, params, out_avals)
+    else:
+        if not trace.active:
+            raise LeakedTracerError(f"{prim.name}: a traced value escaped its transformation")
+        res = trace.emit(prim, args, out_avals, params)
+    return res if prim.multiple_results else res[0]

@@ -1,0 +1,63 @@
+"""Supported dtypes and NumPy-2-style promotion with weakly typed Python scalars.
+
+A Python ``int``/``float``/``bool`` is *weak*: it takes the dtype of the array it meets
+(``float32_array * 2.0`` stays float32), only moving up a kind (int array + 1.5 -> float64),
+as in NumPy 2 and JAX.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+bool_ = np.dtype(np.bool_)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+
+SUPPORTED = (bool_, int32, int64, float32, float64)
+_KIND_ORDER = {"b": 0, "i": 1, "f": 2}
+_DEFAULT_FOR_KIND = {"b": bool_, "i": int64, "f": float64}
+
+
+def canonical(dtype) -> np.dtype:
+    """Map a requested dtype onto a supported one, or raise TypeError."""
+    d = np.dtype(dtype)
+    if d in SUPPORTED:
+        return d
+    if d.kind in "iu":
+        return int64 if d.itemsize > 4 or d.kind == "u" and d.itemsize >= 4 else int32
+    if d.kind == "f":
+        return float64 if d.itemsize > 4 else float32
+    raise TypeError(f"jitgraph does not support dtype {d}; use one of "
+                    f"{', '.join(str(s) for s in SUPPORTED)}")
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+def is_integer_or_bool(dtype) -> bool:
+    return np.dtype(dtype).kind in "biu"
+
+
+def python_scalar_dtype(x) -> np.dtype:
+    if isinstance(x, bool):
+        return bool_
+    if isinstance(x, int):
+        return int64
+    return float64
+
+
+def result_type(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool]:
+    """Promote (dtype, weak) pairs; returns (dtype, weak)."""
+    strong = [d for d, w in items if not w]
+    weak = [d for d, w in items if w]
+    if strong:
+        out = np.result_type(*strong)
+        out = canonical(out)
+        top_weak = max((_KIND_ORDER[d.kind] for d in weak), default=-1)
+        if top_weak > _KIND_ORDER[out.kind]:
+            out = _DEFAULT_FOR_KIND["f" if top_weak == 2 else "i"]
+        return out, False
+    kind = max(_KIND_ORDER[d.kind] for d in weak)
+    return _DEFAULT_FOR_KIND["bif"[kind]], True

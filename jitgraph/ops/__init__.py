@@ -1,0 +1,2 @@
+"""Primitive definitions, one module per family. Importing this package registers them all."""
+from . import elementwise, reductions, layout, indexing, linalg  # noqa: F401

@@ -1,0 +1,298 @@
+"""Elementwise primitives (NumPy broadcasting between operands).
+
+Each definition carries its shape rule, NumPy reference, VJP, JVP and code-generation rule.
+The codegen rule is ``codegen(ctx, *input_exprs) -> scalar expression``; ``ctx.fn(name)`` names the
+backend's scalar math function (libm, a vectorizable approximation, or CUDA's), so the rule is
+backend-neutral.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Aval, Primitive, register
+from ..errors import ShapeError
+from .. import numpy as jnp  # rules are written with the public ops (resolved at call time)
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(nd):
+        dims = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise ShapeError("shapes " + " and ".join(str(s) for s in shapes)
+                             + " cannot be broadcast together (NumPy broadcasting: trailing "
+                             "dimensions must match or be 1); reshape or transpose an operand")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _same_dtype(avals, name):
+    ds = {a.dtype for a in avals}
+    if len(ds) > 1:
+        raise TypeError(f"operands must share a dtype, got {', '.join(str(a.dtype) for a in avals)}"
+                        " (use jitgraph.numpy functions, which promote, or .astype)")
+    return avals[0].dtype
+
+
+def _elementwise_aval(*avals, out_dtype=None, float_only=False, name=""):
+    dtype = _same_dtype(avals, name)
+    if float_only and not dtypes.is_float(dtype):
+        raise TypeError(f"needs a floating-point operand, got {dtype}")
+    shape = broadcast_shapes(*(a.shape for a in avals))
+    return Aval(shape, out_dtype or dtype, weak=all(a.weak for a in avals))
+
+
+def unbroadcast(g, aval: Aval):
+    """Sum a cotangent of broadcast shape back down to ``aval``'s shape (broadcast's transpose)."""
+    if g is None or tuple(g.shape) == aval.shape:
+        return g
+    lead = len(g.shape) - aval.ndim
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(aval.shape) if d == 1 and g.shape[lead + i] != 1)
+    if axes:
+        g = jnp.sum(g, axis=axes)
+    return jnp.reshape(g, aval.shape)
+
+
+def _bcast(t, shape):
+    """A tangent of an operand, broadcast to the output shape."""
+    if t is None or tuple(t.shape) == tuple(shape):
+        return t
+    return jnp.broadcast_to(t, shape)
+
+
+def _add_t(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+UNARY: dict[str, Primitive] = {}
+BINARY: dict[str, Primitive] = {}
+
+
+def unary(name, impl, codegen, vjp=None, jvp=None, float_only=True, out_dtype=None,
+          differentiable=True):
+    """Define a unary elementwise primitive; ``jvp`` defaults to the VJP's local derivative."""
+    def aval(x):
+        return _elementwise_aval(x, out_dtype=out_dtype, float_only=float_only, name=name)
+    if jvp is None and vjp is not None:
+        def jvp(ts, out, x, _vjp=vjp):
+            return None if ts[0] is None else _vjp(ts[0], out, x)[0]
+    p = register(Primitive(name, kind="elementwise", abstract_eval=aval, impl=impl, vjp=vjp,
+                           jvp=jvp, codegen=codegen, differentiable=differentiable))
+    UNARY[name] = p
+    return p
+
+
+def binary(name, impl, codegen, vjp=None, jvp=None, out_dtype=None, differentiable=True,
+           float_only=False):
+    def aval(x, y):
+        return _elementwise_aval(x, y, out_dtype=out_dtype, float_only=float_only, name=name)
+    p = register(Primitive(name, kind="elementwise", abstract_eval=aval, impl=impl, vjp=vjp,
+                           jvp=jvp, codegen=codegen, differentiable=differentiable))
+    BINARY[name] = p
+    return p
+
+
+# ---------------------------------------------------------------- unary math (floats)
+# VJP rules: (g, out, x) -> (dx,). Because they are linear in g, the JVP is the same rule on t.
+neg_p = unary("neg", np.negative, lambda c, x: f"(-{x})", float_only=False,
+              vjp=lambda g, out, x: (-g,))
+exp_p = unary("exp", np.exp, lambda c, x: f"{c.fn('exp')}({x})",
+              vjp=lambda g, out, x: (g * out,))
+log_p = unary("log", np.log, lambda c, x: f"{c.fn('log')}({x})",
+              vjp=lambda g, out, x: (g / x,))
+log1p_p = unary("log1p", np.log1p, lambda c, x: f"{c.fn('log1p')}({x})",
+                vjp=lambda g, out, x: (g / (1.0 + x),))
+expm1_p = unary("expm1", np.expm1, lambda c, x: f"{c.fn('expm1')}({x})",
+                vjp=lambda g, out, x: (g * (out + 1.0),))
+sin_p = unary("sin", np.sin, lambda c, x: f"{c.fn('sin')}({x})",
+              vjp=lambda g, out, x: (g * jnp.cos(x),))
+cos_p = unary("cos", np.cos, lambda c, x: f"{c.fn('cos')}({x})",
+              vjp=lambda g, out, x: (-(g * jnp.sin(x)),))
+tan_p = unary("tan", np.tan, lambda c, x: f"{c.fn('tan')}({x})",
+              vjp=lambda g, out, x: (g * (1.0 + out * out),))
+tanh_p = unary("tanh", np.tanh, lambda c, x: f"{c.fn('tanh')}({x})",
+               vjp=lambda g, out, x: (g * (1.0 - out * out),))
+logistic_p = unary("logistic", lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
+                   lambda c, x: f"{c.fn('logistic')}({x})",
+                   vjp=lambda g, out, x: (g * (out * (1.0 - out)),))
+sqrt_p = unary("sqrt", np.sqrt, lambda c, x: f"{c.fn('sqrt')}({x})",
+               vjp=lambda g, out, x: (g / (2.0 * out),))
+_erf_vec = np.vectorize(math.erf, otypes=[np.float64])
+erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype), lambda c, x: f"{c.fn('erf')}({x})",
+              vjp=lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * jnp.exp(-(x * x)),))
+abs_p = unary("abs", np.abs, lambda c, x: f"abs({x})", float_only=False,
+              vjp=lambda g, out, x: (g * jnp.sign(x),))
+sign_p = unary("sign", np.sign, lambda c, x: f"{c.fn('sign')}({x})", float_only=False,
+               vjp=lambda g, out, x: (None,))
+floor_p = unary("floor", np.floor, lambda c, x: f"{c.fn('floor')}({x})",
+                vjp=lambda g, out, x: (None,))
+not_p = unary("logical_not", np.logical_not, lambda c, x: f"(not {x})", float_only=False,
+              differentiable=False)
+
+
+def _stop_impl(x):
+    return x
+
+
+stop_gradient_p = unary("stop_gradient", _stop_impl, lambda c, x: x, float_only=False,
+                        vjp=lambda g, out, x: (None,), jvp=lambda ts, out, x: None)
+
+
+# ---------------------------------------------------------------- binary arithmetic
+def _add_vjp(g, out, x, y):
+    return unbroadcast(g, x.aval), unbroadcast(g, y.aval)
+
+
+def _sub_vjp(g, out, x, y):
+    return unbroadcast(g, x.aval), unbroadcast(-g, y.aval)
+
+
+def _mul_vjp(g, out, x, y):
+    return unbroadcast(g * y, x.aval), unbroadcast(g * x, y.aval)
+
+
+def _div_vjp(g, out, x, y):
+    gx = g / y
+    return unbroadcast(gx, x.aval), unbroadcast(-(gx * out), y.aval)
+
+
+def _safe_log(x):
+    """log(x) where x > 0, else 0: the exponent's derivative of x**y is taken as 0 at x <= 0."""
+    pos = x > 0
+    return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), 0.0)
+
+
+def _pow_vjp(g, out, x, y):
+    gx = g * y * (x ** (y - 1.0))
+    gy = g * out * _safe_log(x)
+    return unbroadcast(gx, x.aval), unbroadcast(gy, y.aval)
+
+
+def _pow_jvp(ts, out, x, y):
+    tx, ty = ts
+    res = None if tx is None else tx * y * (x ** (y - 1.0))
+    if ty is not None:
+        res = _add_t(res, ty * out * _safe_log(x))
+    return _bcast(res, out.shape)
+
+
+def _minmax_vjp(pick_x):
+    def vjp(g, out, x, y):
+        half = jnp.where(x == y, 0.5, 0.0).astype(g.dtype)
+        wx = jnp.where(pick_x(x, y), 1.0, 0.0).astype(g.dtype) + half
+        return unbroadcast(g * wx, x.aval), unbroadcast(g * (1.0 - wx), y.aval)
+    return vjp
+
+
+def _minmax_jvp(pick_x):
+    def jvp(ts, out, x, y):
+        half = jnp.where(x == y, 0.5, 0.0).astype(out.dtype)
+        wx = jnp.where(pick_x(x, y), 1.0, 0.0).astype(out.dtype) + half
+        tx, ty = ts
+        r = None if tx is None else tx * wx
+        r = _add_t(r, None if ty is None else ty * (1.0 - wx))
+        return _bcast(r, out.shape)
+    return jvp
+
+
+add_p = binary("add", np.add, lambda c, x, y: f"({x} + {y})", vjp=_add_vjp,
+               jvp=lambda ts, out, x, y: _bcast(_add_t(*ts), out.shape))
+sub_p = binary("sub", np.subtract, lambda c, x, y: f"({x} - {y})", vjp=_sub_vjp,
+               jvp=lambda ts, out, x, y: _bcast(
+                   _add_t(ts[0], None if ts[1] is None else -ts[1]), out.shape))
+mul_p = binary("mul", np.multiply, lambda c, x, y: f"({x} * {y})", vjp=_mul_vjp,
+               jvp=lambda ts, out, x, y: _bcast(_add_t(
+                   None if ts[0] is None else ts[0] * y,
+                   None if ts[1] is None else x * ts[1]), out.shape))
+div_p = binary("div", lambda x, y: np.true_divide(x, y).astype(x.dtype),
+               lambda c, x, y: f"({x} / {y})", vjp=_div_vjp, float_only=True,
+               jvp=lambda ts, out, x, y: _bcast(_add_t(
+                   None if ts[0] is None else ts[0] / y,
+                   None if ts[1] is None else -(ts[1] * out / y)), out.shape))
+pow_p = binary("pow", np.power, lambda c, x, y: f"{c.fn('pow')}({x}, {y})", vjp=_pow_vjp,
+               jvp=_pow_jvp, float_only=True)
+max_p = binary("max", np.maximum, lambda c, x, y: f"{c.fn('max')}({x}, {y})",
+               vjp=_minmax_vjp(lambda x, y: x > y), jvp=_minmax_jvp(lambda x, y: x > y))
+min_p = binary("min", np.minimum, lambda c, x, y: f"{c.fn('min')}({x}, {y})",
+               vjp=_minmax_vjp(lambda x, y: x < y), jvp=_minmax_jvp(lambda x, y: x < y))
+
+
+def _int_floor_div(x, y):
+    return np.floor_divide(x, y)
+
+
+floordiv_p = binary("floordiv", _int_floor_div, lambda c, x, y: f"({x} // {y})",
+                    differentiable=False)
+mod_p = binary("mod", np.mod, lambda c, x, y: f"({x} % {y})",
+               vjp=lambda g, out, x, y: (unbroadcast(g, x.aval),
+                                         unbroadcast(-g * jnp.floor(x / y), y.aval)))
+
+# ---------------------------------------------------------------- comparisons and logic (bool out)
+_CMP = {"gt": (np.greater, ">"), "ge": (np.greater_equal, ">="), "lt": (np.less, "<"),
+        "le": (np.less_equal, "<="), "eq": (np.equal, "=="), "ne": (np.not_equal, "!=")}
+for _name, (_fn, _op) in _CMP.items():
+    binary(_name, _fn, (lambda op: lambda c, x, y: f"({x} {op} {y})")(_op),
+           out_dtype=dtypes.bool_, differentiable=False)
+and_p = binary("logical_and", np.logical_and, lambda c, x, y: f"({x} and {y})",
+               differentiable=False)
+or_p = binary("logical_or", np.logical_or, lambda c, x, y: f"({x} or {y})",
+              differentiable=False)
+
+
+# ---------------------------------------------------------------- select and convert
+def _select_aval(c, x, y):
+    if c.dtype != dtypes.bool_:
+        raise TypeError(f"condition must be bool, got {c.dtype}")
+    out = _elementwise_aval(x, y, name="select")
+    return Aval(broadcast_shapes(c.shape, out.shape), out.dtype, out.weak)
+
+
+def _select_vjp(g, out, c, x, y):
+    z = jnp.zeros((), g.dtype)
+    return None, unbroadcast(jnp.where(c, g, z), x.aval), unbroadcast(jnp.where(c, z, g), y.aval)
+
+
+def _select_jvp(ts, out, c, x, y):
+    _, tx, ty = ts
+    if tx is None and ty is None:
+        return None
+    z = jnp.zeros((), out.dtype)
+    return _bcast(jnp.where(c, z if tx is None else tx, z if ty is None else ty), out.shape)
+
+
+select_p = register(Primitive(
+    "select", kind="elementwise", abstract_eval=_select_aval, impl=np.where,
+    vjp=_select_vjp, jvp=_select_jvp,
+    codegen=lambda c, cond, x, y: f"({x} if {cond} else {y})"))
+
+
+def _convert_aval(x, *, dtype):
+    return Aval(x.shape, dtype)
+
+
+def _convert_vjp(g, out, x, *, dtype):
+    if not dtypes.is_float(x.dtype):
+        return (None,)
+    return (jnp.astype(g, x.dtype),)
+
+
+def _convert_jvp(ts, out, x, *, dtype):
+    if ts[0] is None or not dtypes.is_float(dtype):
+        return None
+    return jnp.astype(ts[0], dtype)
+
+
+convert_p = register(Primitive(
+    "convert", kind="elementwise", abstract_eval=_convert_aval,
+    impl=lambda x, *, dtype: x.astype(dtype), vjp=_convert_vjp, jvp=_convert_jvp,
+    codegen=lambda c, x, *, dtype: c.cast(x, dtype)))

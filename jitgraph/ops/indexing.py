@@ -1,0 +1,75 @@
+"""Integer-array indexing: ``gather`` and its transpose ``scatter_add``.
+
+``gather(x, i0, i1, ..., ik-1)`` is NumPy's ``x[i0, ..., ik-1]`` on the leading k axes with the
+index arrays broadcast together. Negative indices count from the end; out-of-range indices are
+clamped (as JAX), so compiled code never reads out of bounds. Repeated indices accumulate in
+``scatter_add``, which is what the gradient of a gather needs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Aval, Primitive, register
+from ..errors import ShapeError
+from .elementwise import broadcast_shapes
+
+
+def _check_indices(x: Aval, idx: tuple[Aval, ...]):
+    if len(idx) > x.ndim:
+        raise ShapeError(f"too many indices ({len(idx)}) for an array of dimension {x.ndim}")
+    for i in idx:
+        if i.dtype.kind not in "iu":
+            raise TypeError(f"index arrays must be integers, got {i.dtype}")
+    return broadcast_shapes(*(i.shape for i in idx))
+
+
+def normalize_index(i: np.ndarray, n: int) -> np.ndarray:
+    i = np.where(i < 0, i + n, i)
+    return np.clip(i, 0, max(n - 1, 0))
+
+
+def _gather_aval(x, *idx):
+    b = _check_indices(x, idx)
+    return Aval(b + x.shape[len(idx):], x.dtype, x.weak)
+
+
+def _gather_impl(x, *idx):
+    b = np.broadcast_shapes(*(i.shape for i in idx))
+    norm = tuple(np.broadcast_to(normalize_index(i, n), b) for i, n in zip(idx, x.shape))
+    return x[norm]
+
+
+def _gather_vjp(g, out, x, *idx):
+    return (scatter_add_p(g, *idx, shape=x.shape),) + (None,) * len(idx)
+
+
+def _gather_jvp(ts, out, x, *idx):
+    return None if ts[0] is None else gather_p(ts[0], *idx)
+
+
+def _scatter_aval(g, *idx, shape):
+    b = _check_indices(Aval(shape, g.dtype), idx)
+    want = b + tuple(shape[len(idx):])
+    if g.shape != want:
+        raise ShapeError(f"scatter_add updates have shape {g.shape}, expected {want}")
+    return Aval(tuple(shape), g.dtype)
+
+
+def _scatter_impl(g, *idx, shape):
+    out = np.zeros(shape, g.dtype)
+    b = g.shape[:g.ndim - (len(shape) - len(idx))]
+    norm = tuple(np.broadcast_to(normalize_index(i, n), b) for i, n in zip(idx, shape))
+    np.add.at(out, norm, g)
+    return out
+
+
+gather_p = register(Primitive(
+    "gather", kind="index", abstract_eval=_gather_aval, impl=_gather_impl,
+    vjp=_gather_vjp, jvp=_gather_jvp, codegen={"gather": True}))
+scatter_add_p = register(Primitive(
+    "scatter_add", kind="opaque", abstract_eval=_scatter_aval, impl=_scatter_impl,
+    vjp=lambda ct, out, g, *idx, shape: (gather_p(ct, *idx),) + (None,) * len(idx),
+    jvp=lambda ts, out, g, *idx, shape: None if ts[0] is None else scatter_add_p(
+        ts[0], *idx, shape=shape),
+    codegen={"scatter": "add"}))

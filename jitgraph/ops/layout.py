@@ -1,0 +1,234 @@
+"""Layout primitives: they move elements without arithmetic.
+
+Codegen rule: ``index_map(out_idx, in_aval, out_aval, **params) -> in_idx`` (lists of index
+expression strings), so fusion can turn the op into index arithmetic inside a kernel instead
+of a copy. ``pad_slice`` and ``concatenate`` also need a condition (see their rules).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import Aval, Primitive, register
+from ..errors import ShapeError
+from .. import numpy as jnp
+
+
+def _layout(name, aval, impl, vjp, index_map, jvp=None):
+    """Layout ops are linear: their JVP is the op itself applied to the tangent."""
+    if jvp is None:
+        def jvp(ts, out, *xs, **params):
+            return None if ts[0] is None else bind_same(ts[0], **params)
+    p = register(Primitive(name, kind="layout", abstract_eval=aval, impl=impl, vjp=vjp,
+                           jvp=jvp, codegen=index_map))
+
+    def bind_same(t, **params):
+        return p(t, **params)
+    return p
+
+
+# ---------------------------------------------------------------- reshape
+def _reshape_aval(x, *, shape):
+    if int(np.prod(shape, dtype=np.int64)) != x.size:
+        raise ShapeError(f"cannot reshape array of shape {x.shape} (size {x.size}) into shape "
+                         f"{shape}")
+    return Aval(shape, x.dtype, x.weak)
+
+
+def _strides(shape):
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= d
+    return st[::-1]
+
+
+def reshape_index_map(out_idx, in_aval, out_aval, *, shape):
+    """Row-major linear offset of the output index, split again in the input shape.
+
+    Size-1 dimensions dropped or added cost no arithmetic."""
+    in_nz = [(i, d) for i, d in enumerate(in_aval.shape) if d != 1]
+    out_nz = [(i, d) for i, d in enumerate(out_aval.shape) if d != 1]
+    if [d for _, d in in_nz] == [d for _, d in out_nz]:
+        res = ["0"] * in_aval.ndim
+        for (ii, _), (oi, _) in zip(in_nz, out_nz):
+            res[ii] = out_idx[oi]
+        return res
+    terms = [f"{e} * {s}" if s != 1 else e
+             for e, s, d in zip(out_idx, _strides(out_aval.shape), out_aval.shape) if d != 1]
+    lin = "(" + " + ".join(terms) + ")" if terms else "0"
+    res = []
+    for s, d in zip(_strides(in_aval.shape), in_aval.shape):
+        if d == 1:
+            res.append("0")
+        else:
+            res.append(f"(({lin} // {s}) % {d})" if s != 1 else f"({lin} % {d})")
+    return res
+
+
+reshape_p = _layout(
+    "reshape", _reshape_aval, lambda x, *, shape: np.reshape(x, shape),
+    lambda g, out, x, *, shape: (jnp.reshape(g, x.shape),), reshape_index_map)
+
+
+# ---------------------------------------------------------------- transpose
+def _transpose_aval(x, *, perm):
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"axes {perm} don't match an array of dimension {x.ndim}")
+    return Aval(tuple(x.shape[p] for p in perm), x.dtype, x.weak)
+
+
+def inverse_perm(perm):
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return tuple(inv)
+
+
+def _transpose_index_map(out_idx, in_aval, out_aval, *, perm):
+    res = [None] * len(perm)
+    for i, p in enumerate(perm):
+        res[p] = out_idx[i]
+    return res
+
+
+transpose_p = _layout(
+    "transpose", _transpose_aval, lambda x, *, perm: np.transpose(x, perm),
+    lambda g, out, x, *, perm: (jnp.transpose(g, inverse_perm(perm)),), _transpose_index_map)
+
+
+# ---------------------------------------------------------------- broadcast_to
+def _broadcast_aval(x, *, shape):
+    lead = len(shape) - x.ndim
+    if lead < 0 or any(d != 1 and d != shape[lead + i] for i, d in enumerate(x.shape)):
+        raise ShapeError(f"cannot broadcast shape {x.shape} to {shape}")
+    return Aval(shape, x.dtype, x.weak)
+
+
+def _broadcast_index_map(out_idx, in_aval, out_aval, *, shape):
+    lead = len(shape) - in_aval.ndim
+    return ["0" if d == 1 else out_idx[lead + i] for i, d in enumerate(in_aval.shape)]
+
+
+def _broadcast_vjp(g, out, x, *, shape):
+    from .elementwise import unbroadcast
+    return (unbroadcast(g, x.aval),)
+
+
+broadcast_to_p = _layout(
+    "broadcast_to", _broadcast_aval, lambda x, *, shape: np.broadcast_to(x, shape),
+    _broadcast_vjp, _broadcast_index_map)
+
+
+# ---------------------------------------------------------------- basic slicing and its transpose
+def slice_len(start, stop, step) -> int:
+    return len(range(start, stop, step))
+
+
+def _slice_aval(x, *, slices):
+    if len(slices) != x.ndim:
+        raise ShapeError(f"{len(slices)} slices for an array of dimension {x.ndim}")
+    return Aval(tuple(slice_len(*s) for s in slices), x.dtype, x.weak)
+
+
+def _slice_index_map(out_idx, in_aval, out_aval, *, slices):
+    res = []
+    for e, (start, stop, step) in zip(out_idx, slices):
+        res.append(e if (start, step) == (0, 1) else f"({start} + {step} * {e})")
+    return res
+
+
+def _as_np_slices(slices):
+    return tuple(slice(a, b if b >= 0 else None, c) for a, b, c in slices)
+
+
+slice_p = _layout(
+    "slice", _slice_aval, lambda x, *, slices: x[_as_np_slices(slices)],
+    lambda g, out, x, *, slices: (pad_slice_p(g, shape=x.shape, slices=slices),),
+    _slice_index_map)
+
+
+def _pad_aval(g, *, shape, slices):
+    want = tuple(slice_len(*s) for s in slices)
+    if want != g.shape:
+        raise ShapeError(f"pad_slice operand {g.shape} does not fit slices {slices}")
+    return Aval(shape, g.dtype, g.weak)
+
+
+def _pad_impl(g, *, shape, slices):
+    z = np.zeros(shape, g.dtype)
+    z[_as_np_slices(slices)] = g
+    return z
+
+
+def pad_slice_index_map(out_idx, in_aval, out_aval, *, shape, slices):
+    """Returns (in_idx, condition): the element is read where condition holds, else 0."""
+    idx, conds = [], []
+    for e, (start, stop, step) in zip(out_idx, slices):
+        n = slice_len(start, stop, step)
+        if (start, step) == (0, 1) and n == out_aval.shape[len(idx)]:
+            idx.append(e)
+            continue
+        idx.append(f"(({e} - {start}) // {step})")
+        if step > 0:
+            conds.append(f"({e} >= {start} and {e} < {start + step * n} and ({e} - {start}) % {step} == 0)")
+        else:
+            conds.append(f"({e} <= {start} and {e} > {start + step * n} and ({start} - {e}) % {-step} == 0)")
+    return idx, (" and ".join(conds) if conds else None)
+
+
+pad_slice_p = _layout(
+    "pad_slice", _pad_aval, _pad_impl,
+    lambda g, out, x, *, shape, slices: (slice_p(g, slices=slices),), pad_slice_index_map)
+
+
+# ---------------------------------------------------------------- concatenate
+def _concat_aval(*xs, axis):
+    if not xs:
+        raise ShapeError("need at least one array to concatenate")
+    first = xs[0]
+    if not 0 <= axis < first.ndim:
+        raise ShapeError(f"axis {axis} is out of bounds for an array of dimension {first.ndim}")
+    for x in xs[1:]:
+        if x.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, first.shape))
+                                       if i != axis):
+            raise ShapeError("all input array dimensions except for the concatenation axis must "
+                             f"match exactly, got {', '.join(str(x.shape) for x in xs)}")
+        if x.dtype != first.dtype:
+            raise TypeError("concatenate operands must share a dtype")
+    shape = list(first.shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return Aval(tuple(shape), first.dtype, all(x.weak for x in xs))
+
+
+def _concat_vjp(g, out, *xs, axis):
+    res, off = [], 0
+    for x in xs:
+        n = x.shape[axis]
+        sl = tuple((off, off + n, 1) if i == axis else (0, d, 1) for i, d in enumerate(g.shape))
+        res.append(slice_p(g, slices=sl))
+        off += n
+    return tuple(res)
+
+
+def _concat_jvp(ts, out, *xs, axis):
+    if all(t is None for t in ts):
+        return None
+    return concatenate_p(*[jnp.zeros(x.shape, out.dtype) if t is None else t
+                           for t, x in zip(ts, xs)], axis=axis)
+
+
+def concat_index_map(out_idx, in_avals, out_aval, *, axis):
+    """Returns [(in_idx, lower, upper)] per input: input k covers lower <= idx[axis] < upper."""
+    res, off = [], 0
+    for a in in_avals:
+        n = a.shape[axis]
+        idx = list(out_idx)
+        idx[axis] = f"({out_idx[axis]} - {off})" if off else out_idx[axis]
+        res.append((idx, off, off + n))
+        off += n
+    return res
+
+
+concatenate_p = _layout(
+    "concatenate", _concat_aval, lambda *xs, axis: np.concatenate(xs, axis=axis),
+    _concat_vjp, concat_index_map, jvp=_concat_jvp)

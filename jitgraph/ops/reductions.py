@@ -1,0 +1,128 @@
+"""Reductions over a set of axes (no keepdims at this level: jnp adds it with a reshape).
+
+Codegen rule: ``{"monoid": "sum" | "max" | "min" | "prod"}``; argmax/argmin have
+``{"arg": "max" | "min"}``. The backends own the loop structure.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Aval, Primitive, register
+from ..errors import ShapeError
+from .. import numpy as jnp
+
+
+def normalize_axes(axes, ndim: int) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, (int, np.integer)):
+        axes = (int(axes),)
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+            raise ShapeError(f"axis {a} is out of bounds for an array of dimension {ndim}")
+        if ndim == 0:
+            continue
+        a %= ndim
+        if a in out:
+            raise ShapeError(f"repeated axis {a}")
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def _reduce_aval(x: Aval, *, axes, dtype_rule=None) -> Aval:
+    for a in axes:
+        if not 0 <= a < x.ndim:
+            raise ShapeError(f"axis {a} is out of bounds for an array of dimension {x.ndim}")
+    shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return Aval(shape, x.dtype if dtype_rule is None else dtype_rule, x.weak)
+
+
+def keepdims_shape(shape, axes) -> tuple[int, ...]:
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+def _expand_back(g, x, axes):
+    """Broadcast a reduced value back to the operand's shape."""
+    return jnp.broadcast_to(jnp.reshape(g, keepdims_shape(x.shape, axes)), x.shape)
+
+
+def _sum_impl(x, *, axes):
+    return np.sum(x, axis=axes)
+
+
+reduce_sum_p = register(Primitive(
+    "reduce_sum", kind="reduce", abstract_eval=_reduce_aval, impl=_sum_impl,
+    vjp=lambda g, out, x, *, axes: (_expand_back(g, x, axes),),
+    jvp=lambda ts, out, x, *, axes: None if ts[0] is None else jnp.sum(ts[0], axis=axes),
+    codegen={"monoid": "sum"}))
+
+
+def _chooser_weights(out, x, axes):
+    """Where x attains the extremum, 1/count (ties share the gradient equally, as JAX)."""
+    hit = (x == _expand_back(out, x, axes)).astype(out.dtype)
+    count = jnp.sum(hit, axis=axes)
+    return hit / _expand_back(count, x, axes)
+
+
+def _chooser(name, fn, monoid):
+    def vjp(g, out, x, *, axes):
+        return (_expand_back(g, x, axes) * _chooser_weights(out, x, axes),)
+
+    def jvp(ts, out, x, *, axes):
+        if ts[0] is None:
+            return None
+        return jnp.sum(ts[0] * _chooser_weights(out, x, axes), axis=axes)
+
+    def aval(x, *, axes):
+        if x.size == 0 and any(x.shape[a] == 0 for a in axes):
+            raise ShapeError(f"zero-size array to reduction operation {name}, which has no identity")
+        return _reduce_aval(x, axes=axes)
+
+    return register(Primitive(name, kind="reduce", abstract_eval=aval,
+                              impl=lambda x, *, axes: fn(x, axis=axes), vjp=vjp, jvp=jvp,
+                              codegen={"monoid": monoid}))
+
+
+reduce_max_p = _chooser("reduce_max", np.max, "max")
+reduce_min_p = _chooser("reduce_min", np.min, "min")
+
+
+def _prod_grad(x, axes):
+    """d prod / d x_i = product of the others, correct with zeros in the input."""
+    is_zero = x == 0
+    nonzero_prod = jnp.prod(jnp.where(is_zero, jnp.ones((), x.dtype), x), axis=axes)
+    zeros = jnp.sum(is_zero.astype(x.dtype), axis=axes)
+    p = _expand_back(nonzero_prod, x, axes)
+    nz = _expand_back(zeros, x, axes)
+    safe_x = jnp.where(is_zero, jnp.ones((), x.dtype), x)
+    return jnp.where(nz == 0, p / safe_x, jnp.where((nz == 1) & is_zero, p, jnp.zeros((), x.dtype)))
+
+
+reduce_prod_p = register(Primitive(
+    "reduce_prod", kind="reduce", abstract_eval=_reduce_aval,
+    impl=lambda x, *, axes: np.prod(x, axis=axes),
+    vjp=lambda g, out, x, *, axes: (_expand_back(g, x, axes) * _prod_grad(x, axes),),
+    jvp=lambda ts, out, x, *, axes: None if ts[0] is None else jnp.sum(
+        ts[0] * _prod_grad(x, axes), axis=axes),
+    codegen={"monoid": "prod"}))
+
+
+def _arg_aval(x, *, axis):
+    if not 0 <= axis < x.ndim:
+        raise ShapeError(f"axis {axis} is out of bounds for an array of dimension {x.ndim}")
+    if x.shape[axis] == 0:
+        raise ShapeError("attempt to get argmax/argmin of an empty sequence")
+    return Aval(tuple(d for i, d in enumerate(x.shape) if i != axis), dtypes.int64)
+
+
+argmax_p = register(Primitive(
+    "argmax", kind="reduce", abstract_eval=_arg_aval,
+    impl=lambda x, *, axis: np.argmax(x, axis=axis), differentiable=False,
+    codegen={"arg": "max"}))
+argmin_p = register(Primitive(
+    "argmin", kind="reduce", abstract_eval=_arg_aval,
+    impl=lambda x, *, axis: np.argmin(x, axis=axis), differentiable=False,
+    codegen={"arg": "min"}))

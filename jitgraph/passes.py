@@ -1,0 +1,208 @@
+"""Graph-to-graph passes: constant folding, algebraic simplification, CSE and DCE.
+
+They run on every graph a transform builds, so backward graphs carry no junk (x*1, x+0,
+double negation, transpose of transpose, reshape of reshape, broadcast then sum, ...).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .core import PRIMITIVES, Aval, Graph, Node, Var, run_impl
+
+FOLD_MAX_ELEMENTS = 4096  # constant folding never creates constants bigger than this
+
+
+def _freeze(x: Any) -> Any:
+    if isinstance(x, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_freeze(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return ("nd", x.shape, x.dtype.str, x.tobytes())
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return ("id", id(x))
+
+
+class _Builder:
+    """Rebuilds a graph node by node, applying rewrites as it goes."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.nodes: list[Node] = []
+        self.consts: dict[Var, np.ndarray] = dict(g.consts)
+        self.subst: dict[Var, Var] = {}
+        self.cse: dict = {}
+        self.const_keys: dict = {}
+        self.producer: dict[Var, Node] = {}
+        for v, c in g.consts.items():
+            self._dedupe_const(v, c)
+
+    def _dedupe_const(self, v: Var, c: np.ndarray) -> Var:
+        if c.size <= 64:
+            key = (c.shape, c.dtype.str, c.tobytes(), v.aval.weak)
+            first = self.const_keys.setdefault(key, v)
+            if first is not v:
+                self.subst[v] = first
+                return first
+        return v
+
+    def r(self, v: Var) -> Var:
+        while v in self.subst:
+            v = self.subst[v]
+        return v
+
+    def const(self, value: np.ndarray, aval: Aval) -> Var:
+        v = Var(aval)
+        self.consts[v] = np.asarray(value, aval.dtype).reshape(aval.shape)
+        return self._dedupe_const(v, self.consts[v])
+
+    def value(self, v: Var):
+        return self.consts.get(v)
+
+    def emit(self, prim_name: str, inputs: list[Var], params: dict, source=None) -> Var:
+        prim = PRIMITIVES[prim_name]
+        aval = prim.abstract_eval(*[i.aval for i in inputs], **params)
+        return self.add(Node(prim, inputs, params, [Var(aval)], source))[0]
+
+    def add(self, node: Node) -> list[Var]:
+        """Fold, simplify, CSE or keep ``node``; returns the vars standing for its outputs."""
+        node.inputs = [self.r(v) for v in node.inputs]
+        prim = node.prim
+        ins_c = [self.consts.get(v) for v in node.inputs]
+        if (not prim.multiple_results and prim.kind != "opaque" and ins_c
+                and all(c is not None for c in ins_c)
+                and node.out.aval.size <= max(FOLD_MAX_ELEMENTS, max(c.size for c in ins_c))):
+            val = run_impl(prim, ins_c, node.params, [node.out.aval])[0]
+            return [self.const(val, node.out.aval)]
+        if not prim.multiple_results:
+            rep = simplify_node(self, node)
+            if rep is not None:
+                return [rep]
+        key = (prim.name, tuple(v.id for v in node.inputs), _freeze(node.params))
+        hit = self.cse.get(key)
+        if hit is not None:
+            return hit
+        self.cse[key] = node.outs
+        self.nodes.append(node)
+        for o in node.outs:
+            self.producer[o] = node
+        return node.outs
+
+
+def _is_const(b: _Builder, v: Var, value: float) -> bool:
+    c = b.consts.get(v)
+    return c is not None and c.size > 0 and bool(np.all(c == value))
+
+
+def simplify_node(b: _Builder, n: Node) -> Var | None:
+    """Algebraic rewrites; returns a replacement var or None to keep the node."""
+    name, ins, out = n.prim.name, n.inputs, n.out
+    same = lambda v: v.aval.shape == out.aval.shape and v.aval.dtype == out.aval.dtype
+    if name == "add":
+        if _is_const(b, ins[1], 0) and same(ins[0]):
+            return ins[0]
+        if _is_const(b, ins[0], 0) and same(ins[1]):
+            return ins[1]
+    elif name == "sub":
+        if _is_const(b, ins[1], 0) and same(ins[0]):
+            return ins[0]
+    elif name == "mul":
+        if _is_const(b, ins[1], 1) and same(ins[0]):
+            return ins[0]
+        if _is_const(b, ins[0], 1) and same(ins[1]):
+            return ins[1]
+        if _is_const(b, ins[1], -1) and same(ins[0]):
+            return b.emit("neg", [ins[0]], {}, n.source)
+        if _is_const(b, ins[0], -1) and same(ins[1]):
+            return b.emit("neg", [ins[1]], {}, n.source)
+    elif name == "div":
+        if _is_const(b, ins[1], 1) and same(ins[0]):
+            return ins[0]
+    elif name == "neg":
+        p = b.producer.get(ins[0])
+        if p is not None and p.prim.name == "neg":
+            return p.inputs[0]
+    elif name in ("reshape", "broadcast_to"):
+        if same(ins[0]):
+            return ins[0]
+        p = b.producer.get(ins[0])
+        if name == "reshape" and p is not None and p.prim.name == "reshape":
+            return b.emit("reshape", [p.inputs[0]], n.params, n.source) \
+                if p.inputs[0].aval.shape != out.aval.shape else p.inputs[0]
+    elif name == "convert":
+        if ins[0].aval.dtype == out.aval.dtype:
+            return ins[0]
+    elif name == "transpose":
+        p = b.producer.get(ins[0])
+        if p is not None and p.prim.name == "transpose":
+            perm = tuple(p.params["perm"][i] for i in n.params["perm"])
+            if perm == tuple(range(len(perm))):
+                return p.inputs[0]
+            return b.emit("transpose", [p.inputs[0]], {"perm": perm}, n.source)
+    elif name == "reduce_sum":
+        return _sum_of_broadcast(b, n)
+    return None
+
+
+def _sum_of_broadcast(b: _Builder, n: Node) -> Var | None:
+    """sum(broadcast_to(x), axes) over broadcast-only axes is x times the count."""
+    p = b.producer.get(n.inputs[0])
+    if p is None or p.prim.name != "broadcast_to":
+        return None
+    x = p.inputs[0]
+    big = p.out.aval.shape
+    lead = len(big) - x.aval.ndim
+    added = {i for i in range(lead)} | {lead + j for j, d in enumerate(x.aval.shape)
+                                        if d == 1 and big[lead + j] != 1}
+    axes = set(n.params["axes"])
+    if not axes <= added:
+        return None
+    count = int(np.prod([big[a] for a in axes], dtype=np.int64))
+    y = x
+    if count != 1:
+        c = b.const(np.asarray(count, x.aval.dtype), Aval((), x.aval.dtype))
+        y = b.emit("mul", [x, c], {}, n.source)
+    padded = (1,) * lead + x.aval.shape
+    kept = tuple(d for i, d in enumerate(padded) if i not in axes)
+    if kept != y.aval.shape:
+        y = b.emit("reshape", [y], {"shape": kept}, n.source)
+    if kept != n.out.aval.shape:
+        y = b.emit("broadcast_to", [y], {"shape": n.out.aval.shape}, n.source)
+    return y
+
+
+def simplify(g: Graph) -> Graph:
+    """Constant folding, algebraic rewrites and common-subexpression elimination in one sweep."""
+    b = _Builder(g)
+    for n in g.nodes:
+        new = Node(n.prim, list(n.inputs), n.params, list(n.outs), n.source)
+        reps = b.add(new)
+        for old, rep in zip(n.outs, reps):
+            if rep is not old:
+                b.subst[old] = rep
+    outs = [b.r(v) for v in g.outputs]
+    return Graph(list(g.inputs), b.nodes, outs, b.consts, g.in_tree, g.out_tree)
+
+
+def dce(g: Graph) -> Graph:
+    """Drop nodes whose results nothing uses, and constants nothing reads."""
+    live = set(g.outputs)
+    kept = []
+    for n in reversed(g.nodes):
+        if any(o in live for o in n.outs):
+            kept.append(n)
+            live.update(n.inputs)
+    kept.reverse()
+    consts = {v: c for v, c in g.consts.items() if v in live}
+    return Graph(list(g.inputs), kept, list(g.outputs), consts, g.in_tree, g.out_tree)
+
+
+def optimize(g: Graph) -> Graph:
+    """The standard pipeline: simplify (fold + rewrite + CSE) then DCE, twice to a fixpoint."""
+    g = dce(simplify(g))
+    return dce(simplify(g))

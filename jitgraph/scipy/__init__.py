@@ -1,0 +1,2 @@
+"""SciPy-named functions (``jitgraph.scipy.special``)."""
+from . import special  # noqa: F401

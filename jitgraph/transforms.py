@@ -1,0 +1,344 @@
+"""The user-facing transformations, with JAX's names and signatures, over pytrees.
+
+Every transform follows one recipe: trace the function into a graph (with concrete values
+where the inputs have them, so Python control flow works outside ``jit``), expand the graph
+(``autodiff``), optimize it (``passes``), then evaluate it with ``eval_graph`` — which runs the
+reference interpreter on arrays, or inlines the graph into an enclosing trace, which is what
+makes the transforms compose to any order.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import dtypes
+from . import numpy as jnp
+from .autodiff import build_jvp, build_vjp, eval_graph
+from .core import Graph, Trace, Tracer, aval_of
+from .passes import optimize
+from .tree import tree_flatten, tree_unflatten
+
+
+def _leaf_operand(x: Any, name: str) -> Any:
+    """Validate one pytree leaf of a transformed function's argument."""
+    if isinstance(x, Tracer):
+        return x
+    return jnp._operand(x, name)
+
+
+def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
+                   arg_names: Sequence[str] | None = None):
+    """Trace ``fun(*args)``. Returns (graph, captured outer tracers, output leaves, out_tree).
+
+    Graph inputs are the argument leaves followed by captured outer tracers.
+    """
+    leaves, in_tree = tree_flatten(tuple(args))
+    names = _leaf_names(args, arg_names)
+    leaves = [_leaf_operand(x, n) for x, n in zip(leaves, names)]
+    with Trace(abstract=abstract, what=what) as t:
+        tracers = [t.new_input(aval_of(x).strong() if not isinstance(x, Tracer) else x.aval,
+                               x.val if isinstance(x, Tracer) else np.asarray(x, aval_of(x).dtype))
+                   for x in leaves]
+        out = fun(*in_tree.unflatten(tracers))
+        out_leaves, out_tree = tree_flatten(out)
+        out_leaves = [_leaf_operand(o, "output") for o in out_leaves]
+        graph = t.to_graph(out_leaves, in_tree, out_tree)
+        out_vals = [o.val if isinstance(o, Tracer) and o.trace is t else o for o in out_leaves]
+        captured = t.captured_values()
+    return graph, captured, leaves, out_vals, out_tree
+
+
+def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
+    names = []
+    for i, a in enumerate(args):
+        n = len(tree_flatten(a)[0])
+        base = arg_names[i] if arg_names else f"argument {i}"
+        names += [base] * n if n == 1 else [f"{base} (leaf {k})" for k in range(n)]
+    return names
+
+
+def _call(graph: Graph, args: Sequence[Any]) -> list:
+    return eval_graph(graph, list(args))
+
+
+def _check_float_leaves(leaves: Sequence[Any], what: str, argnums) -> None:
+    for k, x in enumerate(leaves):
+        d = aval_of(x).dtype
+        if not dtypes.is_float(d):
+            raise TypeError(
+                f"{what} requires floating-point inputs, but argument {argnums} (leaf {k}) has "
+                f"dtype {d}. Differentiate only with respect to float arguments (choose them "
+                f"with argnums=...), or convert with x.astype(jnp.float32).")
+
+
+def _split_args(args, argnums):
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+    for a in nums:
+        if not -len(args) <= a < len(args):
+            raise TypeError(f"argnums {argnums} is out of range for {len(args)} positional "
+                            "arguments")
+    nums = tuple(a % len(args) for a in nums)
+    return single, nums
+
+
+def _partial(fun, args, nums, kwargs):
+    def f(*diff):
+        full = list(args)
+        for i, d in zip(nums, diff):
+            full[i] = d
+        return fun(*full, **kwargs)
+    return f
+
+
+# ------------------------------------------------------------------ reverse mode
+def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
+    """``(out, vjp_fn)`` or ``(out, vjp_fn, aux)``; ``vjp_fn(ct)`` returns one cotangent per primal."""
+    def wrapped(*xs):
+        r = fun(*xs)
+        if has_aux:
+            if not (isinstance(r, tuple) and len(r) == 2):
+                raise TypeError("with has_aux=True the function must return a pair (output, aux)")
+            return r
+        return r, None
+
+    graph, captured, in_leaves, out_vals, out_tree = trace_to_graph(
+        wrapped, primals, abstract=False, what="vjp")
+    n_in = len(in_leaves)
+    out_treedef = out_tree.node[2][0]   # tuple(out, aux)
+    from .tree import TreeDef
+    n_out = _count_leaves(out_treedef)
+    main_td = TreeDef(out_treedef, n_out)
+    aux_td = TreeDef(out_tree.node[2][1], out_tree.num_leaves - n_out)
+    call_args = list(in_leaves) + captured
+    if any(isinstance(a, Tracer) for a in call_args) or any(v is None for v in out_vals):
+        outs = _call(graph, call_args)
+    else:
+        outs = [np.asarray(v) for v in out_vals]
+    out = main_td.unflatten(outs[:n_out])
+    aux = aux_td.unflatten(outs[n_out:])
+    in_tree = tree_flatten(tuple(primals))[1]
+    cache: dict = {}
+
+    def vjp_fn(ct):
+        ct_leaves, ct_tree = tree_flatten(ct)
+        if ct_tree != main_td:
+            raise TypeError(f"vjp_fn: cotangent structure {ct_tree} does not match the output "
+                            f"structure {main_td}")
+        for c, o in zip(ct_leaves, outs[:n_out]):
+            if tuple(np.shape(c) if not isinstance(c, Tracer) else c.shape) != tuple(np.shape(o) if not isinstance(o, Tracer) else o.shape):
+                raise ValueError(f"vjp_fn: cotangent shape {np.shape(c) if not isinstance(c, Tracer) else c.shape} "
+                                 f"does not match output shape {aval_of(o).shape}")
+        ct_leaves = [jnp.astype(c, aval_of(o).dtype) if dtypes.is_float(aval_of(o).dtype) else c
+                     for c, o in zip(ct_leaves, outs[:n_out])]
+        g2 = cache.get("g")
+        if g2 is None:
+            zero_aux = [None] * (len(graph.outputs) - n_out)
+            g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
+            g2 = optimize(build_vjp(g_main, list(range(n_in))))
+            cache["g"] = g2
+            del zero_aux
+        grads = _call(g2, call_args + list(ct_leaves))
+        return tuple(in_tree.unflatten(grads))
+
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _count_leaves(node) -> int:
+    if node == "*":
+        return 1
+    return sum(_count_leaves(c) for c in node[2])
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False):
+    """Function returning ``(value, grad)`` (``((value, aux), grad)`` with has_aux)."""
+    @functools.wraps(fun)
+    def vg(*args, **kwargs):
+        single, nums = _split_args(args, argnums)
+        diff = [args[i] for i in nums]
+        for i, d in zip(nums, diff):
+            _check_float_leaves([_leaf_operand(x, f"argument {i}") for x in tree_flatten(d)[0]],
+                                "grad", i)
+        f = _partial(fun, args, nums, kwargs)
+
+        def scalar_f(*xs):
+            r = f(*xs)
+            out, aux = (r if has_aux else (r, None))
+            if has_aux and not (isinstance(r, tuple) and len(r) == 2):
+                raise TypeError("with has_aux=True the function must return a pair (output, aux)")
+            if isinstance(out, (list, tuple, dict)):
+                raise TypeError("grad requires a function with a scalar output, got a "
+                                f"{type(out).__name__}; use jacrev or vjp for vector outputs")
+            a = aval_of(jnp._operand(out, "output"))
+            if a.shape != ():
+                raise TypeError(f"grad requires a scalar output, got shape {a.shape}; reduce "
+                                "it (e.g. .sum() or .mean()), or use jacrev / vjp")
+            if not dtypes.is_float(a.dtype):
+                raise TypeError(f"grad requires a float output, got {a.dtype}")
+            return out, aux
+
+        graph, captured, leaves, _, out_tree = trace_to_graph(
+            scalar_f, diff, abstract=False, what="grad")
+        n_in = len(leaves)
+        ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
+        g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
+        res = _call(g2, list(leaves) + captured)
+        n_out = len(graph.outputs)
+        outs, grads = res[:n_out], res[n_out:]
+        value, aux = out_tree.unflatten(outs)
+        in_tree = tree_flatten(tuple(diff))[1]
+        g = in_tree.unflatten(grads)
+        g = g[0] if single else tuple(g)
+        return ((value, aux), g) if has_aux else (value, g)
+    return vg
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False):
+    """Gradient of a scalar function, as ``jax.grad``."""
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    @functools.wraps(fun)
+    def g(*args, **kwargs):
+        (v, g_) = vg(*args, **kwargs)
+        return (g_, v[1]) if has_aux else g_
+    return g
+
+
+# ------------------------------------------------------------------ forward mode
+def _linearize(fun: Callable, primals: Sequence[Any]):
+    """Trace once; return (outputs, out_tree, jvp_fn(tangent leaves) -> tangent leaves)."""
+    graph, captured, leaves, out_vals, out_tree = trace_to_graph(
+        fun, primals, abstract=False, what="jvp")
+    n_in = len(leaves)
+    g2 = optimize(build_jvp(graph, list(range(n_in))))
+    call_args = list(leaves) + captured
+    n_out = len(graph.outputs)
+
+    def jvp_leaves(tangents: Sequence[Any]) -> list:
+        res = _call(g2, call_args + [jnp.astype(t, aval_of(x).dtype) if dtypes.is_float(aval_of(x).dtype) else t
+                                     for t, x in zip(tangents, leaves)])
+        return res
+    return leaves, n_out, out_tree, jvp_leaves
+
+
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
+    """``(primals_out, tangents_out)`` as ``jax.jvp``."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("jvp: primals and tangents must be tuples (one entry per argument)")
+    p_leaves, p_tree = tree_flatten(tuple(primals))
+    t_leaves, t_tree = tree_flatten(tuple(tangents))
+    if p_tree != t_tree:
+        raise TypeError(f"jvp: tangent structure {t_tree} does not match primal structure {p_tree}")
+    for p, t in zip(p_leaves, t_leaves):
+        ps, ts = aval_of(jnp._operand(p)).shape, aval_of(jnp._operand(t)).shape
+        if ps != ts:
+            raise ValueError(f"jvp: tangent shape {ts} does not match primal shape {ps}")
+    leaves, n_out, out_tree, jvp_leaves = _linearize(fun, primals)
+    res = jvp_leaves(t_leaves)
+    return out_tree.unflatten(res[:n_out]), out_tree.unflatten(res[n_out:])
+
+
+# ------------------------------------------------------------------ Jacobians
+def _basis(aval, k: int):
+    e = np.zeros(aval.size, aval.dtype)
+    e[k] = 1
+    return e.reshape(aval.shape)
+
+
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0):
+    """Jacobian by reverse mode: one VJP per output element; shape out.shape + in.shape."""
+    def jac(*args, **kwargs):
+        single, nums = _split_args(args, argnums)
+        f = _partial(fun, args, nums, kwargs)
+        diff = [args[i] for i in nums]
+        out, vjp_fn = vjp(f, *diff)
+        out_leaves, out_tree = tree_flatten(out)
+        in_leaves, in_tree = tree_flatten(tuple(diff))
+        per_out = []
+        for k, o in enumerate(out_leaves):
+            oa = aval_of(o)
+            rows = []
+            for e in range(oa.size):
+                ct = [np.zeros(aval_of(x).shape, aval_of(x).dtype) for x in out_leaves]
+                ct[k] = _basis(oa, e)
+                rows.append(tree_flatten(vjp_fn(out_tree.unflatten(ct)))[0])
+            jl = []
+            for j, x in enumerate(in_leaves):
+                xa = aval_of(x)
+                if oa.size == 0:
+                    jl.append(np.zeros(oa.shape + xa.shape, xa.dtype))
+                    continue
+                jl.append(jnp.reshape(jnp.stack([r[j] for r in rows]), oa.shape + xa.shape))
+            per_out.append(in_tree.unflatten(jl))
+        per_out = [p[0] if single else tuple(p) for p in per_out]
+        return out_tree.unflatten(per_out)
+    return jac
+
+
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0):
+    """Jacobian by forward mode: one JVP per input element; shape out.shape + in.shape."""
+    def jac(*args, **kwargs):
+        single, nums = _split_args(args, argnums)
+        f = _partial(fun, args, nums, kwargs)
+        diff = [args[i] for i in nums]
+        leaves, n_out, out_tree, jvp_leaves = _linearize(f, diff)
+        in_tree = tree_flatten(tuple(diff))[1]
+        cols_per_in = []
+        for j, x in enumerate(leaves):
+            xa = aval_of(x)
+            cols = []
+            for e in range(xa.size):
+                ts = [np.zeros(aval_of(l).shape, aval_of(l).dtype) for l in leaves]
+                ts[j] = _basis(xa, e)
+                cols.append(jvp_leaves(ts)[n_out:])
+            cols_per_in.append(cols)
+        outs0 = jvp_leaves([np.zeros(aval_of(l).shape, aval_of(l).dtype) for l in leaves])[:n_out]
+        per_out = []
+        for k in range(n_out):
+            oa = aval_of(outs0[k])
+            jl = []
+            for j, x in enumerate(leaves):
+                xa = aval_of(x)
+                if xa.size == 0:
+                    jl.append(np.zeros(oa.shape + xa.shape, oa.dtype))
+                    continue
+                st = jnp.stack([c[k] for c in cols_per_in[j]])          # (in.size, *out.shape)
+                st = jnp.reshape(st, (xa.size, oa.size))
+                jl.append(jnp.reshape(jnp.transpose(st), oa.shape + xa.shape))
+            t = in_tree.unflatten(jl)
+            per_out.append(t[0] if single else tuple(t))
+        return out_tree.unflatten(per_out)
+    return jac
+
+
+jacobian = jacrev
+
+
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0):
+    """Second derivatives: forward-over-reverse, as ``jax.hessian``."""
+    return jacfwd(jacrev(fun, argnums), argnums)
+
+
+# ------------------------------------------------------------------ inspection
+def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()):
+    """``make_graph(f)(*args)`` returns the optimized ``Graph`` of ``f`` at those shapes."""
+    statics = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
+    @functools.wraps(fun)
+    def mk(*args, **kwargs):
+        dyn_idx = [i for i in range(len(args)) if i not in statics]
+
+        def f(*dyn):
+            full = list(args)
+            for i, d in zip(dyn_idx, dyn):
+                full[i] = d
+            return fun(*full, **kwargs)
+        graph, captured, *_ = trace_to_graph(f, [args[i] for i in dyn_idx], abstract=True,
+                                             what="make_graph")
+        if captured:
+            raise TypeError("make_graph: the function closes over traced values of an "
+                            "enclosing transformation; call make_graph outside it")
+        return optimize(graph)
+    return mk

@@ -1,0 +1,102 @@
+"""Pytrees: nested dicts, lists and tuples of leaves, flattened to a leaf list plus a hashable structure.
+
+The structure (``TreeDef``) is hashable so it can be part of a jit cache key.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+_LEAF = "*"
+
+
+class TreeDef:
+    """Hashable description of a pytree's containers (leaves are ``*``)."""
+
+    __slots__ = ("node", "num_leaves", "_hash")
+
+    def __init__(self, node: Any, num_leaves: int):
+        self.node = node
+        self.num_leaves = num_leaves
+        self._hash = hash(node)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TreeDef) and self.node == other.node
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"TreeDef({_describe(self.node)})"
+
+    def unflatten(self, leaves: list) -> Any:
+        it = iter(leaves)
+        return _build(self.node, it)
+
+
+def _describe(node: Any) -> str:
+    if node == _LEAF:
+        return "*"
+    kind, meta, children = node
+    inner = ", ".join(_describe(c) for c in children)
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {_describe(c)}" for k, c in zip(meta, children)) + "}"
+    if kind == "list":
+        return f"[{inner}]"
+    if kind == "none":
+        return "None"
+    return f"({inner},)" if len(children) == 1 else f"({inner})"
+
+
+def _flatten(x: Any, leaves: list, is_leaf: Callable | None) -> Any:
+    if is_leaf is not None and is_leaf(x):
+        leaves.append(x)
+        return _LEAF
+    t = type(x)
+    if t is tuple or t is list:
+        return ("tuple" if t is tuple else "list", None,
+                tuple(_flatten(c, leaves, is_leaf) for c in x))
+    if t is dict:
+        keys = tuple(sorted(x, key=repr))
+        return ("dict", keys, tuple(_flatten(x[k], leaves, is_leaf) for k in keys))
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
+        return ("namedtuple", t, tuple(_flatten(c, leaves, is_leaf) for c in x))
+    if x is None:
+        return ("none", None, ())
+    leaves.append(x)
+    return _LEAF
+
+
+def _build(node: Any, it) -> Any:
+    if node == _LEAF:
+        return next(it)
+    kind, meta, children = node
+    if kind == "tuple":
+        return tuple(_build(c, it) for c in children)
+    if kind == "list":
+        return [_build(c, it) for c in children]
+    if kind == "dict":
+        return {k: _build(c, it) for k, c in zip(meta, children)}
+    if kind == "namedtuple":
+        return meta(*[_build(c, it) for c in children])
+    return None
+
+
+def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, TreeDef]:
+    """Flatten ``tree`` into (leaves, treedef)."""
+    leaves: list = []
+    node = _flatten(tree, leaves, is_leaf)
+    return leaves, TreeDef(node, len(leaves))
+
+
+def tree_unflatten(treedef: TreeDef, leaves: list) -> Any:
+    return treedef.unflatten(leaves)
+
+
+def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
+    leaves, td = tree_flatten(tree)
+    others = [tree_flatten(r)[0] for r in rest]
+    return td.unflatten([fn(*xs) for xs in zip(leaves, *others)])
+
+
+def tree_leaves(tree: Any) -> list:
+    return tree_flatten(tree)[0]

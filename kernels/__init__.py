@@ -1,0 +1,1 @@
+"""Hand-written Numba building blocks that generated jitgraph kernels call into."""

@@ -1,0 +1,441 @@
+"""DOCSTRING PLACEHOLDER"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+_MODE = os.environ.get("FM_MODE", "force")
+_common = dict(error_model="numpy", fastmath=False)
+if _MODE == "inline":
+    _jit = njit(inline="always", **_common)
+elif _MODE == "force":
+    _jit = njit(forceinline=True, **_common)
+elif _MODE == "forcenowrap":
+    _jit = njit(forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, **_common)
+else:
+    _jit = njit(**_common)
+
+
+# ---------------------------------------------------------------------------
+# Bit-level helpers (LLVM IR: bitcast, integer add/shift/mask).  They are
+# generic over float32 / float64 and vectorize to plain integer SIMD ops.
+# The integer work is done in i32 for float32 so that one float vector maps to
+# one integer vector, and float<->int conversions go through i32 (available
+# with SSE2/AVX2, unlike 64-bit ones which need AVX-512DQ).
+# ---------------------------------------------------------------------------
+
+def _layout(fty):
+    """(float ir type, int ir type, mantissa bits, exponent bias) or None."""
+    if fty == types.float32:
+        return ir.FloatType(), ir.IntType(32), 23, 127
+    if fty == types.float64:
+        return ir.DoubleType(), ir.IntType(64), 52, 1023
+    return None
+
+
+@intrinsic
+def _pow2(typingctx, n):
+    """2.0**n for an integer-valued float ``n`` in the normal exponent range.
+
+    No range checks: callers keep ``n`` in [-126, 127] (float32) or
+    [-1022, 1023] (float64).
+    """
+    lay = _layout(n)
+    if lay is None:
+        return None
+    fty, ity, mbits, bias = lay
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        i = builder.fptosi(args[0], i32)
+        i = builder.add(i, ir.Constant(i32, bias))
+        if ity.width != 32:
+            i = builder.sext(i, ity)
+        i = builder.shl(i, ir.Constant(ity, mbits))
+        return builder.bitcast(i, fty)
+
+    return n(n), codegen
+
+
+@intrinsic
+def _frexp_mant(typingctx, x):
+    """Mantissa of a positive normal float, scaled into [0.5, 1)."""
+    lay = _layout(x)
+    if lay is None:
+        return None
+    fty, ity, mbits, bias = lay
+    keep = (1 << mbits) - 1
+    half = (bias - 1) << mbits
+
+    def codegen(context, builder, sig, args):
+        b = builder.bitcast(args[0], ity)
+        b = builder.and_(b, ir.Constant(ity, keep))
+        b = builder.or_(b, ir.Constant(ity, half))
+        return builder.bitcast(b, fty)
+
+    return x(x), codegen
+
+
+@intrinsic
+def _frexp_exp(typingctx, x):
+    """Exponent e (as a float of x's type) with x == _frexp_mant(x) * 2**e.
+
+    Valid for positive normal x; for other inputs it returns a finite value.
+    """
+    lay = _layout(x)
+    if lay is None:
+        return None
+    fty, ity, mbits, bias = lay
+    emask = (1 << (ity.width - 1 - mbits)) - 1
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        b = builder.bitcast(args[0], ity)
+        b = builder.lshr(b, ir.Constant(ity, mbits))
+        if ity.width != 32:
+            b = builder.trunc(b, i32)
+        b = builder.and_(b, ir.Constant(i32, emask))
+        b = builder.sub(b, ir.Constant(i32, bias - 1))
+        return builder.sitofp(b, fty)
+
+    return x(x), codegen
+
+
+# ---------------------------------------------------------------------------
+# Constants.  Module-level NumPy scalars are frozen by Numba as typed
+# constants, so float32 code never meets a float64 literal (a bare 1.0 or 1
+# inside a float32 function would promote the whole expression to float64).
+# ---------------------------------------------------------------------------
+
+_F = np.float32
+_D = np.float64
+
+# float32 ------------------------------------------------------------------
+_ZERO_F = _F(0.0)
+_HALF_F = _F(0.5)
+_ONE_F = _F(1.0)
+_TWO_F = _F(2.0)
+_INF_F = _F(np.inf)
+_NINF_F = _F(-np.inf)
+_NAN_F = _F(np.nan)
+_RND_F = _F(12582912.0)  # 1.5 * 2**23: (t + _RND_F) - _RND_F rounds t to an integer
+_LOG2E_F = _F(1.44269504088896341)
+_LN2_HI_F = _F(0.693359375)  # few mantissa bits: n * _LN2_HI_F is exact
+_LN2_LO_F = _F(-2.12194440e-4)
+_LN2_F = _F(0.693147180559945309)
+_EXP_HI_F = _F(89.0)  # exp overflows to inf above ~88.72: clamping here still gives inf
+_EXP_LO_F = _F(-104.0)  # exp(-104) < 2**-150: rounds to 0
+_EXPM1_LO_F = _F(-20.0)  # expm1(x) rounds to -1 below ~-17.4
+_EXPM1_BIG_F = _F(60.0)
+_TINY_F = _F(1.1754943508222875e-38)  # smallest normal float32
+_TWO23_F = _F(8388608.0)
+_M23_F = _F(-23.0)
+_SQRTHF_F = _F(0.70710678118654752440)
+# Taylor coefficients 1/k! for expm1 on |r| <= ln2/2 (k = 2..8)
+_E2_F = _F(1 / 2)
+_E3_F = _F(1 / 6)
+_E4_F = _F(1 / 24)
+_E5_F = _F(1 / 120)
+_E6_F = _F(1 / 720)
+_E7_F = _F(1 / 5040)
+_E8_F = _F(1 / 40320)
+# Cephes logf: log(1+f) = f - f^2/2 + f^3 P(f) on [sqrt(1/2)-1, sqrt(2)-1]
+_L0_F = _F(7.0376836292e-2)
+_L1_F = _F(-1.1514610310e-1)
+_L2_F = _F(1.1676998740e-1)
+_L3_F = _F(-1.2420140846e-1)
+_L4_F = _F(1.4249322787e-1)
+_L5_F = _F(-1.6668057665e-1)
+_L6_F = _F(2.0000714765e-1)
+_L7_F = _F(-2.4999993993e-1)
+_L8_F = _F(3.3333331174e-1)
+# Eigen's float tanh: odd 13/even 6 rational interpolant on [-9, 9]
+_TANH_CLAMP_F = _F(9.0)
+_TANH_TINY_F = _F(0.0004)
+_TA1_F = _F(4.89352455891786e-03)
+_TA3_F = _F(6.37261928875436e-04)
+_TA5_F = _F(1.48572235717979e-05)
+_TA7_F = _F(5.12229709037114e-08)
+_TA9_F = _F(-8.60467152213735e-11)
+_TA11_F = _F(2.00018790482477e-13)
+_TA13_F = _F(-2.76076847742355e-16)
+_TB0_F = _F(4.89352518554385e-03)
+_TB2_F = _F(2.26843463243900e-03)
+_TB4_F = _F(1.18534705686654e-04)
+_TB6_F = _F(1.19825839466702e-06)
+
+# float64 ------------------------------------------------------------------
+_ZERO_D = _D(0.0)
+_HALF_D = _D(0.5)
+_ONE_D = _D(1.0)
+_TWO_D = _D(2.0)
+_INF_D = _D(np.inf)
+_NINF_D = _D(-np.inf)
+_NAN_D = _D(np.nan)
+_RND_D = _D(6755399441055744.0)  # 1.5 * 2**52
+_LOG2E_D = _D(1.44269504088896338700e00)
+_LN2_HI_D = _D(6.93147180369123816490e-01)  # fdlibm split of ln 2
+_LN2_LO_D = _D(1.90821492927058770002e-10)
+_EXP_HI_D = _D(710.0)  # exp overflows above ~709.78
+_EXP_LO_D = _D(-746.0)  # exp(-746) < 2**-1075: rounds to 0
+_EXPM1_LO_D = _D(-40.0)  # expm1(x) rounds to -1 below ~-37.4
+_EXPM1_BIG_D = _D(500.0)
+_TINY_D = _D(2.2250738585072014e-308)  # smallest normal float64
+_TWO54_D = _D(18014398509481984.0)
+_M54_D = _D(-54.0)
+_SQRTHF_D = _D(0.70710678118654752440)
+# Taylor coefficients 1/k! for expm1 on |r| <= ln2/2 (k = 2..13)
+_E2_D = _D(1 / 2)
+_E3_D = _D(1 / 6)
+_E4_D = _D(1 / 24)
+_E5_D = _D(1 / 120)
+_E6_D = _D(1 / 720)
+_E7_D = _D(1 / 5040)
+_E8_D = _D(1 / 40320)
+_E9_D = _D(1 / 362880)
+_E10_D = _D(1 / 3628800)
+_E11_D = _D(1 / 39916800)
+_E12_D = _D(1 / 479001600)
+_E13_D = _D(1 / 6227020800)
+# fdlibm log: log(1+f) = 2s + s*R(s^2), s = f / (2 + f)
+_LG1_D = _D(6.666666666666735130e-01)
+_LG2_D = _D(3.999999999940941908e-01)
+_LG3_D = _D(2.857142874366239149e-01)
+_LG4_D = _D(2.222219843214978396e-01)
+_LG5_D = _D(1.818357216161805012e-01)
+_LG6_D = _D(1.531383769920937332e-01)
+_LG7_D = _D(1.479819860511658591e-01)
+
+
+# ---------------------------------------------------------------------------
+# float32
+# ---------------------------------------------------------------------------
+
+@_jit
+def exp_f32(x):
+    xc = x if x < _EXP_HI_F else _EXP_HI_F  # nan goes to the clamp, fixed below
+    xc = xc if xc > _EXP_LO_F else _EXP_LO_F
+    n = (xc * _LOG2E_F + _RND_F) - _RND_F
+    r = (xc - n * _LN2_HI_F) - n * _LN2_LO_F
+    q = _E7_F + r * _E8_F
+    q = _E6_F + r * q
+    q = _E5_F + r * q
+    q = _E4_F + r * q
+    q = _E3_F + r * q
+    q = _E2_F + r * q
+    p = _ONE_F + (r + (r * r) * q)
+    # 2**n as two factors so that n in [-150, 128] never leaves the normal
+    # range; the last product rounds once, also into denormals and inf.
+    n1 = (n * _HALF_F + _RND_F) - _RND_F
+    y = (p * _pow2(n1)) * _pow2(n - n1)
+    return y if x == x else x
+
+
+@_jit
+def expm1_f32(x):
+    xc = x if x < _EXP_HI_F else _EXP_HI_F
+    xc = xc if xc > _EXPM1_LO_F else _EXPM1_LO_F
+    n = (xc * _LOG2E_F + _RND_F) - _RND_F
+    r = (xc - n * _LN2_HI_F) - n * _LN2_LO_F
+    q = _E7_F + r * _E8_F
+    q = _E6_F + r * q
+    q = _E5_F + r * q
+    q = _E4_F + r * q
+    q = _E3_F + r * q
+    q = _E2_F + r * q
+    p = r + (r * r) * q  # expm1(r), relative accuracy near 0
+    n1 = (n * _HALF_F + _RND_F) - _RND_F
+    s1 = _pow2(n1)
+    s2 = _pow2(n - n1)
+    s = s1 * s2
+    y = s * p + (s - _ONE_F)  # exact s, s - 1: no cancellation for n != 0
+    big = ((p + _ONE_F) * s1) * s2  # exp(x): the -1 no longer matters
+    y = big if n > _EXPM1_BIG_F else y
+    y = x if x == _ZERO_F else y  # keeps -0.0
+    return y if x == x else x
+
+
+@_jit
+def log_f32(x):
+    tiny = x < _TINY_F  # denormals (and 0, negatives): scale up first
+    xs = x * _TWO23_F if tiny else x
+    m = _frexp_mant(xs)
+    e = _frexp_exp(xs)
+    e = e + _M23_F if tiny else e
+    small = m < _SQRTHF_F
+    e = e - _ONE_F if small else e
+    f = (m + m) - _ONE_F if small else m - _ONE_F
+    z = f * f
+    y = _L0_F * f + _L1_F
+    y = y * f + _L2_F
+    y = y * f + _L3_F
+    y = y * f + _L4_F
+    y = y * f + _L5_F
+    y = y * f + _L6_F
+    y = y * f + _L7_F
+    y = y * f + _L8_F
+    y = y * f * z
+    y = y + e * _LN2_LO_F
+    y = y - _HALF_F * z
+    y = f + y
+    y = y + e * _LN2_HI_F
+    y = _NINF_F if x == _ZERO_F else y
+    y = _NAN_F if x < _ZERO_F else y
+    return y if x < _INF_F else x + x  # +inf -> inf, nan -> nan
+
+
+@_jit
+def log1p_f32(x):
+    u = _ONE_F + x
+    c = (x - (u - _ONE_F)) / u  # rounding error of 1 + x, relative to u
+    c = c if c == c else _ZERO_F  # x = inf, x = -1
+    y = log_f32(u) + c
+    return x if x == _ZERO_F else y  # keeps -0.0
+
+
+@_jit
+def tanh_f32(x):
+    xc = x if x < _TANH_CLAMP_F else _TANH_CLAMP_F
+    xc = xc if xc > -_TANH_CLAMP_F else -_TANH_CLAMP_F
+    x2 = xc * xc
+    p = x2 * _TA13_F + _TA11_F
+    p = x2 * p + _TA9_F
+    p = x2 * p + _TA7_F
+    p = x2 * p + _TA5_F
+    p = x2 * p + _TA3_F
+    p = x2 * p + _TA1_F
+    p = xc * p
+    q = x2 * _TB6_F + _TB4_F
+    q = x2 * q + _TB2_F
+    q = x2 * q + _TB0_F
+    y = p / q
+    y = y if y < _ONE_F else _ONE_F
+    y = y if y > -_ONE_F else -_ONE_F
+    y = x if math.fabs(x) < _TANH_TINY_F else y
+    return y if x == x else x
+
+
+@_jit
+def logistic_f32(x):
+    e = exp_f32(-math.fabs(x))
+    r = _ONE_F / (_ONE_F + e)
+    return r if x >= _ZERO_F else e * r
+
+
+@_jit
+def softplus_f32(x):
+    m = x if x > _ZERO_F else _ZERO_F
+    return m + log1p_f32(exp_f32(-math.fabs(x)))
+
+
+# ---------------------------------------------------------------------------
+# float64
+# ---------------------------------------------------------------------------
+
+@_jit
+def exp_f64(x):
+    xc = x if x < _EXP_HI_D else _EXP_HI_D
+    xc = xc if xc > _EXP_LO_D else _EXP_LO_D
+    n = (xc * _LOG2E_D + _RND_D) - _RND_D
+    r = (xc - n * _LN2_HI_D) - n * _LN2_LO_D
+    q = _E12_D + r * _E13_D
+    q = _E11_D + r * q
+    q = _E10_D + r * q
+    q = _E9_D + r * q
+    q = _E8_D + r * q
+    q = _E7_D + r * q
+    q = _E6_D + r * q
+    q = _E5_D + r * q
+    q = _E4_D + r * q
+    q = _E3_D + r * q
+    q = _E2_D + r * q
+    p = _ONE_D + (r + (r * r) * q)
+    n1 = (n * _HALF_D + _RND_D) - _RND_D
+    y = (p * _pow2(n1)) * _pow2(n - n1)
+    return y if x == x else x
+
+
+@_jit
+def expm1_f64(x):
+    xc = x if x < _EXP_HI_D else _EXP_HI_D
+    xc = xc if xc > _EXPM1_LO_D else _EXPM1_LO_D
+    n = (xc * _LOG2E_D + _RND_D) - _RND_D
+    r = (xc - n * _LN2_HI_D) - n * _LN2_LO_D
+    q = _E12_D + r * _E13_D
+    q = _E11_D + r * q
+    q = _E10_D + r * q
+    q = _E9_D + r * q
+    q = _E8_D + r * q
+    q = _E7_D + r * q
+    q = _E6_D + r * q
+    q = _E5_D + r * q
+    q = _E4_D + r * q
+    q = _E3_D + r * q
+    q = _E2_D + r * q
+    p = r + (r * r) * q
+    n1 = (n * _HALF_D + _RND_D) - _RND_D
+    s1 = _pow2(n1)
+    s2 = _pow2(n - n1)
+    s = s1 * s2
+    y = s * p + (s - _ONE_D)
+    big = ((p + _ONE_D) * s1) * s2
+    y = big if n > _EXPM1_BIG_D else y
+    y = x if x == _ZERO_D else y
+    return y if x == x else x
+
+
+@_jit
+def log_f64(x):
+    tiny = x < _TINY_D
+    xs = x * _TWO54_D if tiny else x
+    m = _frexp_mant(xs)
+    e = _frexp_exp(xs)
+    e = e + _M54_D if tiny else e
+    small = m < _SQRTHF_D
+    e = e - _ONE_D if small else e
+    f = (m + m) - _ONE_D if small else m - _ONE_D
+    s = f / (_TWO_D + f)
+    z = s * s
+    w = z * z
+    t1 = w * (_LG2_D + w * (_LG4_D + w * _LG6_D))
+    t2 = z * (_LG1_D + w * (_LG3_D + w * (_LG5_D + w * _LG7_D)))
+    rr = t2 + t1
+    hfsq = _HALF_D * f * f
+    y = e * _LN2_HI_D - ((hfsq - (s * (hfsq + rr) + e * _LN2_LO_D)) - f)
+    y = _NINF_D if x == _ZERO_D else y
+    y = _NAN_D if x < _ZERO_D else y
+    return y if x < _INF_D else x + x
+
+
+@_jit
+def log1p_f64(x):
+    u = _ONE_D + x
+    c = (x - (u - _ONE_D)) / u
+    c = c if c == c else _ZERO_D
+    y = log_f64(u) + c
+    return x if x == _ZERO_D else y
+
+
+@_jit
+def tanh_f64(x):
+    e = expm1_f64(-_TWO_D * math.fabs(x))  # in [-1, 0]
+    return math.copysign(-e / (e + _TWO_D), x)
+
+
+@_jit
+def logistic_f64(x):
+    e = exp_f64(-math.fabs(x))
+    r = _ONE_D / (_ONE_D + e)
+    return r if x >= _ZERO_D else e * r
+
+
+@_jit
+def softplus_f64(x):
+    m = x if x > _ZERO_D else _ZERO_D
+    return m + log1p_f64(exp_f64(-math.fabs(x)))
