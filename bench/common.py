@@ -77,7 +77,8 @@ def setup_env(threads: int = THREADS) -> None:
         key = tok.split("=")[0]
         if key not in flags:
             flags = (flags + " " + tok).strip()
-    os.environ["XLA_FLAGS"] = flags
+    if flags:
+        os.environ["XLA_FLAGS"] = flags
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # If the machine has more CPUs than we want threads, pin the process so that every
@@ -92,14 +93,16 @@ def setup_env(threads: int = THREADS) -> None:
     if os.environ.get("BENCH_KEEP_CACHES") != "1":
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = fresh_dir("torchinductor")
         os.environ["JITGRAPH_CACHE_DIR"] = fresh_dir("jitgraph-cache")
+        os.environ["NUMBA_CACHE_DIR"] = fresh_dir("numba-cache")
 
 
 setup_env()
 
 # Make the in-repo jitgraph importable when a script is run as ``python bench/x.py``
 # (sys.path[0] is then bench/, not the repository root).
+# BENCH_USE_INSTALLED_JITGRAPH=1 benchmarks whatever jitgraph the environment provides instead.
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO_ROOT not in sys.path:
+if _REPO_ROOT not in sys.path and os.environ.get("BENCH_USE_INSTALLED_JITGRAPH") != "1":
     sys.path.insert(1, _REPO_ROOT)
 
 import numpy as np  # noqa: E402  (after the environment is set)
@@ -373,14 +376,14 @@ class ResultTable:
         print(self.render(), flush=True)
 
     def as_dict(self) -> dict:
-        return {"title": self.title, "unit": self.unit,
+        return {"title": self.title, "unit": self.unit, "extra_cols": list(self.extra_cols),
                 "rows": [{"name": r["name"], "note": r["note"], "extra": r["extra"],
                           "timing": r["timing"].as_dict() if r["timing"] else None}
                          for r in self.rows]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ResultTable":
-        cols = tuple(dict.fromkeys(k for r in d["rows"] for k in r["extra"]))
+        cols = tuple(d.get("extra_cols") or dict.fromkeys(k for r in d["rows"] for k in r["extra"]))
         t = cls(d["title"], d.get("unit"), cols)
         for r in d["rows"]:
             timing = None
@@ -452,6 +455,12 @@ def other_cpu_load(seconds: float = 0.5) -> float | None:
     return (1.0 - (i1 - i0) / total) * ncpu
 
 
+def _module_dir(name: str) -> str:
+    mod = _MODULES.get(name)
+    path = getattr(mod, "__file__", None) or next(iter(getattr(mod, "__path__", [])), "?")
+    return os.path.dirname(path) if path and path.endswith(".py") else str(path)
+
+
 def header_items() -> list[tuple[str, str]]:
     import_torch()
     import_jax()
@@ -466,7 +475,7 @@ def header_items() -> list[tuple[str, str]]:
         ("torch", lib_version("torch") if "torch" in _MODULES else f"n/a ({import_error('torch')})"),
         ("jax / jaxlib", (f"{lib_version('jax')} / {lib_version('jaxlib')}" if "jax" in _MODULES
                           else f"n/a ({import_error('jax')})")),
-        ("jitgraph", lib_version("jitgraph") if "jitgraph" in _MODULES
+        ("jitgraph", f"{lib_version('jitgraph')} ({_module_dir('jitgraph')})" if "jitgraph" in _MODULES
          else f"unavailable ({import_error('jitgraph')})"),
     ]
     cpus = os.cpu_count()

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from common import (ResultTable, Timing, block, check_close, first_call_seconds, fmt_time,
+from common import (ResultTable, block, check_close, first_call_seconds, fmt_time,
                     guarded, import_error, import_jax, import_jitgraph, import_torch,
                     print_kv, short_error, timeit)
 
@@ -346,8 +346,9 @@ def warm_start_child() -> None:
 
 def _spawn_child(cache_dir: str) -> dict:
     env = dict(os.environ)
-    env["JITGRAPH_CACHE_DIR"] = cache_dir
-    env["BENCH_KEEP_CACHES"] = "1"   # keep JITGRAPH_CACHE_DIR as given
+    env["JITGRAPH_CACHE_DIR"] = os.path.join(cache_dir, "jitgraph")
+    env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
+    env["BENCH_KEEP_CACHES"] = "1"   # keep the cache directories as given
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--warmstart-child"],
                           env=env, capture_output=True, text=True, timeout=600)

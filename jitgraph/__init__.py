@@ -17,6 +17,7 @@ from .core import Aval as ShapedArray
 from .custom import custom_vjp, defjvp, defprimitive, defvjp
 from .errors import ConcretizationError, LeakedTracerError, ShapeError
 from .interpreter import run as interpret
+from .jit import cache_info, clear_cache, jit
 from .transforms import (grad, hessian, jacfwd, jacobian, jacrev, jvp, make_graph,
                          value_and_grad, vjp)
 from .tree import tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -26,7 +27,7 @@ primitive = defprimitive
 
 __all__ = [
     "Aval", "ConcretizationError", "Graph", "GradCheckError", "LeakedTracerError", "PRIMITIVES",
-    "Primitive", "ShapeError", "ShapedArray", "check_grads", "custom_vjp", "defjvp",
+    "Primitive", "ShapeError", "cache_info", "clear_cache", "jit", "ShapedArray", "check_grads", "custom_vjp", "defjvp",
     "defprimitive", "defvjp", "grad", "hessian", "interpret", "jacfwd", "jacobian", "jacrev",
     "jvp", "make_graph", "nn", "numpy", "primitive", "scipy", "stop_gradient", "tree_flatten",
     "tree_leaves", "tree_map", "tree_unflatten", "value_and_grad", "vjp",

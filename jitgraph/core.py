@@ -288,7 +288,8 @@ class Tracer:
 
     __slots__ = ("trace", "gvar", "val")
     __array_priority__ = 1000
-    __array_ufunc__ = None  # so ndarray + tracer dispatches to Tracer.__radd__
+    # no __array_ufunc__: with the high __array_priority__, ndarray + tracer defers to
+    # Tracer.__radd__, and NumPy functions call __array__, which explains what to do instead
 
     def __init__(self, trace: Trace, var: Var, val: Any = None):
         self.trace = trace

@@ -261,14 +261,32 @@ def isfinite(x):
 
 
 # ------------------------------------------------------------------ reductions
-def _axes(x, axis):
+def _here() -> str:
+    """The user's source line, for error messages."""
+    from .errors import user_frame, where as _where
+    return _where(user_frame(2))
+
+
+def _axes(x, axis, op: str = ""):
     from .ops.reductions import normalize_axes
     try:
         return normalize_axes(axis, aval_of(x).ndim)
-    except ShapeError as err:
-        from .errors import user_frame, where as _where
-        raise ShapeError(f"{err} (array shape {aval_of(x).shape}) at "
-                         f"{_where(user_frame(2))}") from None
+    except (ShapeError, TypeError) as err:
+        raise ShapeError(f"{op + ': ' if op else ''}{err} (array shape {aval_of(x).shape}) "
+                         f"at {_here()}") from None
+
+
+def _axis1(x, axis, op: str, ndim: int | None = None) -> int:
+    """One axis in [-ndim, ndim), normalized; ``ndim`` defaults to the operand's rank."""
+    nd = aval_of(x).ndim if ndim is None else ndim
+    try:
+        a = int(axis)
+    except TypeError:
+        raise TypeError(f"{op}: axis must be an integer, got {axis!r} at {_here()}") from None
+    if not -nd <= a < nd:
+        raise ShapeError(f"{op}: axis {a} is out of bounds for an array of dimension {nd} "
+                         f"(array shape {aval_of(x).shape}) at {_here()}")
+    return a % nd
 
 
 def _keep(x, r, axes, keepdims):
@@ -280,7 +298,7 @@ def _keep(x, r, axes, keepdims):
 
 def _reduce(pname, x, axis, keepdims):
     x = _operand(x)
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, pname.replace("reduce_", ""))
     if not axes:
         return x if isinstance(x, Tracer) else asarray(x)
     return _keep(x, bind(getattr(_P, pname), x, axes=axes), axes, keepdims)
@@ -323,7 +341,7 @@ def mean(x, axis=None, keepdims=False):
     x = _operand(x)
     if not dtypes.is_float(aval_of(x).dtype):
         x = astype(x, float64)
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "mean")
     return true_divide(sum(x, axis=axes, keepdims=keepdims), builtins.max(_count(x, axes), 0) or np.nan)
 
 
@@ -331,7 +349,7 @@ def var(x, axis=None, ddof=0, keepdims=False):
     x = _operand(x)
     if not dtypes.is_float(aval_of(x).dtype):
         x = astype(x, float64)
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "var")
     centered = x - mean(x, axis=axes, keepdims=True)
     n = _count(x, axes) - ddof
     return true_divide(sum(centered * centered, axis=axes, keepdims=keepdims), n if n > 0 else np.nan)
@@ -346,7 +364,7 @@ def _arg(pname, x, axis, keepdims):
     if axis is None:
         x = ravel(x)
         axis = 0
-    (ax,) = _axes(x, axis)
+    ax = _axis1(x, axis, pname)
     r = bind(getattr(_P, pname), x, axis=ax)
     return _keep(x, r, (ax,), keepdims)
 
@@ -404,7 +422,13 @@ def ravel(x):
 def transpose(x, axes=None):
     x = _operand(x)
     nd = aval_of(x).ndim
-    perm = tuple(range(nd))[::-1] if axes is None else tuple(int(a) % builtins.max(nd, 1) for a in axes)
+    if axes is None:
+        perm = tuple(range(nd))[::-1]
+    else:
+        perm = tuple(_axis1(x, a, "transpose") for a in axes)
+        if sorted(perm) != list(range(nd)):
+            raise ShapeError(f"transpose: axes {tuple(axes)} are not a permutation of the "
+                             f"{nd} axes of an array of shape {aval_of(x).shape} at {_here()}")
     if perm == tuple(range(nd)):
         return x
     return bind(_P.transpose, x, perm=perm)
@@ -414,7 +438,7 @@ def swapaxes(x, axis1, axis2):
     x = _operand(x)
     nd = aval_of(x).ndim
     perm = list(range(nd))
-    a, b = _axes(x, axis1)[0], _axes(x, axis2)[0]
+    a, b = _axis1(x, axis1, "swapaxes"), _axis1(x, axis2, "swapaxes")
     perm[a], perm[b] = perm[b], perm[a]
     return transpose(x, perm)
 
@@ -422,8 +446,8 @@ def swapaxes(x, axis1, axis2):
 def moveaxis(x, source, destination):
     x = _operand(x)
     nd = aval_of(x).ndim
-    src = _axes(x, source)[0]
-    dst = destination % nd
+    src = _axis1(x, source, "moveaxis")
+    dst = _axis1(x, destination, "moveaxis")
     perm = [i for i in range(nd) if i != src]
     perm.insert(dst, src)
     return transpose(x, perm)
@@ -432,9 +456,12 @@ def moveaxis(x, source, destination):
 def expand_dims(x, axis):
     x = _operand(x)
     shp = list(aval_of(x).shape)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     nd = len(shp) + len(axes)
-    for a in sorted(ax % nd for ax in axes):
+    norm = sorted(_axis1(x, ax, "expand_dims", nd) for ax in axes)
+    if len(set(norm)) != len(norm):
+        raise ShapeError(f"expand_dims: repeated axis in {axis} at {_here()}")
+    for a in norm:
         shp.insert(a, 1)
     return reshape(x, shp)
 
@@ -445,10 +472,11 @@ def squeeze(x, axis=None):
     if axis is None:
         axes = tuple(i for i, d in enumerate(shp) if d == 1)
     else:
-        axes = _axes(x, axis)
+        axes = _axes(x, axis, "squeeze")
         bad = [a for a in axes if shp[a] != 1]
         if bad:
-            raise ShapeError(f"cannot squeeze axis {bad[0]} of size {shp[bad[0]]} (shape {shp})")
+            raise ShapeError(f"squeeze: cannot squeeze axis {bad[0]} of size {shp[bad[0]]} "
+                             f"(array shape {shp}) at {_here()}")
     return reshape(x, tuple(d for i, d in enumerate(shp) if i not in axes))
 
 
@@ -494,7 +522,7 @@ def stack(arrays, axis=0):
 def flip(x, axis=None):
     x = _operand(x)
     shp = aval_of(x).shape
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, "flip")
     return x[tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(len(shp)))]
 
 
@@ -534,10 +562,11 @@ def getitem(x, key):
     if n_real > len(shp):
         raise IndexError(f"too many indices for array: array is {len(shp)}-dimensional, but "
                          f"{n_real} were indexed")
-    if Ellipsis in [k for k in key if not isinstance(k, (np.ndarray, Tracer))]:
-        pos = [i for i, k in enumerate(key) if k is Ellipsis and not isinstance(k, (np.ndarray, Tracer))][0]
+    if builtins.any(k is Ellipsis for k in key):
+        pos = [i for i, k in enumerate(key) if k is Ellipsis][0]
         key = key[:pos] + [slice(None)] * (len(shp) - n_real) + key[pos + 1:]
-    key = key + [slice(None)] * (len(shp) - n_real)
+    else:
+        key = key + [slice(None)] * (len(shp) - n_real)
 
     is_array = [isinstance(k, (np.ndarray, Tracer)) for k in key]
     has_adv = builtins.any(is_array)
@@ -602,7 +631,7 @@ def take(x, indices, axis=None):
     x = _operand(x)
     if axis is None:
         x, axis = ravel(x), 0
-    (ax,) = _axes(x, axis)
+    ax = _axis1(x, axis, "take")
     nd = aval_of(x).ndim
     moved = moveaxis(x, ax, 0) if ax else x
     idx = _index_array(indices, aval_of(x).shape[ax])
@@ -618,7 +647,7 @@ def take_along_axis(arr, indices, axis):
     arr = _operand(arr)
     indices = _operand(indices)
     shp = aval_of(arr).shape
-    (ax,) = _axes(arr, axis)
+    ax = _axis1(arr, axis, "take_along_axis")
     ishp = aval_of(indices).shape
     if len(ishp) != len(shp):
         raise ShapeError(f"take_along_axis: indices {ishp} and array {shp} need the same rank")

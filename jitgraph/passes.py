@@ -76,7 +76,8 @@ class _Builder:
         ins_c = [self.consts.get(v) for v in node.inputs]
         if (not prim.multiple_results and prim.kind != "opaque" and ins_c
                 and all(c is not None for c in ins_c)
-                and node.out.aval.size <= max(FOLD_MAX_ELEMENTS, max(c.size for c in ins_c))):
+                and (node.out.aval.size <= 1 or node.out.aval.size <= min(
+                    FOLD_MAX_ELEMENTS, max(c.size for c in ins_c)))):
             val = run_impl(prim, ins_c, node.params, [node.out.aval])[0]
             return [self.const(val, node.out.aval)]
         if not prim.multiple_results:

@@ -38,7 +38,7 @@ def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: 
     names = _leaf_names(args, arg_names)
     leaves = [_leaf_operand(x, n) for x, n in zip(leaves, names)]
     with Trace(abstract=abstract, what=what) as t:
-        tracers = [t.new_input(aval_of(x).strong() if not isinstance(x, Tracer) else x.aval,
+        tracers = [t.new_input(aval_of(x) if not isinstance(x, Tracer) else x.aval,
                                x.val if isinstance(x, Tracer) else np.asarray(x, aval_of(x).dtype))
                    for x in leaves]
         out = fun(*in_tree.unflatten(tracers))
@@ -165,9 +165,9 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
         def scalar_f(*xs):
             r = f(*xs)
-            out, aux = (r if has_aux else (r, None))
             if has_aux and not (isinstance(r, tuple) and len(r) == 2):
                 raise TypeError("with has_aux=True the function must return a pair (output, aux)")
+            out, aux = (r if has_aux else (r, None))
             if isinstance(out, (list, tuple, dict)):
                 raise TypeError("grad requires a function with a scalar output, got a "
                                 f"{type(out).__name__}; use jacrev or vjp for vector outputs")

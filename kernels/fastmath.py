@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
-_MODE = os.environ.get("FM_MODE", "force")
-_common = dict(error_model="numpy", fastmath=False)
-if _MODE == "inline":
-    _jit = njit(inline="always", **_common)
-elif _MODE == "force":
-    _jit = njit(forceinline=True, **_common)
-elif _MODE == "forcenowrap":
-    _jit = njit(forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, **_common)
-else:
-    _jit = njit(**_common)
+_jit = njit(
+    forceinline=True,
+    no_cpython_wrapper=True,
+    no_cfunc_wrapper=True,
+    error_model="numpy",
+    fastmath=False,
+    cache=True,
+)
 
 
 # ---------------------------------------------------------------------------
@@ -155,20 +152,21 @@ _L5_F = _F(-1.6668057665e-1)
 _L6_F = _F(2.0000714765e-1)
 _L7_F = _F(-2.4999993993e-1)
 _L8_F = _F(3.3333331174e-1)
-# Eigen's float tanh: odd 13/even 6 rational interpolant on [-9, 9]
-_TANH_CLAMP_F = _F(9.0)
+# Eigen's float tanh: odd 13 / even 6 rational interpolant on [-9, 9].  It is
+# evaluated in float64 (see tanh_f32), so the coefficients are kept in float64.
+_TANH_CLAMP_D = _D(9.0)
 _TANH_TINY_F = _F(0.0004)
-_TA1_F = _F(4.89352455891786e-03)
-_TA3_F = _F(6.37261928875436e-04)
-_TA5_F = _F(1.48572235717979e-05)
-_TA7_F = _F(5.12229709037114e-08)
-_TA9_F = _F(-8.60467152213735e-11)
-_TA11_F = _F(2.00018790482477e-13)
-_TA13_F = _F(-2.76076847742355e-16)
-_TB0_F = _F(4.89352518554385e-03)
-_TB2_F = _F(2.26843463243900e-03)
-_TB4_F = _F(1.18534705686654e-04)
-_TB6_F = _F(1.19825839466702e-06)
+_TA1_D = _D(4.89352455891786e-03)
+_TA3_D = _D(6.37261928875436e-04)
+_TA5_D = _D(1.48572235717979e-05)
+_TA7_D = _D(5.12229709037114e-08)
+_TA9_D = _D(-8.60467152213735e-11)
+_TA11_D = _D(2.00018790482477e-13)
+_TA13_D = _D(-2.76076847742355e-16)
+_TB0_D = _D(4.89352518554385e-03)
+_TB2_D = _D(2.26843463243900e-03)
+_TB4_D = _D(1.18534705686654e-04)
+_TB6_D = _D(1.19825839466702e-06)
 
 # float64 ------------------------------------------------------------------
 _ZERO_D = _D(0.0)
@@ -301,31 +299,32 @@ def log1p_f32(x):
 
 @_jit
 def tanh_f32(x):
-    xc = x if x < _TANH_CLAMP_F else _TANH_CLAMP_F
-    xc = xc if xc > -_TANH_CLAMP_F else -_TANH_CLAMP_F
+    xd = np.float64(x)
+    xc = xd if xd < _TANH_CLAMP_D else _TANH_CLAMP_D
+    xc = xc if xc > -_TANH_CLAMP_D else -_TANH_CLAMP_D
     x2 = xc * xc
-    p = x2 * _TA13_F + _TA11_F
-    p = x2 * p + _TA9_F
-    p = x2 * p + _TA7_F
-    p = x2 * p + _TA5_F
-    p = x2 * p + _TA3_F
-    p = x2 * p + _TA1_F
+    p = x2 * _TA13_D + _TA11_D
+    p = x2 * p + _TA9_D
+    p = x2 * p + _TA7_D
+    p = x2 * p + _TA5_D
+    p = x2 * p + _TA3_D
+    p = x2 * p + _TA1_D
     p = xc * p
-    q = x2 * _TB6_F + _TB4_F
-    q = x2 * q + _TB2_F
-    q = x2 * q + _TB0_F
-    y = p / q
-    y = y if y < _ONE_F else _ONE_F
-    y = y if y > -_ONE_F else -_ONE_F
-    y = x if math.fabs(x) < _TANH_TINY_F else y
+    q = x2 * _TB6_D + _TB4_D
+    q = x2 * q + _TB2_D
+    q = x2 * q + _TB0_D
+    yd = p / q
+    yd = yd if yd < _ONE_D else _ONE_D
+    yd = yd if yd > -_ONE_D else -_ONE_D
+    y = np.float32(yd)
+    y = x if math.fabs(x) < _TANH_TINY_F else y  # tanh(x) = x to 1 ulp; keeps -0.0
     return y if x == x else x
 
 
 @_jit
 def logistic_f32(x):
-    e = exp_f32(-math.fabs(x))
-    r = _ONE_F / (_ONE_F + e)
-    return r if x >= _ZERO_F else e * r
+    e = exp_f32(-math.fabs(x))  # in [0, 1]: no overflow, relative accuracy for x << 0
+    return (_ONE_F if x >= _ZERO_F else e) / (_ONE_F + e)
 
 
 @_jit
@@ -430,12 +429,116 @@ def tanh_f64(x):
 
 @_jit
 def logistic_f64(x):
-    e = exp_f64(-math.fabs(x))
-    r = _ONE_D / (_ONE_D + e)
-    return r if x >= _ZERO_D else e * r
+    e = exp_f64(-math.fabs(x))  # in [0, 1]: no overflow, relative accuracy for x << 0
+    return (_ONE_D if x >= _ZERO_D else e) / (_ONE_D + e)
 
 
 @_jit
 def softplus_f64(x):
     m = x if x > _ZERO_D else _ZERO_D
     return m + log1p_f64(exp_f64(-math.fabs(x)))
+
+
+
+# ---------------------------------------------------------------------------
+# Registry and dtype-generic front ends
+# ---------------------------------------------------------------------------
+
+FUNCTION_NAMES = ("exp", "expm1", "log", "log1p", "tanh", "logistic", "softplus")
+
+_SUFFIX = {"float32": "f32", "float64": "f64"}
+
+#: ``(name, "float32" | "float64") -> njit function``, e.g. ``("tanh", "float32") -> tanh_f32``.
+FASTMATH_KERNELS = {
+    (name, dt): globals()[f"{name}_{sfx}"] for name in FUNCTION_NAMES for dt, sfx in _SUFFIX.items()
+}
+
+
+def lookup(name, dtype):
+    """The dtype-specific njit function for ``name`` and a float32/float64 ``dtype``.
+
+    ``lookup("tanh", np.float32) is tanh_f32``.  Raises KeyError for unknown names or
+    other dtypes (cast integer / float16 inputs to a float type first).
+    """
+    key = (name, np.dtype(dtype).name)
+    if key not in FASTMATH_KERNELS:
+        raise KeyError(f"no fast {name!r} for dtype {np.dtype(dtype).name}")
+    return FASTMATH_KERNELS[key]
+
+
+def _np_logistic(x):
+    with np.errstate(over="ignore"):
+        e = np.exp(-np.abs(x))
+        r = 1 / (1 + e)
+        return np.where(np.asarray(x) >= 0, r, e * r)[()]
+
+
+def _np_softplus(x):
+    return np.logaddexp(0, x)
+
+
+_PY_FALLBACKS = {
+    "exp": np.exp,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "tanh": np.tanh,
+    "logistic": _np_logistic,
+    "softplus": _np_softplus,
+}
+
+_GENERIC_JIT_OPTIONS = dict(
+    forceinline=True,
+    no_cpython_wrapper=True,
+    no_cfunc_wrapper=True,
+    error_model="numpy",
+    fastmath=False,
+)
+
+
+def _make_generic(name):
+    f32 = FASTMATH_KERNELS[(name, "float32")]
+    f64 = FASTMATH_KERNELS[(name, "float64")]
+    fallback = _PY_FALLBACKS[name]
+
+    def generic(x):
+        return fallback(x)
+
+    generic.__name__ = generic.__qualname__ = f"fast_{name}"
+    generic.__module__ = __name__
+    generic.__doc__ = (
+        f"Vectorizable {name}(x) for use inside @njit code: float32 -> {name}_f32, "
+        f"float64 / integers / bool -> {name}_f64 (result float64).\n\n"
+        "Called from the interpreter it evaluates the NumPy equivalent."
+    )
+
+    @overload(generic, jit_options=_GENERIC_JIT_OPTIONS)
+    def _overload(x):
+        if x == types.float32:
+            return lambda x: f32(x)
+        if isinstance(x, (types.Float, types.Integer, types.Boolean)):
+            return lambda x: f64(np.float64(x))
+        return None
+
+    return generic
+
+
+fast_exp = _make_generic("exp")
+fast_expm1 = _make_generic("expm1")
+fast_log = _make_generic("log")
+fast_log1p = _make_generic("log1p")
+fast_tanh = _make_generic("tanh")
+fast_logistic = _make_generic("logistic")
+fast_softplus = _make_generic("softplus")
+
+#: ``name -> dtype-generic function`` (``"tanh" -> fast_tanh``), callable from @njit code.
+FASTMATH_FUNCS = {name: globals()[f"fast_{name}"] for name in FUNCTION_NAMES}
+
+__all__ = [
+    "FUNCTION_NAMES",
+    "FASTMATH_FUNCS",
+    "FASTMATH_KERNELS",
+    "lookup",
+    *(f"fast_{n}" for n in FUNCTION_NAMES),
+    *(f"{n}_{s}" for n in FUNCTION_NAMES for s in ("f32", "f64")),
+]

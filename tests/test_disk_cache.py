@@ -19,7 +19,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-import warnings
 
 import pytest
 
@@ -47,9 +46,13 @@ def _import_disk_cache():
 dc = _import_disk_cache()
 
 
-def make_source(mult: int, token: str | None = None, name: str = "kern") -> str:
-    """A small generated module; *token* makes the source (and module) unique per test."""
+def make_source(mult: int, token: str | None = None, name: str = "kern", signature: str = "") -> str:
+    """A small generated module; *token* makes the source (and module) unique per test.
+
+    With *signature* the function is compiled eagerly, i.e. while the module is imported.
+    """
     token = token or uuid.uuid4().hex
+    sig = f"{signature!r}, " if signature else ""
     return textwrap.dedent(
         f"""\
         # token {token}
@@ -60,7 +63,7 @@ def make_source(mult: int, token: str | None = None, name: str = "kern") -> str:
         LOADED_FROM = __file__
 
 
-        @numba.njit(cache=True)
+        @numba.njit({sig}cache=True)
         def {name}(x):
             return x * {mult} + 1
         """
@@ -412,28 +415,45 @@ def test_concurrent_processes_compiling_the_same_entry(tmp_path):
         assert not [w for w in res["warnings"] if w[0] == "CacheWarning"], res["warnings"]
     [entry] = [p for p in cache_dir.iterdir() if p.is_file()]  # one entry, no temp files
     assert hashlib.sha256(entry.read_bytes()).hexdigest() == entry.stem
-    assert not [p for p in (cache_dir / "__pycache__").iterdir() if ".tmp." in p.name]
+    leftovers = [p for p in (cache_dir / "__pycache__").iterdir()
+                 if ".tmp." in p.name or p.name.endswith(".tmp")]
+    assert not leftovers
+    # Numba data files come with a checksum sidecar.
+    names = {p.name for p in (cache_dir / "__pycache__").iterdir()}
+    assert all(n + ".sha256" in names for n in names if n.endswith(".nbc"))
 
 
 def _damage(path: pathlib.Path, how: str) -> None:
     data = path.read_bytes()
-    if how == "empty":
-        path.write_bytes(b"")
+    if how in ("empty", "delete"):
+        path.write_bytes(b"") if how == "empty" else path.unlink()
     elif how == "half":
         path.write_bytes(data[: len(data) // 2])
+    elif how == "objcode":  # int3 opcodes inside the cached ELF object: Numba alone would run them
+        start = data.index(b"\x7fELF") + 0x40
+        path.write_bytes(data[:start] + b"\xcc" * 64 + data[start + 64:])
     else:  # overwrite 64 bytes in the middle with garbage
         mid = len(data) // 2
         path.write_bytes(data[:mid] + bytes(range(7, 71)) + data[mid + 64:])
 
 
 def test_corrupted_numba_cache_files_lead_to_a_correct_recompile(tmp_path):
-    """Numba itself raises on the first call (EOFError, UnpicklingError, LLVM errors); we recompile."""
+    """Damaged Numba files: Numba alone raises on the first call or runs broken code; we recompile."""
     cache_dir = tmp_path / "cache"
-    cases = [("nbi", "empty"), ("nbi", "garbage"), ("nbc", "half"), ("nbc", "garbage")]
-    sources = [make_source(20 + i) for i in range(len(cases))]
+    cases = [
+        ("nbi", "empty"),        # Numba: EOFError
+        ("nbi", "garbage"),      # Numba: pickle/unicode error, or a silently stale index
+        ("nbc", "half"),         # checksum mismatch (Numba: UnpicklingError)
+        ("nbc", "garbage"),      # checksum mismatch (Numba: LLVM bitcode parsing error)
+        ("nbc", "objcode"),      # checksum mismatch (Numba: executes the bytes, SIGTRAP)
+        ("nbc.sha256", "delete"),  # unverifiable: silently treated as not cached
+        ("nbc", "objcode", "eager"),  # same, compiled while the module is imported
+    ]
+    sources = [make_source(20 + i, signature="int64(int64)" if len(case) > 2 else "")
+               for i, case in enumerate(cases)]
     first = _run_child(tmp_path, cache_dir, sources, 2)
     assert [m["compiles"] for m in first["modules"]] == [1] * len(cases)
-    for (kind, how), m in zip(cases, first["modules"]):
+    for (kind, how, *_), m in zip(cases, first["modules"]):
         pycache = pathlib.Path(m["numba_cache_path"])
         [target] = pycache.glob(f"{m['digest']}.*.{kind}")
         _damage(target, how)
@@ -443,15 +463,13 @@ def test_corrupted_numba_cache_files_lead_to_a_correct_recompile(tmp_path):
     assert [m["result"] for m in second["modules"]] == expected
     assert [m["was_on_disk"] for m in second["modules"]] == [True] * len(cases)
     assert [m["compiles"] for m in second["modules"]] == [1] * len(cases)
-    numba_warnings = [w for w in second["warnings"]
+    numba_warnings = [w[1] for w in second["warnings"]
                       if w[0] == "CacheWarning" and "unreadable Numba cache entry" in w[1]]
-    # An empty index or a truncated data file always makes Numba raise.  Garbage in
-    # the middle may raise (pickle/LLVM error) or, when the index still unpickles
-    # but no longer matches, Numba silently treats the entry as stale: both end
-    # in a recompile.
-    assert 2 <= len(numba_warnings) <= len(cases), second["warnings"]
-    assert any("EOFError" in w[1] for w in numba_warnings)
-    assert any("UnpicklingError" in w[1] for w in numba_warnings)
+    assert sum("EOFError" in w for w in numba_warnings) == 1, numba_warnings
+    assert sum("checksum" in w for w in numba_warnings) == 4, numba_warnings
+    # Garbage in the index may raise or leave a valid but non-matching pickle,
+    # which Numba treats as stale; both end in a recompile.
+    assert len(numba_warnings) in (5, 6), second["warnings"]
     assert second["stats"]["rejected"] == len(numba_warnings)
 
     # The recompiled code was saved over the damaged files: the next process loads it.

@@ -29,12 +29,22 @@ Design points (each one is covered by ``tests/test_disk_cache.py``):
   others is refused with a :class:`CacheWarning`, and the module is then
   compiled from a fresh private temporary directory instead.  The verified
   bytes are what gets executed (no second read of the file, no ``.pyc``).
-* Numba's own cache files are not checksummed by Numba, and a truncated or
-  garbled ``.nbi``/``.nbc`` makes the first call raise (``EOFError``,
-  ``UnpicklingError``, ``UnicodeDecodeError``, ``RuntimeError: LLVM bitcode
-  parsing error`` were observed with numba 0.68.1).  Each dispatcher's cache
-  is therefore wrapped: a failing load warns, resets the function's index and
-  returns "not cached", so Numba recompiles and overwrites the bad entry.
+* Numba's own cache files are not checksummed by Numba.  With numba 0.68.1 a
+  truncated or garbled ``.nbi``/``.nbc`` makes the first call raise
+  (``EOFError``, ``UnpicklingError``, ``UnicodeDecodeError``, ``RuntimeError:
+  LLVM bitcode parsing error``), and changed bytes inside the cached object
+  code are executed as they are (the process died with SIGTRAP in our test).
+  Each dispatcher's cache is therefore wrapped: data files get a ``.sha256``
+  sidecar that is checked before Numba unpickles them, and any failing load
+  warns, resets the function's index and returns "not cached", so Numba
+  recompiles and overwrites the bad entry.  The wrapping happens as soon as
+  the dispatcher enables caching (a hook on ``Dispatcher.enable_caching`` that
+  only acts on modules being imported by this file), so functions with
+  explicit signatures, which compile while the module body runs, are covered.
+* Limits: entries are never evicted (delete the directory to clear it); only
+  the cache directory and the files in it are checked, not the parents; a
+  generated module can only be imported through :meth:`DiskCache.load_module`
+  (pickling a dispatcher to another process that did not load it fails).
 """
 
 from __future__ import annotations
@@ -81,6 +91,10 @@ _KEY_MARKER = "# jitgraph-cache-key: "
 _LOCK = threading.RLock()
 
 _PRIVATE_TMPDIRS: list[str] = []
+
+# module name -> callback(dispatcher), only while that generated module executes.
+_CACHING_HOOKS: dict[str, Any] = {}
+_HOOK_INSTALLED = False
 
 
 class CacheWarning(UserWarning):
@@ -157,6 +171,27 @@ def _entry_bytes(source: str, key_extra: str) -> bytes:
     return (text + _KEY_MARKER + json.dumps(key, sort_keys=True) + "\n").encode("utf-8")
 
 
+class _CorruptNumbaEntry(Exception):
+    """A Numba cache data file failed jitgraph's checks."""
+
+
+def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Write *data* to *path* via a private temp file in the same directory and os.replace."""
+    path = os.fspath(path)
+    directory, base = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + base[:24] + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def _cleanup_private_tmpdirs() -> None:
     for path in _PRIVATE_TMPDIRS:
         shutil.rmtree(path, ignore_errors=True)
@@ -200,6 +235,38 @@ def _import_verified(modname: str, path: pathlib.Path, data: bytes) -> types.Mod
         sys.modules.pop(modname, None)
         raise
     return module
+
+
+def _install_enable_caching_hook() -> bool:
+    """Wrap ``Dispatcher.enable_caching`` once so generated modules can guard each new cache.
+
+    Why: ``@njit(signature, cache=True)`` loads from Numba's cache inside the
+    decorator (``enable_caching()`` then ``compile(sig)``), before the module
+    body finishes.  The hook only acts on modules listed in ``_CACHING_HOOKS``;
+    every other function costs one dict lookup.  Returns False if Numba has no
+    such method (then only the post-import pass guards the caches).
+    """
+    global _HOOK_INSTALLED
+    with _LOCK:
+        if _HOOK_INSTALLED:
+            return True
+        from numba.core.dispatcher import Dispatcher
+
+        original = getattr(Dispatcher, "enable_caching", None)
+        if original is None:  # pragma: no cover - other Numba versions
+            return False
+
+        @functools.wraps(original)
+        def enable_caching(self: Any) -> None:
+            original(self)
+            hook = _CACHING_HOOKS.get(getattr(self.py_func, "__module__", None))
+            if hook is not None:
+                hook(self)
+
+        enable_caching._jitgraph_original = original  # type: ignore[attr-defined]
+        Dispatcher.enable_caching = enable_caching
+        _HOOK_INSTALLED = True
+        return True
 
 
 def _iter_dispatchers(module: types.ModuleType):
@@ -263,11 +330,11 @@ def _check_numba_dir(cache_path: str | os.PathLike, stem: str) -> str | None:
 
 def _predicted_numba_cache_dir(py_file: pathlib.Path) -> pathlib.Path:
     """Where Numba will put the cache files of functions defined in *py_file*."""
-    from numba.core import config
-    from numba.core.caching import _CacheLocator
+    from numba.core import caching, config
 
     if config.CACHE_DIR:
-        return pathlib.Path(config.CACHE_DIR) / _CacheLocator.get_suitable_cache_subpath(str(py_file))
+        locator = getattr(caching, "_CacheLocator", None) or caching.UserProvidedCacheLocator
+        return pathlib.Path(config.CACHE_DIR) / locator.get_suitable_cache_subpath(str(py_file))
     return py_file.parent / "__pycache__"
 
 
@@ -399,17 +466,7 @@ class DiskCache:
 
     def _write_entry(self, path: pathlib.Path, data: bytes) -> None:
         """Atomically write *data* to *path*: private temp file in the same dir, then os.replace."""
-        fd, tmp = tempfile.mkstemp(prefix="." + path.stem[:16] + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        _atomic_write(path, data)
         self.stats["writes"] += 1
 
     def _load_from_disk(self, modname: str, digest: str, data: bytes) -> tuple[types.ModuleType, bool]:
@@ -466,48 +523,98 @@ class DiskCache:
         return self._import(modname, path, data)
 
     def _import(self, modname: str, path: pathlib.Path, data: bytes) -> types.ModuleType:
-        module = _import_verified(modname, path, data)
-        self._guard_numba_caches(module, path)
+        checked = {os.path.abspath(_predicted_numba_cache_dir(path))}
+
+        def guard(disp: Any) -> None:
+            self._guard_dispatcher(disp, path.stem, checked)
+
+        # Dispatchers with explicit signatures compile (or load from Numba's
+        # cache) while the module body runs, so guard them as they are created.
+        hooked = _install_enable_caching_hook()
+        if hooked:
+            _CACHING_HOOKS[modname] = guard
+        try:
+            module = _import_verified(modname, path, data)
+        finally:
+            _CACHING_HOOKS.pop(modname, None)
+        for disp in _iter_dispatchers(module):  # idempotent; covers a missing hook
+            guard(disp)
         return module
 
-    def _guard_numba_caches(self, module: types.ModuleType, path: pathlib.Path) -> None:
-        """Make each dispatcher's Numba cache refuse unsafe files and survive corrupt ones."""
+    def _guard_dispatcher(self, disp: Any, stem: str, checked: set[str]) -> None:
+        """Make one dispatcher's Numba cache refuse unsafe files and survive corrupt ones."""
         from numba.core.caching import Cache
 
-        checked = {os.path.abspath(_predicted_numba_cache_dir(path))}
-        for disp in _iter_dispatchers(module):
-            cache = getattr(disp, "_cache", None)
-            if not isinstance(cache, Cache):
-                continue  # cache=False: nothing is read from disk
-            cache_path = os.path.abspath(cache.cache_path)
-            if cache_path not in checked:
-                reason = _check_numba_dir(cache_path, path.stem)
-                if reason:
-                    cache.disable()
-                    self._warn(f"{reason}; Numba caching disabled for {disp.py_func.__qualname__}")
-                    continue
-                checked.add(cache_path)
-            self._wrap_cache(cache)
+        cache = getattr(disp, "_cache", None)
+        if not isinstance(cache, Cache) or getattr(cache, "_jitgraph_guarded", False):
+            return  # cache=False (nothing read from disk), or already done
+        cache_path = os.path.abspath(cache.cache_path)
+        if cache_path not in checked:
+            # Numba chose another location (NUMBA_CACHE_DIR, unwritable __pycache__...).
+            reason = _check_numba_dir(cache_path, stem)
+            if reason:
+                cache.disable()
+                cache._jitgraph_guarded = True
+                self._warn(f"{reason}; Numba caching disabled for {disp.py_func.__qualname__}")
+                return
+            checked.add(cache_path)
+        self._wrap_cache(cache)
 
     def _wrap_cache(self, cache: Any) -> None:
-        """Wrap ``load_overload``/``save_overload`` so Numba cache errors mean "recompile".
+        """Make Numba cache errors mean "recompile", and checksum Numba's data files.
 
-        What Numba 0.68.1 does by itself on a truncated/garbled ``.nbi`` or
-        ``.nbc``: the exception from ``pickle`` (EOFError, UnpicklingError,
-        UnicodeDecodeError...) or from LLVM (RuntimeError: bitcode parsing
-        error) propagates out of the first call of the function.
+        What Numba 0.68.1 does by itself with a damaged ``.nbi``/``.nbc``: the
+        exception from ``pickle`` (EOFError, UnpicklingError,
+        UnicodeDecodeError...) or LLVM (RuntimeError: bitcode parsing error)
+        propagates out of the first call of the function; and bytes changed
+        inside the cached *object code* are not detected at all (the process
+        executed them and died with SIGTRAP in our experiment).  Hence:
+
+        * every data file gets a ``<data file>.sha256`` sidecar, written after
+          Numba saved it and checked before Numba unpickles it (a missing
+          sidecar reads as "not cached"; a mismatch is corruption);
+        * any exception while loading warns, empties the function's index and
+          returns "not cached", so Numba recompiles and overwrites the entry;
+        * a loaded entry must be for the requested argument types.
         """
-        if getattr(cache, "_jitgraph_guarded", False):
-            return
+        from numba.core import sigutils
+
         load = cache.load_overload
         save = cache.save_overload
+        cache_file = cache._cache_file
+        load_data = cache_file._load_data
+        save_data = cache_file._save_data
         owner = self
         py_func = cache._py_func
         what = f"{py_func.__module__}.{py_func.__qualname__}"
 
+        def checked_load_data(name: str) -> Any:
+            path = cache_file._data_path(name)
+            # FileNotFoundError is an OSError: Numba then treats the entry as absent.
+            with open(path + ".sha256", "rb") as f:
+                expected = f.read().strip()
+            with open(path, "rb") as f:
+                actual = hashlib.sha256(f.read()).hexdigest().encode()
+            if actual != expected:
+                raise _CorruptNumbaEntry(f"{os.path.basename(path)} does not match its .sha256 checksum")
+            return load_data(name)
+
+        def checked_save_data(name: str, data: Any) -> None:
+            save_data(name, data)
+            path = cache_file._data_path(name)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            _atomic_write(path + ".sha256", digest.encode() + b"\n")
+
         def load_overload(sig: Any, target_context: Any) -> Any:
             try:
-                return load(sig, target_context)
+                cres = load(sig, target_context)
+                if cres is not None:
+                    args, _ = sigutils.normalize_signature(sig)
+                    if tuple(cres.signature.args) != tuple(args):
+                        raise _CorruptNumbaEntry(
+                            f"entry for {cres.signature.args} returned for {tuple(args)}")
+                return cres
             except Exception as exc:
                 # Not _LOCK: this runs under Numba's compiler lock, and a thread
                 # holding _LOCK may be waiting for that lock (eager compilation).
@@ -538,6 +645,8 @@ class DiskCache:
                     stacklevel=2,
                 )
 
+        cache_file._load_data = checked_load_data
+        cache_file._save_data = checked_save_data
         cache.load_overload = load_overload
         cache.save_overload = save_overload
         cache._jitgraph_guarded = True

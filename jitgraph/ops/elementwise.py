@@ -235,7 +235,9 @@ floordiv_p = binary("floordiv", _int_floor_div, lambda c, x, y: f"({x} // {y})",
                     differentiable=False)
 mod_p = binary("mod", np.mod, lambda c, x, y: f"({x} % {y})",
                vjp=lambda g, out, x, y: (unbroadcast(g, x.aval),
-                                         unbroadcast(-g * jnp.floor(x / y), y.aval)))
+                                         unbroadcast(-g * jnp.floor(x / y), y.aval)),
+               jvp=lambda ts, out, x, y: _bcast(_add_t(
+                   ts[0], None if ts[1] is None else -(ts[1] * jnp.floor(x / y))), out.shape))
 
 # ---------------------------------------------------------------- comparisons and logic (bool out)
 _CMP = {"gt": (np.greater, ">"), "ge": (np.greater_equal, ">="), "lt": (np.less, "<"),

@@ -90,15 +90,39 @@ reduce_max_p = _chooser("reduce_max", np.max, "max")
 reduce_min_p = _chooser("reduce_min", np.min, "min")
 
 
+def _exclusive_cumprod(x):
+    """prod(x[..., :i]) along the last axis, by a log-depth scan of shifted multiplications.
+
+    Only mul/slice/concatenate: no division, so it is exact with zeros in the input and its own
+    derivatives (to any order) are exact too."""
+    n = x.shape[-1]
+    lead = tuple(x.shape[:-1])
+
+    def shift(c, s):   # c shifted right by s along the last axis, filled with ones
+        return jnp.concatenate([jnp.ones(lead + (s,), x.dtype), c[..., :n - s]], axis=-1)
+
+    c, s = x, 1
+    while s < n:
+        c = c * shift(c, s)
+        s *= 2
+    return shift(c, 1) if n > 1 else jnp.ones(x.shape, x.dtype)
+
+
 def _prod_grad(x, axes):
-    """d prod / d x_i = product of the others, correct with zeros in the input."""
-    is_zero = x == 0
-    nonzero_prod = jnp.prod(jnp.where(is_zero, jnp.ones((), x.dtype), x), axis=axes)
-    zeros = jnp.sum(is_zero.astype(x.dtype), axis=axes)
-    p = _expand_back(nonzero_prod, x, axes)
-    nz = _expand_back(zeros, x, axes)
-    safe_x = jnp.where(is_zero, jnp.ones((), x.dtype), x)
-    return jnp.where(nz == 0, p / safe_x, jnp.where((nz == 1) & is_zero, p, jnp.zeros((), x.dtype)))
+    """d prod / d x_i = the product of all the other elements, as exclusive prefix times suffix
+    products (JAX's approach): correct with zeros in the input, at every order."""
+    shape = tuple(x.shape)
+    rest = [i for i in range(len(shape)) if i not in axes]
+    perm = rest + list(axes)
+    n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    xt = jnp.reshape(jnp.transpose(x, perm), tuple(shape[i] for i in rest) + (n,))
+    left = _exclusive_cumprod(xt)
+    right = jnp.flip(_exclusive_cumprod(jnp.flip(xt, axis=-1)), axis=-1)
+    others = jnp.reshape(left * right, tuple(shape[i] for i in perm))
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return jnp.transpose(others, inv)
 
 
 reduce_prod_p = register(Primitive(

@@ -1,0 +1,130 @@
+"""Run every jitgraph comparison benchmark, one fresh process each, then print one
+combined report.
+
+    python bench/run_all.py [--quick] [--json all.json] [--only w1,w3,w5,trace]
+
+Each benchmark runs as its own process (``python bench/<script>.py --json ...``) so that
+compile caches, thread pools and torch.compile/JAX state do not leak between them; their
+live output is shown as they run, and the combined report is printed at the end.
+"""
+
+from __future__ import annotations
+
+import common  # noqa: I001  (first: sets thread limits before numpy/torch/jax load)
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from common import ResultTable, print_kv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+BENCHES = [
+    ("w1", "w1_mlp_train_step.py"),
+    ("w3", "w3_elementwise_grad.py"),
+    ("w5", "w5_call_overhead.py"),
+    ("trace", "trace_time.py"),
+]
+
+
+def run_one(key: str, script: str, quick: bool) -> tuple[dict | None, float, int]:
+    out = os.path.join(common.fresh_dir("results"), key + ".json")
+    cmd = [sys.executable, os.path.join(HERE, script), "--no-header", "--json", out]
+    if quick:
+        cmd.append("--quick")
+    print(f"\n##### {script}{' --quick' if quick else ''}", flush=True)
+    t0 = time.perf_counter()
+    try:   # each child sets up its own fresh compile caches (unless BENCH_KEEP_CACHES=1)
+        rc = subprocess.run(cmd, timeout=900).returncode
+    except subprocess.TimeoutExpired:
+        rc = -1
+        print(f"{script}: timed out", flush=True)
+    wall = time.perf_counter() - t0
+    data = None
+    if os.path.exists(out):
+        with open(out) as f:
+            data = json.load(f)
+    return data, wall, rc
+
+
+def print_report(results: dict, walls: dict) -> None:
+    print("\n" + "=" * 100)
+    print("COMBINED REPORT")
+    print("=" * 100)
+    common.print_header("jitgraph benchmarks")
+
+    w1 = (results.get("w1") or {}).get("w1")
+    if w1:
+        ResultTable.from_dict(w1["table"]).print()
+        comp = w1.get("compile_s") or {}
+        print_kv("W1 cold compile (s, first call - warm call)",
+                 [(k, f"{comp[k]:.3f}" if k in comp else "n/a")
+                  for k in ("torch.compile", "jax.jit", "jitgraph.jit")])
+        ws = w1.get("warm_start")
+        if ws:
+            print_kv("W1 jitgraph start-up in a new process (s)", [
+                ("cold: import+first call", f"{ws['cold']['in_process_s']:.3f}  "
+                                            f"(process wall {ws['cold']['wall_s']:.3f})"),
+                ("warm: import+first call", f"{ws['warm_in_process_s']:.3f}  "
+                                            f"(process wall {ws['warm_wall_s']:.3f})"),
+            ])
+        else:
+            print_kv("W1 jitgraph start-up in a new process", [("warm start", "unavailable")])
+        print()
+    elif "w1" in walls:
+        print("W1: no results (see its output above)\n")
+
+    w3 = (results.get("w3") or {}).get("w3")
+    if w3:
+        for table in w3.values():
+            ResultTable.from_dict(table).print()
+            print()
+    elif "w3" in walls:
+        print("W3: no results (see its output above)\n")
+
+    for key, name in (("w5", "W5"), ("trace", "trace time")):
+        d = (results.get(key) or {}).get("w5" if key == "w5" else "trace_time")
+        if d:
+            ResultTable.from_dict(d["table"]).print()
+            print()
+        elif key in walls:
+            print(f"{name}: no results (see its output above)\n")
+
+    print_kv("process wall time (s)", [(k, f"{v:.1f}") for k, v in walls.items()]
+             + [("total", f"{sum(walls.values()):.1f}")])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fast smoke run of every benchmark")
+    p.add_argument("--json", metavar="PATH", help="write all results as JSON to PATH")
+    p.add_argument("--only", default="", help="comma-separated subset of: "
+                   + ",".join(k for k, _ in BENCHES))
+    args = p.parse_args(argv)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = only - {k for k, _ in BENCHES}
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+
+    common.print_header("jitgraph benchmarks")
+    results, walls, failed = {}, {}, []
+    for key, script in BENCHES:
+        if only and key not in only:
+            continue
+        data, wall, rc = run_one(key, script, args.quick)
+        results[key], walls[key] = data, wall
+        if rc != 0:
+            failed.append(f"{script} (exit {rc})")
+    print_report(results, walls)
+    if failed:
+        print("FAILED: " + ", ".join(failed))
+    common.dump_json(args.json, {k: v for k, v in results.items() if v is not None})
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

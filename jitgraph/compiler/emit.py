@@ -1,0 +1,194 @@
+"""Backend-neutral statement generation: the value of a graph variable at a symbolic index.
+
+Layout ops (reshape, transpose, broadcast, slicing, padding, concatenation) and gathers become
+index arithmetic; elementwise ops become scalar expressions (each primitive's ``codegen`` rule);
+a materialized value is an array load, or a local variable when the same kernel computed it at
+this index. The statements are plain Python syntax, valid in Numba ``@njit`` and ``@cuda.jit``
+kernels alike; ``ctx`` names the backend's scalar functions.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..core import Var
+from ..ops.layout import concat_index_map
+
+
+class CannotFuse(Exception):
+    """The requested value can't be computed in this kernel at this point."""
+
+
+def literal(value, dtype) -> str:
+    dtype = np.dtype(dtype)
+    v = np.asarray(value).item()
+    if dtype.kind == "b":
+        return "True" if v else "False"
+    if dtype.kind in "iu":
+        return f"np.{dtype.name}({int(v)})"
+    if np.isnan(v):
+        return f"np.{dtype.name}(np.nan)"
+    if np.isinf(v):
+        return f"np.{dtype.name}({'-' if v < 0 else ''}np.inf)"
+    return f"np.{dtype.name}({float(v)!r})"
+
+
+def strides(shape: Sequence[int]) -> list[int]:
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= d
+    return st[::-1]
+
+
+def offset(idx: Sequence[str], shape: Sequence[int]) -> str:
+    """Row-major linear offset of a multi-index into a flat array."""
+    terms = []
+    for e, s, d in zip(idx, strides(shape), shape):
+        if d == 1 or e == "0":
+            continue
+        terms.append(e if s == 1 else f"{e} * {s}")
+    return " + ".join(terms) if terms else "0"
+
+
+def norm_idx(idx: Sequence[str], shape: Sequence[int]) -> tuple[str, ...]:
+    return tuple("0" if d == 1 else e for e, d in zip(idx, shape))
+
+
+class Emitter:
+    """Generates the statements of one loop body (one stage of one kernel)."""
+
+    def __init__(self, plan, step_pos: int, full_idx: Sequence[str] | None,
+                 o_vars: Sequence[str], o_shape: Sequence[int], aligned_locals: dict,
+                 full_locals: dict, ctx, prefix: str):
+        self.plan = plan
+        self.step_pos = step_pos
+        self.full_idx = None if full_idx is None else tuple(full_idx)
+        self.o_nonunit = [d for d in o_shape if d != 1]
+        self.o_nonunit_vars = [o for o, d in zip(o_vars, o_shape) if d != 1]
+        self.aligned_locals = aligned_locals      # var -> local, valid at the outer index
+        self.full_locals = full_locals            # var -> local, valid at the full index
+        self.ctx = ctx
+        self.prefix = prefix
+        self.lines: list[str] = []
+        self.loads: set[Var] = set()
+        self.load_offsets: dict[Var, set] = {}
+        self.memo: dict = {}
+        self.ops: set = set()
+        self._n = 0
+
+    def _new(self, expr: str) -> str:
+        name = f"{self.prefix}{self._n}"
+        self._n += 1
+        self.lines.append(f"{name} = {expr}")
+        return name
+
+    def _is_aligned(self, v: Var, idx: tuple) -> bool:
+        shape = v.aval.shape
+        nonunit = [d for d in shape if d != 1]
+        if nonunit != self.o_nonunit:
+            return False
+        return [e for e, d in zip(idx, shape) if d != 1] == self.o_nonunit_vars
+
+    def value(self, v: Var, idx: Sequence[str]) -> str:
+        idx = norm_idx(idx, v.aval.shape)
+        c = self.plan.graph.consts.get(v)
+        if c is not None and c.size == 1:
+            return literal(c.reshape(()), v.aval.dtype)
+        key = (v, idx)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        res = self._value(v, idx)
+        self.memo[key] = res
+        return res
+
+    def _value(self, v: Var, idx: tuple) -> str:
+        if v in self.full_locals and self.full_idx is not None and \
+                idx == norm_idx(self.full_idx, v.aval.shape):
+            return self.full_locals[v]
+        if v in self.aligned_locals:
+            if self._is_aligned(v, idx):
+                return self.aligned_locals[v]
+            raise CannotFuse(f"{v} read at {idx}, not at the outer index")
+        if v in self.plan.materialized or v in self.plan.graph.consts or v in self.plan.input_set:
+            pos = self.plan.available_at(v)
+            if pos >= self.step_pos:
+                raise CannotFuse(f"{v} is produced by step {pos}, not before step {self.step_pos}")
+            self.loads.add(v)
+            off = offset(idx, v.aval.shape)
+            self.load_offsets.setdefault(v, set()).add(off)
+            return self._new(f"{self.plan.array_name(v)}[{off}]")
+        return self._expand(v, idx)
+
+    def compute(self, v: Var, idx: Sequence[str]) -> str:
+        """Compute ``v`` from its producer (for the values a kernel itself produces)."""
+        idx = norm_idx(idx, v.aval.shape)
+        key = (v, idx)
+        if key not in self.memo:
+            self.memo[key] = self._expand(v, idx)
+        return self.memo[key]
+
+    def _expand(self, v: Var, idx: tuple) -> str:
+        node = self.plan.producer.get(v)
+        if node is None:
+            raise CannotFuse(f"no producer for {v}")
+        self.ops.add(node)
+        kind = node.prim.kind
+        out_aval = v.aval
+        if kind == "elementwise":
+            self.ctx.in_dtype = node.inputs[0].aval.dtype
+            args = []
+            for inp in node.inputs:
+                lead = out_aval.ndim - inp.aval.ndim
+                args.append(self.value(inp, idx[lead:]))
+            self.ctx.in_dtype = node.inputs[0].aval.dtype
+            expr = node.prim.codegen(self.ctx, *args, **node.params)
+            return self._new(self.ctx.cast(expr, out_aval.dtype))
+        if kind == "layout":
+            return self._layout(node, idx)
+        if kind == "index":
+            return self._gather(node, idx)
+        raise CannotFuse(f"{node.prim.name} output must be materialized")
+
+    def _layout(self, node, idx):
+        name = node.prim.name
+        x = node.inputs
+        out = node.out.aval
+        if name == "concatenate":
+            axis = node.params["axis"]
+            parts = concat_index_map(list(idx), [i.aval for i in x], out, axis=axis)
+            vals = []
+            for inp, (in_idx, lo, hi) in zip(x, parts):
+                in_idx = list(in_idx)
+                n = inp.aval.shape[axis]
+                in_idx[axis] = f"min(max({in_idx[axis]}, 0), {n - 1})"
+                vals.append((self.value(inp, in_idx), hi))
+            expr = vals[-1][0]
+            for val, hi in reversed(vals[:-1]):
+                expr = f"({val} if {idx[axis]} < {hi} else {expr})"
+            return self._new(expr)
+        if name == "pad_slice":
+            in_idx, cond = node.prim.codegen(list(idx), x[0].aval, out, **node.params)
+            in_idx = [f"min(max({e}, 0), {d - 1})" if e not in idx else e
+                      for e, d in zip(in_idx, x[0].aval.shape)]
+            if x[0].aval.size == 0:
+                return literal(0, out.dtype)
+            val = self.value(x[0], in_idx)
+            if cond is None:
+                return val
+            return self._new(f"({val} if {cond} else {literal(0, out.dtype)})")
+        in_idx = node.prim.codegen(list(idx), x[0].aval, out, **node.params)
+        return self.value(x[0], in_idx)
+
+    def _gather(self, node, idx):
+        x, *ix = node.inputs
+        nb = node.out.aval.ndim - (x.aval.ndim - len(ix))
+        b_idx, rest = idx[:nb], idx[nb:]
+        in_idx = []
+        for k, iv in enumerate(ix):
+            lead = nb - iv.aval.ndim
+            raw = self.value(iv, b_idx[lead:])
+            in_idx.append(self._new(f"clamp_index({raw}, {x.aval.shape[k]})"))
+        return self.value(x, in_idx + list(rest))

@@ -1,0 +1,402 @@
+"""Fusion: split an optimized graph into steps — fused loop kernels, matmuls, scatters and host
+calls — and decide which values are ever written to memory.
+
+The plan is backend-neutral: a ``LoopKernel`` is an iteration space ``shape`` split into outer
+dims (kept) and inner dims (``axes``, reduced), with a sequence of stages. A *loop* stage runs over
+the inner dims for each outer index (accumulating reductions and storing elementwise results);
+a *scalar* stage computes per-outer-index values from earlier reductions. That one structure
+covers elementwise chains (no inner dims), reductions with their elementwise producers, and
+softmax / log-softmax / cross-entropy / layernorm-like row computations in one kernel. Backends
+turn it into loops: CPU ``@njit`` (``codegen_cpu``) or CUDA kernels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core import Graph, Node, Var
+from .emit import CannotFuse, Emitter, offset
+
+ALWAYS_MATERIALIZED = {"reduce", "matmul", "opaque", "call"}
+EXPENSIVE = 6          # a shared elementwise value costing more than this is stored, not recomputed
+_COST = {"exp": 4, "log": 4, "log1p": 4, "expm1": 4, "tanh": 4, "logistic": 4, "sin": 4,
+         "cos": 4, "tan": 6, "pow": 8, "erf": 6, "div": 2, "sqrt": 2}
+
+
+@dataclass
+class Stage:
+    kind: str                      # "loop" | "scalar"
+    items: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class LoopKernel:
+    shape: tuple[int, ...]
+    axes: tuple[int, ...]
+    stages: list[Stage]
+    name: str = ""
+    body: Any = None               # KernelBody once generated
+
+    @property
+    def outer_shape(self) -> tuple[int, ...]:
+        return tuple(d for i, d in enumerate(self.shape) if i not in self.axes)
+
+    @property
+    def inner_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[a] for a in self.axes)
+
+    def items(self) -> list[Node]:
+        return [n for s in self.stages for n in s.items]
+
+    def copy(self) -> "LoopKernel":
+        return LoopKernel(self.shape, self.axes, [Stage(s.kind, list(s.items)) for s in self.stages],
+                          self.name)
+
+
+@dataclass
+class MatmulStep:
+    node: Node
+    a: tuple[Var, bool]            # (array var, transposed view of its last two dims)
+    b: tuple[Var, bool]
+    name: str = ""
+
+
+@dataclass
+class ScatterStep:
+    node: Node
+    name: str = ""
+
+
+@dataclass
+class HostStep:
+    """A primitive without a code-generation rule: its NumPy implementation runs between kernels."""
+    node: Node
+    name: str = ""
+
+
+@dataclass
+class StageBody:
+    kind: str
+    lines: list[str]
+    reductions: list[tuple]        # (node, acc, value, monoid or "argmax"/"argmin")
+    stores: list[tuple]            # (var, local name, "full" | "outer")
+
+
+@dataclass
+class KernelBody:
+    o_vars: list[str]
+    r_vars: list[str]
+    full_idx: list[str]
+    stages: list[StageBody]
+    loads: set
+    ops: set
+    load_offsets: dict
+
+
+class Plan:
+    """The fusion plan of one graph: ordered steps plus the set of values kept in memory."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.producer: dict[Var, Node] = {o: n for n in graph.nodes for o in n.outs}
+        self.consumers: dict[Var, list[Node]] = {}
+        for n in graph.nodes:
+            for i in n.inputs:
+                self.consumers.setdefault(i, []).append(n)
+        self.input_set: set[Var] = set(graph.inputs)
+        self.steps: list = []
+        self.step_of: dict[Var, int] = {}
+        self.materialized: set[Var] = set()
+        self.needed: set[Var] = set()     # materialized values read outside their own step
+        self.const_args: list[Var] = []   # constant arrays the program reads
+        self._names: dict[Var, str] = {}
+
+    def available_at(self, v: Var) -> int:
+        return self.step_of.get(v, -1)
+
+    def array_name(self, v: Var) -> str:
+        n = self._names.get(v)
+        if n is None:
+            if v in self.graph.inputs:
+                n = f"in{self.graph.inputs.index(v)}"
+            elif v in self.graph.consts:
+                n = f"c{len([1 for k in self._names.values() if k.startswith('c')])}"
+            else:
+                n = f"buf{len([1 for k in self._names.values() if k.startswith('buf')])}"
+            self._names[v] = n
+        return n
+
+    def kernels(self) -> list:
+        return [s for s in self.steps if not isinstance(s, HostStep)]
+
+
+# ---------------------------------------------------------------- materialization
+def _decide_materialized(plan: Plan) -> None:
+    g = plan.graph
+    mat = plan.materialized
+    mat.update(v for v in g.outputs if v not in g.consts and v not in g.inputs)
+    for n in g.nodes:
+        k = n.prim.kind
+        if k in ALWAYS_MATERIALIZED or n.prim.codegen is None:
+            mat.update(n.outs)
+            if k != "reduce":
+                for i in n.inputs:
+                    if i not in g.consts and i not in g.inputs:
+                        if k == "matmul" and _transposed_source(plan, i) is not None:
+                            continue
+                        mat.add(i)
+        if n.prim.name == "scatter_add":
+            mat.update(i for i in n.inputs if i not in g.consts and i not in g.inputs)
+    # use sizes (backwards): how many elements the consumers compute from each value
+    use_size: dict[Var, int] = {}
+    for n in reversed(g.nodes):
+        for o in n.outs:
+            best = o.aval.size
+            for c in plan.consumers.get(o, []):
+                if c.prim.kind == "layout" and c.out not in mat:
+                    best = max(best, use_size.get(c.out, c.out.aval.size))
+                elif c.prim.kind in ("elementwise", "index"):
+                    best = max(best, c.out.aval.size)
+            use_size[o] = best
+    cost: dict[Var, int] = {}
+    for n in g.nodes:
+        if n.prim.kind not in ("elementwise", "layout", "index") or n.out in mat:
+            continue
+        own = 0 if n.prim.kind == "layout" else _COST.get(n.prim.name, 1)
+        c = own + sum(cost.get(i, 0) for i in n.inputs if i not in mat)
+        cost[n.out] = c
+        uses = len(plan.consumers.get(n.out, []))
+        if c > 0 and use_size[n.out] > n.out.aval.size:
+            mat.add(n.out)           # broadcast into a bigger loop: compute once, not per use
+        elif uses > 1 and c >= EXPENSIVE:
+            mat.add(n.out)
+
+
+def _transposed_source(plan: Plan, v: Var):
+    """If ``v`` is a swap of the last two dims of a stored array, that array (a free view)."""
+    n = plan.producer.get(v)
+    if n is None or n.prim.name != "transpose":
+        return None
+    perm = n.params["perm"]
+    nd = len(perm)
+    if nd < 2 or tuple(perm) != tuple(range(nd - 2)) + (nd - 1, nd - 2):
+        return None
+    src = n.inputs[0]
+    return src
+
+
+# ---------------------------------------------------------------- kernel bodies
+def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
+    """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible."""
+    o_shape, r_shape = k.outer_shape, k.inner_shape
+    o_vars = [f"o{i}" if d != 1 else "0" for i, d in enumerate(o_shape)]
+    r_vars = [f"r{i}" if d != 1 else "0" for i, d in enumerate(r_shape)]
+    full, oi, ri = [], iter(o_vars), iter(r_vars)
+    for d in range(len(k.shape)):
+        full.append(next(ri) if d in k.axes else next(oi))
+    aligned: dict[Var, str] = {}
+    loads: set = set()
+    ops: set = set()
+    load_offsets: dict = {}
+    stages = []
+    for si, st in enumerate(k.stages):
+        full_locals: dict[Var, str] = {}
+        em = Emitter(plan, pos, full if st.kind == "loop" else None, o_vars, o_shape,
+                     dict(aligned), full_locals, ctx, prefix=f"s{si}_")
+        reds, stores, new_aligned = [], [], {}
+        for n in st.items:
+            v = n.out
+            if st.kind == "loop" and n.prim.kind == "reduce":
+                src = n.inputs[0]
+                if src.aval.shape != k.shape or tuple(n.params.get("axes", (n.params.get("axis"),))) != k.axes:
+                    raise CannotFuse("reduction over a different space")
+                val = em.value(src, full)
+                acc = f"acc{si}_{len(reds)}"
+                cg = n.prim.codegen
+                reds.append((n, acc, val, cg.get("monoid") or "arg" + cg["arg"]))
+                new_aligned[v] = acc
+                ops.add(n)
+            elif st.kind == "loop":
+                if v.aval.shape != k.shape:
+                    raise CannotFuse("store of a different shape")
+                val = em.compute(v, full)
+                full_locals[v] = val
+                stores.append((v, val, "full"))
+            else:
+                nonunit = [d for d in v.aval.shape if d != 1]
+                if nonunit != [d for d in o_shape if d != 1]:
+                    raise CannotFuse("scalar stage value is not per outer index")
+                idx, it = [], iter([o for o, d in zip(o_vars, o_shape) if d != 1])
+                for d in v.aval.shape:
+                    idx.append(next(it) if d != 1 else "0")
+                val = em.compute(v, idx)
+                em.aligned_locals[v] = val
+                new_aligned[v] = val
+                stores.append((v, val, "outer"))
+        aligned.update(new_aligned)
+        loads |= em.loads
+        ops |= em.ops
+        for v, offs in em.load_offsets.items():
+            load_offsets.setdefault(v, set()).update(offs)
+        stages.append(StageBody(st.kind, em.lines, reds, stores))
+    return KernelBody(o_vars, r_vars, full, stages, loads, ops, load_offsets)
+
+
+# ---------------------------------------------------------------- grouping
+def _options(k: LoopKernel, n: Node):
+    """Ways to add node ``n`` to kernel ``k``: (new kernel, description)."""
+    last = k.stages[-1]
+    if n.prim.kind == "reduce":
+        src = n.inputs[0].aval.shape
+        axes = tuple(n.params["axes"]) if "axes" in n.params else (n.params["axis"],)
+        if src != k.shape:
+            return
+        if k.axes == axes:
+            if last.kind == "loop":
+                c = k.copy()
+                c.stages[-1].items.append(n)
+                yield c
+            c = k.copy()
+            c.stages.append(Stage("loop", [n]))
+            yield c
+        elif k.axes == () and len(k.stages) == 1 and \
+                not any(i.prim.kind == "reduce" for i in last.items):
+            c = k.copy()
+            c.axes = axes
+            c.stages[-1].items.append(n)
+            yield c
+        return
+    shape = n.out.aval.shape
+    if shape == k.shape:
+        if last.kind == "loop":
+            c = k.copy()
+            c.stages[-1].items.append(n)
+            yield c
+        if k.axes:
+            c = k.copy()
+            c.stages.append(Stage("loop", [n]))
+            yield c
+    elif k.axes and [d for d in shape if d != 1] == [d for d in k.outer_shape if d != 1]:
+        if last.kind == "scalar":
+            c = k.copy()
+            c.stages[-1].items.append(n)
+            yield c
+        c = k.copy()
+        c.stages.append(Stage("scalar", [n]))
+        yield c
+
+
+def _array_deps(plan: Plan, n: Node) -> set[Var]:
+    """Materialized values (or inputs) that computing ``n`` inline reads."""
+    out, stack, seen = set(), list(n.inputs), set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in plan.materialized or v in plan.graph.inputs or v in plan.graph.consts:
+            out.add(v)
+            continue
+        p = plan.producer.get(v)
+        if p is not None:
+            stack.extend(p.inputs)
+    return out
+
+
+def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
+    plan = Plan(graph)
+    _decide_materialized(plan)
+    for n in graph.nodes:
+        if not any(o in plan.materialized for o in n.outs):
+            continue
+        kind = n.prim.kind
+        if kind == "matmul":
+            ops = []
+            for i in n.inputs:
+                src = _transposed_source(plan, i)
+                ops.append((src, True) if src is not None and i not in plan.materialized
+                           else (i, False))
+            _append(plan, MatmulStep(n, ops[0], ops[1]))
+            continue
+        if n.prim.name == "scatter_add":
+            _append(plan, ScatterStep(n))
+            continue
+        if n.prim.codegen is None or kind in ("opaque", "call"):
+            _append(plan, HostStep(n))
+            continue
+        deps = _array_deps(plan, n)
+        min_pos = max([plan.available_at(d) for d in deps], default=-1)
+        placed = False
+        lowest = max(min_pos, len(plan.steps) - max_lookback, 0)
+        for pos in range(len(plan.steps) - 1, lowest - 1, -1):
+            k = plan.steps[pos]
+            if not isinstance(k, LoopKernel):
+                continue
+            if pos < min_pos:
+                break
+            for cand in _options(k, n):
+                try:
+                    cand.body = build_body(plan, cand, pos, ctx)
+                except CannotFuse:
+                    continue
+                plan.steps[pos] = cand
+                for o in n.outs:
+                    plan.step_of[o] = pos
+                placed = True
+                break
+            if placed:
+                break
+        if not placed:
+            if kind == "reduce":
+                axes = tuple(n.params["axes"]) if "axes" in n.params else (n.params["axis"],)
+                k = LoopKernel(n.inputs[0].aval.shape, axes, [Stage("loop", [n])])
+            else:
+                k = LoopKernel(n.out.aval.shape, (), [Stage("loop", [n])])
+            k.body = build_body(plan, k, len(plan.steps), ctx)
+            _append(plan, k)
+    _finish(plan, ctx)
+    return plan
+
+
+def _append(plan: Plan, step) -> None:
+    plan.steps.append(step)
+    for o in step.node.outs if hasattr(step, "node") else []:
+        plan.step_of[o] = len(plan.steps) - 1
+    if isinstance(step, LoopKernel):
+        for n in step.items():
+            for o in n.outs:
+                plan.step_of[o] = len(plan.steps) - 1
+
+
+def _finish(plan: Plan, ctx) -> None:
+    """Regenerate bodies in final position, then record which values must be stored."""
+    g = plan.graph
+    needed = set(g.outputs)
+    for pos, s in enumerate(plan.steps):
+        if isinstance(s, LoopKernel):
+            s.body = build_body(plan, s, pos, ctx)
+            needed |= s.body.loads
+        elif isinstance(s, MatmulStep):
+            needed |= {s.a[0], s.b[0]}
+        else:
+            needed |= set(s.node.inputs)
+    plan.needed = {v for v in needed if v not in g.inputs and v not in g.consts}
+    plan.const_args = [v for v in g.consts if v in needed]
+    for i, s in enumerate(plan.steps):
+        kind = type(s).__name__.replace("Step", "").replace("LoopKernel", "loop").lower()
+        s.name = f"k{i}_{kind}"
+
+
+def kernel_ops(step) -> list[Node]:
+    """The graph nodes computed by a step (fused ones included)."""
+    if isinstance(step, LoopKernel):
+        items = step.items()
+        ops = set(step.body.ops) | set(items)
+        return [n for n in _order(ops)]
+    return [step.node]
+
+
+def _order(nodes):
+    return sorted(nodes, key=lambda n: n.outs[0].id)

@@ -1,0 +1,131 @@
+"""Runtime: turn an optimized graph into a callable program, and call it with little overhead."""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..core import Graph, Node, Var
+from ..passes import optimize
+from .codegen_cpu import CpuCodegen, CpuContext
+from .disk_cache import DiskCache
+from .fusion import HostStep, make_plan
+
+_DISK_CACHE: DiskCache | None = None
+
+
+def disk_cache() -> DiskCache:
+    global _DISK_CACHE
+    d = os.environ.get("JITGRAPH_CACHE_DIR")
+    if _DISK_CACHE is None or (d and str(_DISK_CACHE.directory) != str(d)):
+        _DISK_CACHE = DiskCache(d or None)
+    return _DISK_CACHE
+
+
+def _codegen_fingerprint() -> str:
+    """Hash of the code that generated modules call, so a change there invalidates the cache."""
+    import jitgraph
+    from .. import kernels  # type: ignore[attr-defined]
+    h = hashlib.sha256(jitgraph.__version__.encode())
+    kdir = os.path.dirname(kernels.__file__)
+    for name in sorted(os.listdir(kdir)):
+        if name.endswith(".py"):
+            with open(os.path.join(kdir, name), "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+_FINGERPRINT: str | None = None
+
+
+def inline_calls(g: Graph) -> Graph:
+    """Replace ``custom_vjp_call`` nodes by their forward graphs (the compiler needs no calls)."""
+    if not any(n.prim.kind == "call" for n in g.nodes):
+        return g
+    nodes: list[Node] = []
+    consts = dict(g.consts)
+    subst: dict[Var, Var] = {}
+    for n in g.nodes:
+        ins = [subst.get(v, v) for v in n.inputs]
+        if n.prim.kind != "call":
+            nodes.append(Node(n.prim, ins, n.params, n.outs, n.source))
+            continue
+        sub = inline_calls(n.params["_graph"])
+        env = dict(zip(sub.inputs, ins))
+        for v, c in sub.consts.items():
+            nv = Var(v.aval)
+            consts[nv] = c
+            env[v] = nv
+        for m in sub.nodes:
+            outs = [Var(o.aval) for o in m.outs]
+            nodes.append(Node(m.prim, [env[v] for v in m.inputs], m.params, outs, m.source))
+            env.update(zip(m.outs, outs))
+        for o, so in zip(n.outs, sub.outputs):
+            subst[o] = env[so]
+    outs = [subst.get(v, v) for v in g.outputs]
+    return optimize(Graph(g.inputs, nodes, outs, consts, g.in_tree, g.out_tree))
+
+
+class CompiledProgram:
+    """A compiled graph: ``program(flat_inputs) -> flat outputs`` (NumPy arrays, graph shapes)."""
+
+    def __init__(self, graph: Graph, plan, source: str, kernels, driver, const_values,
+                 donated: dict, was_on_disk: bool, module, compile_seconds: float):
+        self.graph = graph
+        self.plan = plan
+        self.source = source
+        self.kernels = kernels
+        self.driver = driver
+        self.const_values = tuple(const_values)
+        self.donated = donated
+        self.was_on_disk = was_on_disk
+        self.module = module
+        self.compile_seconds = compile_seconds
+        self.out_shapes = [v.aval.shape for v in graph.outputs]
+        self.out_is_const = [v in graph.consts for v in graph.outputs]
+
+    def __call__(self, flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        outs = self.driver(*flat_inputs, *self.const_values)
+        res = []
+        for o, shp, c in zip(outs, self.out_shapes, self.out_is_const):
+            o = o.reshape(shp)
+            res.append(o.copy() if c else o)
+        return res
+
+    def numba_compiles(self) -> int:
+        from .disk_cache import numba_compile_count
+        return numba_compile_count(self.module)
+
+
+def compile_graph(graph: Graph, *, fastmath: bool = False, donate: Sequence[int] = (),
+                  approx_math: bool = True) -> CompiledProgram:
+    """Fuse, generate, compile (or load from the disk cache) and wrap ``graph``."""
+    global _FINGERPRINT
+    t0 = time.perf_counter()
+    graph = inline_calls(graph)
+    ctx = CpuContext(approx_math=approx_math)
+    plan = make_plan(graph, ctx)
+    gen = CpuCodegen(plan, ctx, fastmath=fastmath)
+    source, kernels, driver_name, info = gen.module(set(donate))
+    if _FINGERPRINT is None:
+        _FINGERPRINT = _codegen_fingerprint()
+    module, was_on_disk = disk_cache().load_module(source, key_extra=_FINGERPRINT)
+    for s in plan.steps:
+        if isinstance(s, HostStep):
+            setattr(module, f"host_{s.name}", _host_impl(s.node))
+    driver = getattr(module, driver_name)
+    consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
+    return CompiledProgram(graph, plan, source, kernels, driver, consts, info["donated"],
+                           was_on_disk, module, time.perf_counter() - t0)
+
+
+def _host_impl(node: Node):
+    from ..core import run_impl
+
+    def call(*arrays):
+        res = run_impl(node.prim, arrays, node.params, [o.aval for o in node.outs])
+        return res[0] if len(res) == 1 else tuple(res)
+    return call

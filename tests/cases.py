@@ -1,0 +1,733 @@
+"""The shared table of function-level cases.
+
+Each ``Case`` is a plain function of arrays (no Python control flow on values) with tiny fixed
+arguments and a NumPy expectation (``expect``), so the same table serves
+
+* ``test_reference.py``: eager jitgraph == NumPy (values and exact dtypes), and the traced graph
+  run by the reference interpreter == eager;
+* ``test_grads.py``: every ``grad=True`` case through ``check_grads`` (order 2, both modes);
+* the compiler's tests: ``for case in CASES: jit(case.fn)(*case.args)`` against the reference.
+
+``argnums`` names the arguments that are differentiated (the others, e.g. integer labels, are
+held fixed). ``dual(name, f, *args)`` builds a case from one body ``f(m, *args)`` written against
+a module ``m`` that is ``jitgraph.numpy`` for ``fn`` and ``numpy`` for ``expect``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import scipy.special as sps
+
+import jitgraph
+import jitgraph.numpy as jnp
+from jitgraph import nn
+from jitgraph.scipy import special as jsp
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Callable
+    args: tuple
+    grad: bool = True
+    argnums: Any = 0
+    expect: Callable | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    order: int = 2           # highest derivative order check_grads verifies
+
+    def __repr__(self) -> str:
+        return f"Case({self.name})"
+
+    @property
+    def diff_argnums(self) -> tuple[int, ...]:
+        return (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
+
+
+CASES: list[Case] = []
+_rng = np.random.default_rng(20240611)
+
+
+def case(name, fn, *args, expect=None, grad=True, argnums=0, rtol=None, atol=None, order=2):
+    c = Case(name, fn, tuple(args), grad, argnums, expect, rtol, atol, order)
+    if any(x.name == name for x in CASES):
+        raise ValueError(f"duplicate case name {name}")
+    CASES.append(c)
+    return c
+
+
+def dual(name, f, *args, **kw):
+    """A case whose jitgraph body and NumPy expectation are the same code ``f(m, *args)``."""
+    fn = lambda *a, _f=f: _f(jnp, *a)          # noqa: E731
+    ex = lambda *a, _f=f: _f(np, *a)           # noqa: E731
+    return case(name, fn, *args, expect=ex, **kw)
+
+
+# ------------------------------------------------------------------ data
+def rn(*shape, dtype=np.float64):
+    """Standard normal."""
+    return _rng.standard_normal(shape).astype(dtype)
+
+
+def pos(*shape, dtype=np.float64, lo=0.5, hi=2.0):
+    return _rng.uniform(lo, hi, shape).astype(dtype)
+
+
+def away(*shape, dtype=np.float64):
+    """Random values with |x| in [0.3, 2], either sign (kinks of abs/max/etc. stay far)."""
+    mag = _rng.uniform(0.3, 2.0, shape)
+    sgn = np.where(_rng.uniform(size=shape) < 0.5, -1.0, 1.0)
+    return (mag * sgn).astype(dtype)
+
+
+def distinct(*shape, dtype=np.float64):
+    """A random permutation of well-separated values (no ties for max/min/argmax)."""
+    n = int(np.prod(shape, dtype=np.int64))
+    v = (_rng.permutation(n) - n / 2.0) * 0.37 + _rng.uniform(-0.05, 0.05, n)
+    return v.reshape(shape).astype(dtype)
+
+
+def ints(*shape, lo=-5, hi=6, dtype=np.int64):
+    return _rng.integers(lo, hi, shape).astype(dtype)
+
+
+def nonzero_ints(*shape, dtype=np.int64):
+    v = _rng.integers(1, 6, shape) * np.where(_rng.uniform(size=shape) < 0.5, -1, 1)
+    return v.astype(dtype)
+
+
+F32, F64 = np.float32, np.float64
+
+# ------------------------------------------------------------------ unary elementwise
+# name -> (body f(m, x), sampler, extra numpy-side body when numpy has no such function)
+_UNARY = {
+    "negative": (lambda m, x: m.negative(x), rn),
+    "neg_op": (lambda m, x: -x, rn),
+    "exp": (lambda m, x: m.exp(x), rn),
+    "log": (lambda m, x: m.log(x), pos),
+    "log1p": (lambda m, x: m.log1p(x), pos),
+    "expm1": (lambda m, x: m.expm1(x), rn),
+    "sin": (lambda m, x: m.sin(x), rn),
+    "cos": (lambda m, x: m.cos(x), rn),
+    "tan": (lambda m, x: m.tan(x), lambda *s, dtype=F64: _rng.uniform(-1, 1, s).astype(dtype)),
+    "tanh": (lambda m, x: m.tanh(x), rn),
+    "sqrt": (lambda m, x: m.sqrt(x), pos),
+    "abs": (lambda m, x: m.abs(x), away),
+    "absolute": (lambda m, x: m.absolute(x), away),
+    "abs_op": (lambda m, x: abs(x), away),
+    "sign": (lambda m, x: m.sign(x), away),
+    "floor": (lambda m, x: m.floor(x), lambda *s, dtype=F64: (
+        _rng.integers(-4, 4, s) + _rng.uniform(0.2, 0.8, s)).astype(dtype)),
+    "square": (lambda m, x: m.square(x), rn),
+    "reciprocal": (lambda m, x: m.reciprocal(x), away),
+    "pos_op": (lambda m, x: +x, rn),
+}
+_UNARY_SHAPES = [("f64_2x3", (2, 3), F64, True), ("f32_2x3", (2, 3), F32, False),
+                 ("f64_0d", (), F64, True), ("f64_size0", (0, 3), F64, True)]
+
+for _n, (_f, _s) in _UNARY.items():
+    for _tag, _shape, _dt, _g in _UNARY_SHAPES:
+        dual(f"{_n}[{_tag}]", _f, _s(*_shape, dtype=_dt), grad=_g)
+
+# integer inputs where NumPy defines the op on ints (non-differentiable)
+for _n in ("negative", "abs", "sign", "square", "neg_op"):
+    dual(f"{_n}[i32]", _UNARY[_n][0], ints(2, 3, dtype=np.int32), grad=False)
+    dual(f"{_n}[i64_0d]", _UNARY[_n][0], ints(dtype=np.int64), grad=False)
+# float functions of integer input promote to float64, as NumPy
+for _n in ("exp", "sin", "sqrt", "tanh"):
+    dual(f"{_n}[i64->f64]", _UNARY[_n][0], np.abs(nonzero_ints(4)), grad=False)
+# jnp.reciprocal is 1.0 / x (NumPy's integer reciprocal truncates to 0; jitgraph follows JAX)
+case("reciprocal[i64->f64]", jnp.reciprocal, nonzero_ints(4), expect=lambda x: 1.0 / x,
+     grad=False)
+dual("exp[i32->f64]", lambda m, x: m.exp(x), ints(3, dtype=np.int32), grad=False)
+dual("floor[i64]", lambda m, x: m.floor(x * 0.5), ints(5), grad=False)
+
+# logistic / erf have no NumPy name: expectation from scipy
+for _tag, _shape, _dt, _g in _UNARY_SHAPES:
+    _x = rn(*_shape, dtype=_dt)
+    case(f"sigmoid[{_tag}]", lambda x: nn.sigmoid(x), _x, expect=lambda x: sps.expit(x), grad=_g)
+    case(f"expit[{_tag}]", lambda x: jsp.expit(x), _x, expect=lambda x: sps.expit(x), grad=_g)
+    case(f"erf[{_tag}]", lambda x: jsp.erf(x), _x, expect=lambda x: sps.erf(x), grad=_g)
+case("erf[big]", lambda x: jsp.erf(x), np.array([-6.0, -2.5, 0.0, 1e-3, 3.0]),
+     expect=lambda x: sps.erf(x))
+
+# stop_gradient: forward identity (its zero derivative is tested in test_grads)
+case("stop_gradient", lambda x: x * jnp.stop_gradient(x), rn(3), expect=lambda x: x * x,
+     grad=False)
+case("stop_gradient[i32]", lambda x: jitgraph.stop_gradient(x) + 1, ints(3, dtype=np.int32),
+     expect=lambda x: x + 1, grad=False)
+
+# ------------------------------------------------------------------ binary elementwise
+_BINARY = {
+    "add": (lambda m, x, y: m.add(x, y), rn, rn),
+    "add_op": (lambda m, x, y: x + y, rn, rn),
+    "subtract": (lambda m, x, y: m.subtract(x, y), rn, rn),
+    "sub_op": (lambda m, x, y: x - y, rn, rn),
+    "multiply": (lambda m, x, y: m.multiply(x, y), rn, rn),
+    "mul_op": (lambda m, x, y: x * y, rn, rn),
+    "divide": (lambda m, x, y: m.divide(x, y), rn, away),
+    "true_divide": (lambda m, x, y: m.true_divide(x, y), rn, away),
+    "div_op": (lambda m, x, y: x / y, rn, away),
+    "maximum": (lambda m, x, y: m.maximum(x, y), distinct, lambda *s, dtype=F64:
+                distinct(*s, dtype=dtype) + 0.1),
+    "minimum": (lambda m, x, y: m.minimum(x, y), distinct, lambda *s, dtype=F64:
+                distinct(*s, dtype=dtype) + 0.1),
+    "power": (lambda m, x, y: m.power(x, y), pos, rn),
+    "pow_op": (lambda m, x, y: x ** y, pos, rn),
+    "mod": (lambda m, x, y: m.mod(x, y), lambda *s, dtype=F64: _rng.uniform(0.1, 0.9, s).astype(dtype) + ints(*s, lo=-3, hi=3).astype(dtype),
+            lambda *s, dtype=F64: _rng.uniform(1.2, 2.0, s).astype(dtype) * 1.0),
+    "remainder": (lambda m, x, y: m.remainder(x, y), lambda *s, dtype=F64: _rng.uniform(0.1, 0.9, s).astype(dtype) + 2.0,
+                  lambda *s, dtype=F64: np.full(s, 1.5, dtype)),
+}
+_BINARY_SHAPES = [
+    ("same", (2, 3), (2, 3), F64, True),
+    ("bcast_row", (2, 3), (3,), F64, True),
+    ("bcast_outer", (2, 1), (1, 3), F64, True),
+    ("bcast_3d", (2, 1, 3), (4, 1), F64, True),
+    ("0d_2d", (), (2, 3), F64, True),
+    ("both_0d", (), (), F64, True),
+    ("size0", (0, 3), (3,), F64, True),
+    ("f32", (2, 3), (3,), F32, False),
+]
+for _n, (_f, _sx, _sy) in _BINARY.items():
+    for _tag, _shx, _shy, _dt, _g in _BINARY_SHAPES:
+        dual(f"{_n}[{_tag}]", _f, _sx(*_shx, dtype=_dt), _sy(*_shy, dtype=_dt), grad=_g,
+             argnums=(0, 1))
+
+# mixed dtypes: promotion exactly as NumPy 2
+dual("add[f32+f64]", lambda m, x, y: x + y, rn(3, dtype=F32), rn(3), argnums=(0, 1))
+dual("mul[f32*i32]", lambda m, x, y: x * y, rn(3, dtype=F32), ints(3, dtype=np.int32))
+dual("mul[f32*i64]", lambda m, x, y: x * y, rn(3, dtype=F32), ints(3))
+dual("add[i32+i64]", lambda m, x, y: x + y, ints(3, dtype=np.int32), ints(3), grad=False)
+dual("add[i32+i32]", lambda m, x, y: x + y, ints(3, dtype=np.int32), ints(3, dtype=np.int32),
+     grad=False)
+dual("div[i64/i64]", lambda m, x, y: x / y, ints(4), nonzero_ints(4), grad=False)
+dual("div[i32/i32]", lambda m, x, y: m.divide(x, y), ints(4, dtype=np.int32),
+     nonzero_ints(4, dtype=np.int32), grad=False)
+dual("add[bool+i32]", lambda m, x, y: m.add(x > 0, y), rn(4), ints(4, dtype=np.int32),
+     grad=False)
+# weak Python scalars never promote arrays of the same kind
+dual("scalar[f32*2.0]", lambda m, x: x * 2.0, rn(3, dtype=F32), grad=False)
+dual("scalar[2.0*f32]", lambda m, x: 2.0 * x, rn(3, dtype=F32), grad=False)
+dual("scalar[f32+1]", lambda m, x: x + 1, rn(3, dtype=F32), grad=False)
+dual("scalar[1-f32]", lambda m, x: 1 - x, rn(3, dtype=F32), grad=False)
+dual("scalar[f32/3]", lambda m, x: x / 3, rn(3, dtype=F32), grad=False)
+dual("scalar[3.0/f32]", lambda m, x: 3.0 / x, away(3, dtype=F32), grad=False)
+dual("scalar[i32+1.5]", lambda m, x: x + 1.5, ints(3, dtype=np.int32), grad=False)
+dual("scalar[i32*2]", lambda m, x: x * 2, ints(3, dtype=np.int32), grad=False)
+dual("scalar[i32/2]", lambda m, x: x / 2, ints(3, dtype=np.int32), grad=False)
+dual("scalar[f64*2.0]", lambda m, x: x * 2.0 - 1.0, rn(2, 2))
+dual("scalar[0d_f32*2.5]", lambda m, x: x * 2.5, rn(dtype=F32), grad=False)
+dual("scalar[maximum(f32,0)]", lambda m, x: m.maximum(x, 0), away(4, dtype=F32), grad=False)
+dual("scalar[maximum(x,0.5)]", lambda m, x: m.maximum(x, 0.5), away(2, 3))
+dual("scalar[minimum(1.0,x)]", lambda m, x: m.minimum(1.0, x), away(2, 3))
+dual("scalar[f32<0.5]", lambda m, x: x < 0.5, rn(3, dtype=F32), grad=False)
+
+# powers: small integer exponents are multiplications; others the pow primitive
+dual("pow[x**2]", lambda m, x: x ** 2, rn(2, 3))
+dual("pow[x**3]", lambda m, x: x ** 3, rn(2, 3))
+dual("pow[x**4]", lambda m, x: m.power(x, 4), rn(3))
+dual("pow[x**0]", lambda m, x: x ** 0 + x, rn(3))
+dual("pow[x**1]", lambda m, x: x ** 1, rn(3))
+dual("pow[x**-1]", lambda m, x: x ** -1, away(3))
+dual("pow[x**5]", lambda m, x: x ** 5, rn(3))
+dual("pow[x**0.5]", lambda m, x: x ** 0.5, pos(3))
+dual("pow[x**3.5 f32]", lambda m, x: x ** 3.5, pos(3, dtype=F32), grad=False)
+dual("pow[x**3.5]", lambda m, x: x ** 3.5, pos(3))
+dual("pow[2.0**x]", lambda m, x: 2.0 ** x, rn(3))
+dual("pow[2.0**x f32]", lambda m, x: 2.0 ** x, rn(3, dtype=F32), grad=False)
+dual("pow[i32**2]", lambda m, x: x ** 2, ints(4, dtype=np.int32), grad=False)
+dual("pow[i64**i64]", lambda m, x, y: m.power(x, y), ints(4, lo=1, hi=6),
+     ints(4, lo=0, hi=5), grad=False)
+dual("pow[i32**2.5]", lambda m, x: x ** 2.5, ints(4, lo=0, hi=6, dtype=np.int32), grad=False)
+dual("pow[f32**f32 0d]", lambda m, x, y: x ** y, pos(dtype=F32), rn(dtype=F32), grad=False)
+
+# integer arithmetic
+dual("floor_divide[i64]", lambda m, x, y: m.floor_divide(x, y), ints(2, 3), nonzero_ints(3),
+     grad=False)
+dual("floordiv_op[i32]", lambda m, x, y: x // y, ints(6, dtype=np.int32),
+     nonzero_ints(6, dtype=np.int32), grad=False)
+dual("floordiv_op[f64]", lambda m, x, y: x // y, rn(6) * 4, away(6), grad=False)
+dual("floordiv_op[i//2]", lambda m, x: x // 2, ints(6), grad=False)
+dual("mod[i64]", lambda m, x, y: m.mod(x, y), ints(2, 3), nonzero_ints(3), grad=False)
+dual("mod_op[i32]", lambda m, x: x % 3, ints(6, dtype=np.int32), grad=False)
+dual("mod_op[f64 neg]", lambda m, x, y: x % y, np.array([-2.3, 2.3, -0.4, 5.1]),
+     np.array([1.5, -1.5, 2.0, -2.0]), argnums=(0, 1))
+
+# comparisons and logic (bool out)
+for _n, _f in {"greater": lambda m, x, y: m.greater(x, y), "gt_op": lambda m, x, y: x > y,
+               "greater_equal": lambda m, x, y: m.greater_equal(x, y),
+               "ge_op": lambda m, x, y: x >= y, "less": lambda m, x, y: m.less(x, y),
+               "lt_op": lambda m, x, y: x < y, "less_equal": lambda m, x, y: m.less_equal(x, y),
+               "le_op": lambda m, x, y: x <= y, "equal": lambda m, x, y: m.equal(x, y),
+               "eq_op": lambda m, x, y: x == y, "not_equal": lambda m, x, y: m.not_equal(x, y),
+               "ne_op": lambda m, x, y: x != y}.items():
+    dual(f"{_n}[f64]", _f, ints(2, 3).astype(F64), ints(3).astype(F64), grad=False)
+    dual(f"{_n}[i32,f32]", _f, ints(2, 3, dtype=np.int32), ints(3).astype(F32), grad=False)
+dual("logical_and", lambda m, x, y: m.logical_and(x > 0, y > 0), rn(2, 3), rn(3), grad=False)
+dual("logical_or", lambda m, x, y: m.logical_or(x > 0, y > 0), rn(2, 3), rn(3), grad=False)
+dual("logical_not", lambda m, x: m.logical_not(x > 0), rn(2, 3), grad=False)
+dual("logical_and[numbers]", lambda m, x, y: m.logical_and(x, y), ints(5), ints(5), grad=False)
+dual("logical_not[numbers]", lambda m, x: m.logical_not(x), ints(5).astype(F64), grad=False)
+dual("and_op", lambda m, x, y: (x > 0) & (y < 0), rn(4), rn(4), grad=False)
+dual("or_op", lambda m, x, y: (x > 0) | (y < 0), rn(4), rn(4), grad=False)
+dual("invert_op", lambda m, x: ~(x > 0), rn(4), grad=False)
+dual("isnan", lambda m, x: m.isnan(x), np.array([1.0, np.nan, np.inf, -np.inf, 0.0]),
+     grad=False)
+dual("isinf", lambda m, x: m.isinf(x), np.array([1.0, np.nan, np.inf, -np.inf, 0.0]),
+     grad=False)
+dual("isfinite", lambda m, x: m.isfinite(x), np.array([1.0, np.nan, np.inf, -np.inf, 0.0],
+                                                     dtype=F32), grad=False)
+
+# select and clip
+dual("where", lambda m, x, y: m.where(x > y, x, y), distinct(2, 3), distinct(2, 3) + 0.05,
+     argnums=(0, 1))
+dual("where[bcast]", lambda m, x, y: m.where(x > 0, x * y, y), away(2, 3), rn(3),
+     argnums=(0, 1))
+dual("where[scalar branch]", lambda m, x: m.where(x > 0, x, 0.0), away(2, 3))
+dual("where[f32 scalar]", lambda m, x: m.where(x > 0, x, 0.0), away(2, 3, dtype=F32), grad=False)
+dual("where[0d cond]", lambda m, c, x: m.where(c > 0, x, -x), np.array(1.0), rn(3),
+     argnums=1)
+dual("where[int]", lambda m, x: m.where(x > 0, x, 0), ints(5), grad=False)
+dual("where[mixed]", lambda m, x, y: m.where(x > 0, x, y), away(3, dtype=F32), rn(3),
+     argnums=(0, 1))
+dual("clip", lambda m, x: m.clip(x, -0.5, 0.7), away(2, 3) * 0.5 + 0.05)
+dual("clip[f32]", lambda m, x: m.clip(x, -0.5, 0.7), rn(2, 3, dtype=F32), grad=False)
+dual("clip[method]", lambda m, x: x.clip(-0.5, 0.7), np.array([-1.0, -0.2, 0.3, 1.1]))
+dual("clip[int]", lambda m, x: m.clip(x, -2, 3), ints(6), grad=False)
+
+# ------------------------------------------------------------------ reductions
+_X234 = distinct(2, 3, 4)
+_AXES = [None, 0, 1, -1, (0, 2), (-1, 0), (0, 1, 2)]
+for _ax in _AXES:
+    for _kd in (False, True):
+        _t = f"axis={_ax},keepdims={_kd}"
+        dual(f"sum[{_t}]", lambda m, x, a=_ax, k=_kd: m.sum(x, axis=a, keepdims=k), _X234)
+        dual(f"max[{_t}]", lambda m, x, a=_ax, k=_kd: m.max(x, axis=a, keepdims=k), _X234)
+        dual(f"min[{_t}]", lambda m, x, a=_ax, k=_kd: m.min(x, axis=a, keepdims=k), _X234)
+        dual(f"mean[{_t}]", lambda m, x, a=_ax, k=_kd: m.mean(x, axis=a, keepdims=k), _X234)
+    dual(f"prod[axis={_ax}]", lambda m, x, a=_ax: m.prod(x, axis=a), pos(2, 3, 2))
+    dual(f"var[axis={_ax}]", lambda m, x, a=_ax: m.var(x, axis=a), _X234)
+    dual(f"std[axis={_ax}]", lambda m, x, a=_ax: m.std(x, axis=a), _X234)
+dual("prod[keepdims]", lambda m, x: m.prod(x, axis=1, keepdims=True), pos(2, 3))
+dual("prod[one zero]", lambda m, x: m.prod(x, axis=0), np.array([[1.5, 0.0], [0.0, 2.0],
+                                                                 [-1.2, 0.7]]))
+dual("prod[two zeros]", lambda m, x: m.prod(x), np.array([1.5, 0.0, -0.8, 0.0, 1.3]), order=3)
+dual("prod[three zeros]", lambda m, x: m.prod(x), np.array([0.0, 0.0, 0.0, 1.3]), order=3)
+dual("prod[zeros 2 axes]", lambda m, x: m.prod(x, axis=(0, 2)), np.array(
+    [[[0.0, 1.2], [0.5, 0.0], [2.0, 1.0]], [[1.5, -1.0], [0.0, 0.0], [0.3, 0.9]]]))
+dual("prod[negative]", lambda m, x: m.prod(x, axis=-1), away(2, 4))
+dual("var[ddof=1]", lambda m, x: m.var(x, axis=1, ddof=1), rn(3, 4))
+dual("var[keepdims]", lambda m, x: m.var(x, axis=0, keepdims=True), rn(3, 4))
+dual("std[ddof=1,keepdims]", lambda m, x: m.std(x, axis=-1, ddof=1, keepdims=True), rn(3, 4))
+dual("mean[f32]", lambda m, x: m.mean(x, axis=0), rn(4, 3, dtype=F32), grad=False)
+dual("var[f32]", lambda m, x: m.var(x), rn(4, 3, dtype=F32), grad=False)
+dual("mean[i32]", lambda m, x: m.mean(x), ints(4, 3, dtype=np.int32), grad=False)
+dual("sum[f32]", lambda m, x: m.sum(x, axis=1), rn(3, 4, dtype=F32), grad=False)
+dual("sum[i32]", lambda m, x: m.sum(x, axis=0), ints(3, 4, dtype=np.int32), grad=False)
+dual("sum[i64]", lambda m, x: m.sum(x), ints(3, 4), grad=False)
+dual("sum[bool]", lambda m, x: m.sum(x > 0, axis=1), rn(3, 4), grad=False)
+dual("sum[dtype=f32]", lambda m, x: m.sum(x, dtype=m.float32), ints(3, 4), grad=False)
+dual("prod[i32]", lambda m, x: m.prod(x, axis=1), ints(3, 4, dtype=np.int32), grad=False)
+dual("max[i32]", lambda m, x: m.max(x, axis=1), ints(3, 4, dtype=np.int32), grad=False)
+dual("min[i64 keepdims]", lambda m, x: m.min(x, axis=0, keepdims=True), ints(3, 4), grad=False)
+dual("amax", lambda m, x: m.amax(x, axis=0), distinct(3, 2))
+dual("amin", lambda m, x: m.amin(x, axis=1), distinct(3, 2))
+dual("max[ties]", lambda m, x: m.max(x, axis=1), np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]),
+     grad=False)
+dual("sum[0d]", lambda m, x: m.sum(x), rn())
+dual("sum[0d axis=0]", lambda m, x: m.sum(x, axis=0), rn())
+dual("max[0d]", lambda m, x: m.max(x), rn())
+dual("mean[0d]", lambda m, x: m.mean(x), rn())
+dual("prod[0d]", lambda m, x: m.prod(x), rn())
+dual("sum[size0 all]", lambda m, x: m.sum(x), rn(0, 3))
+dual("sum[size0 axis0]", lambda m, x: m.sum(x, axis=0), rn(0, 3))
+dual("sum[size0 axis1]", lambda m, x: m.sum(x, axis=1), rn(0, 3))
+dual("prod[size0]", lambda m, x: m.prod(x, axis=0), rn(0, 3))
+dual("max[size0 nonempty axis]", lambda m, x: m.max(x, axis=1), rn(0, 3))
+dual("sum[method]", lambda m, x: x.sum(axis=1, keepdims=True), rn(2, 3))
+dual("mean[method]", lambda m, x: x.mean(axis=0), rn(2, 3))
+dual("max[method]", lambda m, x: x.max(axis=-1), distinct(2, 3))
+dual("min[method]", lambda m, x: x.min(), distinct(2, 3))
+dual("prod[method]", lambda m, x: x.prod(axis=0), pos(2, 3))
+dual("var[method]", lambda m, x: x.var(axis=1, ddof=1), rn(2, 3))
+dual("std[method]", lambda m, x: x.std(), rn(2, 3))
+for _ax in (None, 0, 1, -1):
+    dual(f"argmax[axis={_ax}]", lambda m, x, a=_ax: m.argmax(x, axis=a), distinct(3, 4),
+         grad=False)
+    dual(f"argmin[axis={_ax}]", lambda m, x, a=_ax: m.argmin(x, axis=a), distinct(3, 4),
+         grad=False)
+dual("argmax[keepdims]", lambda m, x: m.argmax(x, axis=1, keepdims=True), distinct(3, 4),
+     grad=False)
+dual("argmin[i32 keepdims]", lambda m, x: m.argmin(x, axis=0, keepdims=True),
+     ints(3, 4, dtype=np.int32), grad=False)
+dual("argmax[ties]", lambda m, x: m.argmax(x, axis=1), np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]),
+     grad=False)
+dual("argmax[method]", lambda m, x: x.argmax(axis=0), distinct(3, 4), grad=False)
+dual("argmin[f32 0-d out]", lambda m, x: x.argmin(), distinct(5, dtype=F32), grad=False)
+
+# ------------------------------------------------------------------ shape ops
+_A = rn(2, 3, 4)
+dual("reshape", lambda m, x: m.reshape(x, (4, 6)), _A)
+dual("reshape[-1]", lambda m, x: m.reshape(x, (-1, 4)), _A)
+dual("reshape[to 0d]", lambda m, x: m.reshape(x, ()), rn(1, 1))
+dual("reshape[from 0d]", lambda m, x: m.reshape(x, (1, 1, 1)), rn())
+dual("reshape[size0]", lambda m, x: m.reshape(x, (3, 0)), rn(0, 3))
+dual("reshape[method]", lambda m, x: x.reshape(3, 8), _A)
+dual("reshape[method tuple]", lambda m, x: x.reshape((6, -1)), _A)
+dual("reshape[i32]", lambda m, x: m.reshape(x, (2, 2)), ints(4, dtype=np.int32), grad=False)
+dual("ravel", lambda m, x: m.ravel(x), _A)
+dual("ravel[method]", lambda m, x: x.ravel(), _A)
+dual("flatten[method]", lambda m, x: x.flatten(), _A)
+dual("transpose", lambda m, x: m.transpose(x), _A)
+dual("transpose[perm]", lambda m, x: m.transpose(x, (1, 2, 0)), _A)
+dual("transpose[neg perm]", lambda m, x: m.transpose(x, (-1, 0, 1)), _A)
+dual("transpose[method]", lambda m, x: x.transpose(2, 0, 1), _A)
+dual("transpose[method tuple]", lambda m, x: x.transpose((0, 2, 1)), _A)
+dual("T", lambda m, x: x.T, rn(2, 3))
+dual("T[3d]", lambda m, x: x.T, _A)
+dual("T[1d]", lambda m, x: x.T, rn(3))
+dual("mT", lambda m, x: x.mT, _A)
+dual("swapaxes", lambda m, x: m.swapaxes(x, 0, 2), _A)
+dual("swapaxes[neg]", lambda m, x: m.swapaxes(x, -1, -2), _A)
+dual("swapaxes[method]", lambda m, x: x.swapaxes(0, 1), _A)
+dual("moveaxis", lambda m, x: m.moveaxis(x, 0, -1), _A)
+dual("moveaxis[neg src]", lambda m, x: m.moveaxis(x, -1, 0), _A)
+dual("moveaxis[mid]", lambda m, x: m.moveaxis(x, 2, 1), _A)
+dual("expand_dims", lambda m, x: m.expand_dims(x, 0), rn(2, 3))
+dual("expand_dims[-1]", lambda m, x: m.expand_dims(x, -1), rn(2, 3))
+dual("expand_dims[tuple]", lambda m, x: m.expand_dims(x, (0, 2)), rn(2, 3))
+dual("expand_dims[neg tuple]", lambda m, x: m.expand_dims(x, (-1, 0)), rn(2, 3))
+dual("squeeze", lambda m, x: m.squeeze(x), rn(1, 3, 1))
+dual("squeeze[axis]", lambda m, x: m.squeeze(x, axis=0), rn(1, 3, 1))
+dual("squeeze[neg axis]", lambda m, x: m.squeeze(x, axis=-1), rn(1, 3, 1))
+dual("squeeze[method]", lambda m, x: x.squeeze(), rn(1, 3, 1))
+dual("squeeze[to 0d]", lambda m, x: m.squeeze(x), rn(1, 1))
+dual("broadcast_to", lambda m, x: m.broadcast_to(x, (2, 3)), rn(3))
+dual("broadcast_to[keep1]", lambda m, x: m.broadcast_to(x, (4, 2, 3)), rn(2, 1))
+dual("broadcast_to[0d]", lambda m, x: m.broadcast_to(x, (2, 2)), rn())
+dual("broadcast_to[int shape]", lambda m, x: m.broadcast_to(x, 4), rn(1))
+dual("broadcast_arrays", lambda m, x, y: m.broadcast_arrays(x, y), rn(2, 1), rn(3),
+     argnums=(0, 1))
+dual("concatenate", lambda m, x, y: m.concatenate([x, y]), rn(2, 3), rn(1, 3), argnums=(0, 1))
+dual("concatenate[axis1]", lambda m, x, y: m.concatenate([x, y], axis=1), rn(2, 3), rn(2, 2),
+     argnums=(0, 1))
+dual("concatenate[axis-1 three]", lambda m, x, y: m.concatenate((x, y, x), axis=-1),
+     rn(2, 1), rn(2, 2), argnums=(0, 1))
+dual("concatenate[one]", lambda m, x: m.concatenate([x]), rn(2, 2))
+dual("concatenate[mixed dtype]", lambda m, x, y: m.concatenate([x, y]), rn(2, dtype=F32),
+     rn(3), argnums=(0, 1))
+dual("concatenate[f32 + i32]", lambda m, x, y: m.concatenate([x, y]), rn(2, dtype=F32),
+     ints(3, dtype=np.int32), grad=False)
+dual("concatenate[size0]", lambda m, x, y: m.concatenate([x, y]), rn(0, 2), rn(2, 2),
+     argnums=(0, 1))
+dual("concatenate[const]", lambda m, x: m.concatenate([x, m.ones((1, 2))]), rn(2, 2))
+dual("stack", lambda m, x, y: m.stack([x, y]), rn(2, 3), rn(2, 3), argnums=(0, 1))
+dual("stack[axis-1]", lambda m, x, y: m.stack([x, y, x], axis=-1), rn(3), rn(3),
+     argnums=(0, 1))
+dual("stack[axis1]", lambda m, x, y: m.stack((x, y), axis=1), rn(2, 2), rn(2, 2),
+     argnums=(0, 1))
+dual("stack[0d]", lambda m, x, y: m.stack([x, y]), rn(), rn(), argnums=(0, 1))
+dual("array[of tracers]", lambda m, x, y: m.array([x * 2.0, y]), rn(), rn(), argnums=(0, 1))
+dual("array[nested tracers]", lambda m, x, y: m.array([[x, y], [y, x]]), rn(), rn(),
+     argnums=(0, 1))
+dual("flip", lambda m, x: m.flip(x), rn(2, 3))
+dual("flip[axis]", lambda m, x: m.flip(x, axis=1), rn(2, 3))
+dual("flip[neg axis tuple]", lambda m, x: m.flip(x, axis=(0, -1)), rn(2, 3, 2))
+dual("shape/ndim/size", lambda m, x: x * (m.shape(x)[0] + m.ndim(x) + m.size(x)), rn(2, 3))
+dual("astype[f64->f32]", lambda m, x: x.astype(m.float32) * 2.0, rn(3), grad=False)
+dual("astype[f32->f64]", lambda m, x: m.astype(x, m.float64) if m is jnp else x.astype(np.float64),
+     rn(3, dtype=F32))
+dual("astype[f64->i32]", lambda m, x: (x * 3).astype(m.int32), rn(2, 3), grad=False)
+dual("astype[i64->f32]", lambda m, x: x.astype(m.float32) / 2, ints(4), grad=False)
+dual("astype[bool->f64]", lambda m, x: (x > 0).astype(m.float64) * x, away(4))
+dual("asarray[dtype]", lambda m, x: m.asarray(x, dtype=m.float32), rn(3), grad=False)
+dual("asarray[list const]", lambda m, x: x * m.asarray([1.0, 2.0, 3.0]), rn(3))
+dual("array[list const f32]", lambda m, x: x + m.array([1, 2, 3]), rn(3, dtype=F32), grad=False)
+
+# ------------------------------------------------------------------ creation inside functions
+dual("zeros+ones", lambda m, x: x + m.ones((2, 3)) * 2.0 - m.zeros(3), rn(2, 3))
+dual("zeros[f32]", lambda m, x: x + m.zeros((3,), m.float32), rn(3, dtype=F32), grad=False)
+dual("full", lambda m, x: x * m.full((2, 3), 1.5), rn(2, 3))
+dual("full[int]", lambda m, x: x + m.full((3,), 2), ints(3, dtype=np.int32), grad=False)
+dual("zeros_like", lambda m, x: x + m.zeros_like(x), rn(2, 3))
+dual("ones_like[f32]", lambda m, x: x * m.ones_like(x), rn(2, 3, dtype=F32), grad=False)
+dual("full_like", lambda m, x: x * m.full_like(x, 3.0), rn(2, 3))
+dual("arange", lambda m, x: x * m.arange(3), rn(2, 3))
+dual("arange[start stop step]", lambda m, x: x + m.arange(1, 7, 2), rn(3))
+dual("arange[float]", lambda m, x: x * m.arange(0.0, 1.5, 0.5), rn(3))
+dual("eye", lambda m, x: x @ m.eye(3) + x, rn(2, 3))
+dual("eye[rect k]", lambda m, x: x * m.eye(2, 3, 1), rn(2, 3))
+dual("linspace", lambda m, x: x * m.linspace(0.0, 1.0, 3), rn(3))
+dual("constants", lambda m, x: x * m.pi + m.e, rn(2))
+
+# ------------------------------------------------------------------ indexing
+_M = rn(4, 5)
+_T = rn(3, 4, 5)
+dual("index[int]", lambda m, x: x[1], _M)
+dual("index[neg int]", lambda m, x: x[-1], _M)
+dual("index[int,int]", lambda m, x: x[2, -2], _M)
+dual("index[slice]", lambda m, x: x[1:3], _M)
+dual("index[slice step]", lambda m, x: x[::2, 1::2], _M)
+dual("index[neg step]", lambda m, x: x[::-1], _M)
+dual("index[neg step 2]", lambda m, x: x[3:0:-2, ::-3], _M)
+dual("index[neg start]", lambda m, x: x[-3:, :-1], _M)
+dual("index[empty slice]", lambda m, x: x[3:1], _M)
+dual("index[out of range slice]", lambda m, x: x[2:100, -100:2], _M)
+dual("index[ellipsis]", lambda m, x: x[..., 1], _T)
+dual("index[ellipsis mid]", lambda m, x: x[0, ..., ::2], _T)
+dual("index[None]", lambda m, x: x[None], _M)
+dual("index[None mid]", lambda m, x: x[:, None, 1], _M)
+dual("index[newaxis end]", lambda m, x: x[..., None], _M)
+dual("index[mixed basic]", lambda m, x: x[1, ::-1, 2:4], _T)
+dual("index[0d scalar]", lambda m, x: x[()], rn())
+dual("index[1d int]", lambda m, x: x[2], rn(4))
+dual("index[array]", lambda m, x: x[np.array([0, 2, 2])], _M)
+dual("index[list]", lambda m, x: x[[3, 0, -1]], _M)
+dual("index[neg array]", lambda m, x: x[np.array([-1, -4, 1])], _M)
+dual("index[2d array]", lambda m, x: x[np.array([[0, 1], [3, 3]])], _M)
+dual("index[:, array]", lambda m, x: x[:, np.array([4, 0, 0])], _M)
+dual("index[array, array]", lambda m, x: x[np.array([0, 1, 3]), np.array([4, 4, 2])], _M)
+dual("index[array, array bcast]", lambda m, x: x[np.array([[0], [2]]), np.array([1, 3, 1])], _M)
+dual("index[int, array]", lambda m, x: x[-1, np.array([0, 2])], _T)
+dual("index[array, :, array]", lambda m, x: x[np.array([0, 2]), :, np.array([1, 4])], _T)
+dual("index[:, array, array]", lambda m, x: x[:, np.array([0, 3]), np.array([1, 4])], _T)
+dual("index[:, :, array]", lambda m, x: x[:, :, np.array([4, 1, 1, 0])], _T)
+dual("index[slice, array]", lambda m, x: x[1:, np.array([0, 2, 2])], _M)
+dual("index[step, array]", lambda m, x: x[::-2, np.array([1, 0])], _M)
+dual("index[bool mask const]", lambda m, x: x[np.array([True, False, True, True])], _M)
+dual("index[gather labels]", lambda m, logp, labels: logp[m.arange(4), labels], _M,
+     np.array([1, 0, 4, 4]))
+dual("index[gather labels i32]", lambda m, logp, labels: logp[m.arange(4), labels], _M,
+     np.array([1, 0, 4, 4], dtype=np.int32))
+dual("index[traced index array]", lambda m, x, i: x[i], rn(5), np.array([[4, 0], [0, 0]]))
+dual("index[i32 values]", lambda m, x: x[np.array([1, 0]), 1:], ints(3, 3, dtype=np.int32),
+     grad=False)
+dual("nll loss", lambda m, logp, labels: -m.mean(logp[m.arange(4), labels]), _M,
+     np.array([1, 0, 4, 4]))
+dual("take", lambda m, x: m.take(x, np.array([1, 1, -1])), _M)
+dual("take[axis0]", lambda m, x: m.take(x, np.array([3, 0, 3]), axis=0), _M)
+dual("take[axis1]", lambda m, x: m.take(x, np.array([4, 0, 4, 4]), axis=1), _M)
+dual("take[axis-1 3d]", lambda m, x: m.take(x, np.array([[0, 1], [4, 4]]), axis=-1), _T)
+dual("take[axis1 3d]", lambda m, x: m.take(x, np.array([2, -1]), axis=1), _T)
+dual("take[0d index]", lambda m, x: m.take(x, np.array(2), axis=1), _M)
+dual("take[traced idx]", lambda m, x, i: m.take(x, i, axis=0), _M, np.array([2, 2, 0]))
+dual("take_along_axis", lambda m, x: m.take_along_axis(x, np.array([[0, 4], [1, 1], [2, 0],
+                                                                       [3, 3]]), axis=1), _M)
+dual("take_along_axis[axis0]", lambda m, x: m.take_along_axis(x, np.array([[3, 0, 1, 1, 2]]),
+                                                               axis=0), _M)
+dual("take_along_axis[argsort]", lambda m, x: m.take_along_axis(x, np.argsort(_M, axis=-1),
+                                                                axis=-1), _M)
+dual("take_along_axis[3d]", lambda m, x, i: m.take_along_axis(x, i, axis=1), _T,
+     _rng.integers(0, 4, (3, 2, 5)))
+dual("take_along_axis[bcast]", lambda m, x: m.take_along_axis(x, np.array([[1], [0], [3], [2]]),
+                                                               axis=1), _M)
+
+# ------------------------------------------------------------------ linear algebra
+dual("matmul[2d@2d]", lambda m, a, b: a @ b, rn(2, 3), rn(3, 4), argnums=(0, 1))
+dual("matmul[fn 2d@2d]", lambda m, a, b: m.matmul(a, b), rn(2, 3), rn(3, 4), argnums=(0, 1))
+dual("matmul[1d@2d]", lambda m, a, b: a @ b, rn(3), rn(3, 4), argnums=(0, 1))
+dual("matmul[2d@1d]", lambda m, a, b: a @ b, rn(2, 3), rn(3), argnums=(0, 1))
+dual("matmul[1d@1d]", lambda m, a, b: a @ b, rn(3), rn(3), argnums=(0, 1))
+dual("matmul[batched]", lambda m, a, b: a @ b, rn(2, 2, 3), rn(2, 3, 4), argnums=(0, 1))
+dual("matmul[batch bcast]", lambda m, a, b: a @ b, rn(2, 1, 3, 2), rn(3, 2, 2), argnums=(0, 1))
+dual("matmul[3d@2d]", lambda m, a, b: a @ b, rn(2, 2, 3), rn(3, 2), argnums=(0, 1))
+dual("matmul[3d@1d]", lambda m, a, b: a @ b, rn(2, 2, 3), rn(3), argnums=(0, 1))
+dual("matmul[1d@3d]", lambda m, a, b: a @ b, rn(3), rn(2, 3, 2), argnums=(0, 1))
+dual("matmul[f32]", lambda m, a, b: a @ b, rn(2, 3, dtype=F32), rn(3, 2, dtype=F32),
+     grad=False, rtol=1e-5)
+dual("matmul[f32@f64]", lambda m, a, b: a @ b, rn(2, 3, dtype=F32), rn(3, 2), argnums=(0, 1))
+dual("matmul[int]", lambda m, a, b: a @ b, ints(2, 3), ints(3, 2), grad=False)
+dual("matmul[size0 k]", lambda m, a, b: a @ b, rn(2, 0), rn(0, 3), argnums=(0, 1))
+dual("matmul[size0 m]", lambda m, a, b: a @ b, rn(0, 2), rn(2, 3), argnums=(0, 1))
+dual("matmul[const rhs]", lambda m, a: a @ np.array([[1.0, -1.0], [0.5, 2.0]]), rn(3, 2))
+dual("matmul[rmatmul]", lambda m, a: np.array([[1.0, -1.0], [0.5, 2.0]]) @ a, rn(2, 3))
+dual("dot[2d]", lambda m, a, b: m.dot(a, b), rn(2, 3), rn(3, 2), argnums=(0, 1))
+dual("dot[1d]", lambda m, a, b: m.dot(a, b), rn(3), rn(3), argnums=(0, 1))
+dual("dot[2d,1d]", lambda m, a, b: m.dot(a, b), rn(2, 3), rn(3), argnums=(0, 1))
+dual("dot[scalar]", lambda m, a, b: m.dot(a, b), rn(), rn(2, 3), argnums=(0, 1))
+dual("dot[3d,2d]", lambda m, a, b: m.dot(a, b), rn(2, 2, 3), rn(3, 2), argnums=(0, 1))
+dual("dot[2d,3d]", lambda m, a, b: m.dot(a, b), rn(2, 3), rn(2, 3, 4), argnums=(0, 1))
+dual("dot[3d,1d]", lambda m, a, b: m.dot(a, b), rn(2, 2, 3), rn(3), argnums=(0, 1))
+dual("dot[method]", lambda m, a, b: a.dot(b), rn(2, 3), rn(3), argnums=(0, 1))
+dual("vdot", lambda m, a, b: m.vdot(a, b), rn(2, 3), rn(2, 3), argnums=(0, 1))
+dual("inner[1d]", lambda m, a, b: m.inner(a, b), rn(3), rn(3), argnums=(0, 1))
+dual("inner[2d]", lambda m, a, b: m.inner(a, b), rn(2, 3), rn(4, 3), argnums=(0, 1))
+dual("outer", lambda m, a, b: m.outer(a, b), rn(3), rn(4), argnums=(0, 1))
+dual("outer[2d ravel]", lambda m, a, b: m.outer(a, b), rn(2, 2), rn(3), argnums=(0, 1))
+dual("tensordot[int]", lambda m, a, b: m.tensordot(a, b, axes=2), rn(2, 3, 4), rn(3, 4, 2),
+     argnums=(0, 1))
+dual("tensordot[1]", lambda m, a, b: m.tensordot(a, b, axes=1), rn(2, 3), rn(3, 2),
+     argnums=(0, 1))
+dual("tensordot[0]", lambda m, a, b: m.tensordot(a, b, axes=0), rn(2), rn(3), argnums=(0, 1))
+dual("tensordot[pairs]", lambda m, a, b: m.tensordot(a, b, axes=([0, 2], [2, 0])),
+     rn(2, 3, 4), rn(4, 5, 2), argnums=(0, 1))
+dual("tensordot[int pair]", lambda m, a, b: m.tensordot(a, b, axes=(1, 0)), rn(2, 3), rn(3, 4),
+     argnums=(0, 1))
+_EINSUM = [
+    ("ij,jk->ik", (2, 3), (3, 4)),
+    ("bij,bjk->bik", (2, 2, 3), (2, 3, 2)),
+    ("i,i->", (3,), (3,)),
+    ("i,j->ij", (3,), (2,)),
+    ("ij,j->i", (2, 3), (3,)),
+    ("ij,ij->i", (2, 3), (2, 3)),
+    ("ij,ij->ij", (2, 3), (2, 3)),
+    ("bij,jk->bik", (2, 2, 3), (3, 2)),
+    ("ij,kj->ik", (2, 3), (4, 3)),
+    ("ij,jk", (2, 3), (3, 4)),
+    ("ijk,ikl->jl", (2, 2, 3), (2, 3, 2)),
+    ("ij,kl->ijkl", (2, 1), (1, 3)),
+    ("ij,k->i", (2, 3), (4,)),
+    ("ba,bc->ca", (3, 2), (3, 4)),
+]
+for _s, _sa, _sb in _EINSUM:
+    dual(f"einsum[{_s}]", lambda m, a, b, s=_s: m.einsum(s, a, b), rn(*_sa), rn(*_sb),
+         argnums=(0, 1))
+for _s, _sa in [("ij->ji", (2, 3)), ("ij->", (2, 3)), ("ij->j", (2, 3)), ("ijk->kij", (2, 3, 2)),
+                ("ij", (2, 3)), ("ji", (2, 3)), ("i->", (4,))]:
+    dual(f"einsum[{_s}]", lambda m, a, s=_s: m.einsum(s, a), rn(*_sa))
+dual("einsum[f32]", lambda m, a, b: m.einsum("ij,jk->ik", a, b), rn(2, 3, dtype=F32),
+     rn(3, 2, dtype=F32), grad=False, rtol=1e-5)
+
+# ------------------------------------------------------------------ nn and scipy.special
+def _np_softplus(x):
+    return np.logaddexp(0.0, x).astype(np.asarray(x).dtype)
+
+
+def _np_log_softmax(x, axis=-1):
+    return x - sps.logsumexp(x, axis=axis, keepdims=True)
+
+
+def _np_gelu_tanh(x):
+    c = math.sqrt(2.0 / math.pi)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * x ** 3)))
+
+
+for _tag, _dt, _g in (("f64", F64, True), ("f32", F32, False)):
+    _x = away(2, 3, dtype=_dt)
+    case(f"relu[{_tag}]", lambda x: nn.relu(x), _x, expect=lambda x: np.maximum(x, 0), grad=_g)
+    case(f"softplus[{_tag}]", lambda x: nn.softplus(x), _x, expect=_np_softplus, grad=_g)
+    case(f"log_sigmoid[{_tag}]", lambda x: nn.log_sigmoid(x), _x,
+         expect=lambda x: -_np_softplus(-x), grad=_g)
+    case(f"silu[{_tag}]", lambda x: nn.silu(x), _x, expect=lambda x: x * sps.expit(x), grad=_g)
+    case(f"swish[{_tag}]", lambda x: nn.swish(x), _x, expect=lambda x: x * sps.expit(x), grad=_g)
+    case(f"elu[{_tag}]", lambda x: nn.elu(x), _x,
+         expect=lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))), grad=_g)
+    case(f"elu[alpha {_tag}]", lambda x: nn.elu(x, alpha=0.5), _x,
+         expect=lambda x: np.where(x > 0, x, 0.5 * np.expm1(np.minimum(x, 0))), grad=_g)
+    case(f"leaky_relu[{_tag}]", lambda x: nn.leaky_relu(x), _x,
+         expect=lambda x: np.where(x >= 0, x, 0.01 * x), grad=_g)
+    case(f"gelu[tanh {_tag}]", lambda x: nn.gelu(x), _x, expect=_np_gelu_tanh, grad=_g)
+    case(f"gelu[erf {_tag}]", lambda x: nn.gelu(x, approximate=False), _x,
+         expect=lambda x: 0.5 * x * (1.0 + sps.erf(x * (1.0 / math.sqrt(2.0)))), grad=_g)
+    case(f"sigmoid[nn {_tag}]", lambda x: nn.sigmoid(x), _x, expect=sps.expit, grad=_g)
+    case(f"log_softmax[{_tag}]", lambda x: nn.log_softmax(x), _x, expect=_np_log_softmax, grad=_g)
+    case(f"log_softmax[axis0 {_tag}]", lambda x: nn.log_softmax(x, axis=0), _x,
+         expect=lambda x: _np_log_softmax(x, 0), grad=_g)
+    case(f"softmax[{_tag}]", lambda x: nn.softmax(x), _x,
+         expect=lambda x: sps.softmax(x, axis=-1), grad=_g)
+    case(f"softmax[axis0 {_tag}]", lambda x: nn.softmax(x, axis=0), _x,
+         expect=lambda x: sps.softmax(x, axis=0), grad=_g)
+    case(f"logsumexp[{_tag}]", lambda x: jsp.logsumexp(x), _x, expect=sps.logsumexp, grad=_g)
+    case(f"logsumexp[axis1 {_tag}]", lambda x: jsp.logsumexp(x, axis=1), _x,
+         expect=lambda x: sps.logsumexp(x, axis=1), grad=_g)
+    case(f"logsumexp[keepdims {_tag}]", lambda x: nn.logsumexp(x, axis=1, keepdims=True), _x,
+         expect=lambda x: sps.logsumexp(x, axis=1, keepdims=True), grad=_g)
+    case(f"logsumexp[axis0 keepdims {_tag}]", lambda x: jsp.logsumexp(x, axis=0, keepdims=True),
+         _x, expect=lambda x: sps.logsumexp(x, axis=0, keepdims=True), grad=_g)
+    case(f"logsumexp[axis tuple {_tag}]", lambda x: jsp.logsumexp(x, axis=(0, 1)), _x,
+         expect=lambda x: sps.logsumexp(x, axis=(0, 1)), grad=_g)
+    case(f"logsumexp[None keepdims {_tag}]", lambda x: jsp.logsumexp(x, keepdims=True), _x,
+         expect=lambda x: sps.logsumexp(x, keepdims=True), grad=_g)
+case("logsumexp[large]", lambda x: jsp.logsumexp(x, axis=-1), np.array([[1000.0, 1001.0],
+                                                                         [-1000.0, -999.0]]),
+     expect=lambda x: sps.logsumexp(x, axis=-1))
+case("logsumexp[-inf row]", lambda x: jsp.logsumexp(x, axis=-1),
+     np.array([[-np.inf, -np.inf], [0.0, -np.inf]]),
+     expect=lambda x: sps.logsumexp(x, axis=-1), grad=False)
+case("logsumexp[0d]", lambda x: jsp.logsumexp(x), rn(), expect=sps.logsumexp)
+case("logsumexp[int]", lambda x: jsp.logsumexp(x, axis=0), ints(3, 2),
+     expect=lambda x: sps.logsumexp(x, axis=0), grad=False)
+case("softplus[large]", lambda x: nn.softplus(x), np.array([-800.0, -30.0, 0.5, 30.0, 800.0]),
+     expect=_np_softplus)
+case("sigmoid[large]", lambda x: nn.sigmoid(x), np.array([-800.0, -30.0, 0.5, 30.0, 800.0]),
+     expect=sps.expit)
+case("log_softmax[large]", lambda x: nn.log_softmax(x), np.array([[1000.0, 0.0, -1000.0]]),
+     expect=_np_log_softmax)
+case("one_hot", lambda y: nn.one_hot(y, 4), np.array([0, 3, 1, 3]),
+     expect=lambda y: np.eye(4)[y], grad=False)
+case("one_hot[f32 2d]", lambda y: nn.one_hot(y, 3, dtype=jnp.float32), np.array([[0, 2], [1, 1]]),
+     expect=lambda y: np.eye(3, dtype=np.float32)[y], grad=False)
+case("relu[int]", lambda x: nn.relu(x), ints(5), expect=lambda x: np.maximum(x, 0), grad=False)
+case("relu[0d]", lambda x: nn.relu(x), np.array(-0.7), expect=lambda x: np.maximum(x, 0.0))
+case("cross entropy",
+     lambda logits, y: -jnp.mean(jnp.sum(nn.log_softmax(logits) * nn.one_hot(y, 3), axis=1)),
+     rn(4, 3), np.array([0, 2, 1, 2]),
+     expect=lambda logits, y: -np.mean(np.sum(_np_log_softmax(logits) * np.eye(3)[y], axis=1)))
+
+# ------------------------------------------------------------------ primitives without a jnp name
+from jitgraph.core import PRIMITIVES as _P  # noqa: E402
+
+case("prim pad_slice", lambda g: _P["pad_slice"](g, shape=(4, 5), slices=((1, 4, 2), (4, -1, -2))),
+     rn(2, 3), expect=lambda g: _np_pad(g))
+
+
+def _np_pad(g):
+    z = np.zeros((4, 5), g.dtype)
+    z[1:4:2, 4::-2] = g
+    return z
+
+
+case("prim scatter_add", lambda g, i: _P["scatter_add"](g, i, shape=(3, 2)), rn(4, 2),
+     np.array([0, 2, 0, -1]), expect=lambda g, i: _np_scatter(g, i))
+
+
+def _np_scatter(g, i):
+    out = np.zeros((3, 2))
+    np.add.at(out, i, g)
+    return out
+
+
+case("prim scatter_add[2 idx]", lambda g: _P["scatter_add"](
+    g, np.array([[0], [1]]), np.array([2, 2, 0]), shape=(2, 3)), rn(2, 3),
+    expect=lambda g: _np_scatter2(g))
+
+
+def _np_scatter2(g):
+    out = np.zeros((2, 3))
+    np.add.at(out, (np.array([[0], [1]]), np.array([2, 2, 0])), g)
+    return out
+
+
+case("prim gather[clamp]", lambda x: _P["gather"](x, np.array([-1, 7, 0])), rn(3, 2),
+     expect=lambda x: x[np.array([2, 2, 0])])
+case("prim convert", lambda x: _P["convert"](x, dtype=np.dtype(np.float32)), rn(3),
+     expect=lambda x: x.astype(np.float32), grad=False)   # float32 output: see test_grads
+case("prim convert[f32->f64]", lambda x: _P["convert"](x, dtype=np.dtype(np.float64)) ** 3,
+     rn(3, dtype=F32), expect=lambda x: x.astype(np.float64) ** 3)
+case("prim select", lambda c, x, y: _P["select"](c > 0, x, y), rn(3), rn(2, 3), rn(3),
+     expect=lambda c, x, y: np.where(c > 0, x, y), argnums=(1, 2))
+case("prim floordiv", lambda x, y: _P["floordiv"](x, y), ints(4), nonzero_ints(4),
+     expect=np.floor_divide, grad=False)
+
+# ------------------------------------------------------------------ compositions
+dual("composite[mlp]", lambda m, x, w, b: m.tanh(x @ w + b).sum(axis=1), rn(3, 2), rn(2, 4),
+     rn(4), argnums=(0, 1, 2))
+dual("composite[multi use]", lambda m, x: x * x + m.sin(x) * x - x, rn(3))
+dual("composite[normalize]", lambda m, x: (x - x.mean(axis=0)) / m.sqrt(x.var(axis=0) + 1e-3),
+     rn(4, 3))
+dual("composite[pytree out]", lambda m, x, y: (x * y, {"s": m.sum(x), "l": [y + 1.0]}),
+     rn(2), rn(2), argnums=(0, 1))
+dual("composite[layernorm f32]", lambda m, x: (x - x.mean(axis=-1, keepdims=True))
+     / m.sqrt(x.var(axis=-1, keepdims=True) + 1e-5), rn(2, 4, dtype=F32), grad=False,
+     rtol=1e-4, atol=1e-5)
+dual("composite[softmax attn]", lambda m, q, k: m.exp(q @ k.T - m.max(q @ k.T, axis=1,
+                                                                  keepdims=True)),
+     rn(2, 3), rn(4, 3), argnums=(0, 1))
+
+
+CASES_BY_NAME = {c.name: c for c in CASES}
+GRAD_CASES = [c for c in CASES if c.grad]
