@@ -227,13 +227,15 @@ class Timing:
             self.q1, self.q3 = self.samples[0], self.samples[-1]
         self.iqr = self.q3 - self.q1
         self.min = self.samples[0]
+        self.other_load: float | None = None   # CPUs used by other processes meanwhile
 
     def __repr__(self) -> str:
         return f"Timing(median={fmt_time(self.median)}, iqr={fmt_time(self.iqr)}, n={len(self.samples)})"
 
     def as_dict(self) -> dict:
         return {"median_s": self.median, "q1_s": self.q1, "q3_s": self.q3, "iqr_s": self.iqr,
-                "min_s": self.min, "repeats": len(self.samples), "calls_per_sample": self.number}
+                "min_s": self.min, "repeats": len(self.samples), "calls_per_sample": self.number,
+                "other_load": self.other_load}
 
 
 def timeit(fn, *, warmup: int = 3, repeats: int = 20, number: int = 1,
@@ -254,6 +256,7 @@ def timeit(fn, *, warmup: int = 3, repeats: int = 20, number: int = 1,
         repeats = max(min(repeats, fit), min(min_repeats, repeats))
     samples = []
     perf = time.perf_counter
+    probe = _LoadProbe()
     for _ in range(repeats):
         if number == 1:
             t0 = perf()
@@ -265,7 +268,37 @@ def timeit(fn, *, warmup: int = 3, repeats: int = 20, number: int = 1,
                 fn()
             sync(fn())
             samples.append((perf() - t0) / number)
-    return Timing(samples, number)
+    timing = Timing(samples, number)
+    timing.other_load = probe.stop()
+    return timing
+
+
+class _LoadProbe:
+    """CPU time used by OTHER processes while we measure, in CPUs (from /proc/stat,
+    minus this process's own CPU time).  None if unknown or the window was too short."""
+
+    def __init__(self):
+        self.busy0 = _busy_cpu_seconds()
+        self.own0 = time.process_time()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> float | None:
+        wall = time.perf_counter() - self.t0
+        busy1 = _busy_cpu_seconds()
+        if self.busy0 is None or busy1 is None or wall < 0.25:
+            return None
+        other = (busy1 - self.busy0) - (time.process_time() - self.own0)
+        return max(0.0, other / wall)
+
+
+def _busy_cpu_seconds() -> float | None:
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(v) for v in f.readline().split()[1:8]]
+        busy = sum(vals) - vals[3] - vals[4]   # minus idle and iowait
+        return busy / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def time_per_call(fn, *, number: int = 10_000, repeats: int = 15, warmup_calls: int = 200,
@@ -306,6 +339,7 @@ def fmt_time(seconds: float | None) -> str:
 # --------------------------------------------------------------------------------------
 
 JITGRAPH = "jitgraph"
+BUSY = 0.25   # other processes' CPUs above which a measurement is flagged
 
 
 class ResultTable:
@@ -342,7 +376,8 @@ class ResultTable:
     def render(self) -> str:
         ref = self._ref()
         unit = {"ms": " (ms)", "us": " (µs)"}.get(self.unit, "")
-        head = ["library", "median" + unit, "IQR" + unit, "n", "x jitgraph", *self.extra_cols, "note"]
+        head = ["library", "median" + unit, "IQR" + unit, "n", "x jitgraph", *self.extra_cols,
+                "other", "note"]
         lines = []
         for r in self.rows:
             t = r["timing"]
@@ -351,12 +386,14 @@ class ResultTable:
             elif ref is None:
                 ratio = "n/a"
             else:
-                ratio = f"{t.median / ref:.2f}x"
+                ratio = f"{t.median / ref:.3g}x"
             cells = [r["name"], self._fmt(t.median if t else None), self._fmt(t.iqr if t else None),
                      str(len(t.samples)) if t else "-", ratio]
             for c in self.extra_cols:
                 v = r["extra"].get(c)
                 cells.append("" if v is None else str(v))
+            load = getattr(t, "other_load", None) if t else None
+            cells.append("" if load is None else f"{load:.2f}" + ("!" if load > BUSY else ""))
             cells.append(r["note"])
             lines.append(cells)
         widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h)
@@ -370,6 +407,10 @@ class ResultTable:
             out.append("  (x jitgraph: n/a -- no jitgraph timing)")
         else:
             out.append("  (x jitgraph = median / jitgraph median; > 1: jitgraph faster)")
+        if any(getattr(r["timing"], "other_load", None) is not None and
+               r["timing"].other_load > BUSY for r in self.rows):
+            out.append("  (other = CPUs used by other processes while timing; '!': the machine was "
+                       "busy, that row is unreliable)")
         return "\n".join(out)
 
     def print(self) -> None:
@@ -393,6 +434,7 @@ class ResultTable:
                 timing.number = td["calls_per_sample"]
                 timing.median, timing.q1, timing.q3 = td["median_s"], td["q1_s"], td["q3_s"]
                 timing.iqr, timing.min = td["iqr_s"], td["min_s"]
+                timing.other_load = td.get("other_load")
                 timing.samples = [None] * td["repeats"]
             t.add(r["name"], timing, r["note"], **r["extra"])
         return t

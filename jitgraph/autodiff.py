@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import dtypes
-from .core import Aval, Graph, Node, Trace, Tracer, bind
+from .core import Aval, Graph, Node, Trace, Tracer, bind, top_trace
 from . import numpy as jnp
 
 
@@ -23,7 +23,9 @@ def eval_graph(graph: Graph, args: Sequence[Any]) -> list:
         from .interpreter import run
         return run(graph, list(args))
     env: dict = dict(zip(graph.inputs, args))
-    env.update(graph.consts)
+    trace = top_trace(args)
+    for v, c in graph.consts.items():   # keep constants symbolic in the enclosing trace
+        env[v] = Tracer(trace, trace.const_var(c))
     for n in graph.nodes:
         outs = bind(n.prim, *[env[v] for v in n.inputs], **n.params)
         if not n.prim.multiple_results:
@@ -81,8 +83,9 @@ def build_vjp(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any] | None 
         env: dict = {v: t.new_input(v.aval) for v in graph.inputs}
         if ct_values is None:
             cts_in = [t.new_input(Aval(o.aval.shape, o.aval.dtype)) for o in graph.outputs]
-        else:
-            cts_in = list(ct_values)
+        else:   # constants enter as traced values, so the rules build graph nodes, not arrays
+            cts_in = [None if c is None or isinstance(c, Tracer) else Tracer(t, t.const_var(c))
+                      for c in ct_values]
         _replay(graph, t, env)
         ct_env: dict = {}
 

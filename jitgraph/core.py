@@ -341,13 +341,10 @@ class Tracer:
         return self._concrete(".item()").item()
 
     def __array__(self, dtype=None, copy=None):
-        if self.val is not None and not self.trace.abstract:
-            raise TypeError(
-                f"a traced value {self.gvar.aval} was passed to a NumPy function; use the "
-                "jitgraph.numpy function of the same name so it can be traced")
         raise TypeError(
             f"a traced value {self.gvar.aval} was passed to a NumPy function (at "
-            f"{where(user_frame(2))}); use jitgraph.numpy (import jitgraph.numpy as jnp) instead")
+            f"{where(user_frame(2))}); use the jitgraph.numpy function of the same name "
+            "(import jitgraph.numpy as jnp) so it can be traced")
 
     def __hash__(self) -> int:
         return id(self)
@@ -390,6 +387,9 @@ def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
         res = run_impl(prim, args, params, out_avals)
     else:
         if not trace.active:
-            raise LeakedTracerError(f"{prim.name}: a traced value escaped its transformation")
+            raise LeakedTracerError(
+                f"{prim.name}: a traced value from a finished {trace.what} was used (at "
+                f"{where(user_frame(2))}); traced values must not escape the function being "
+                "transformed (return them instead)")
         res = trace.emit(prim, args, out_avals, params)
     return res if prim.multiple_results else res[0]

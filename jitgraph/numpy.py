@@ -7,14 +7,16 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import math
+import types
 from typing import Any, Sequence
 
 import numpy as np
 
 from . import dtypes
 from .core import Tracer, aval_of, bind
-from .errors import ShapeError
+from .errors import ConcretizationError, ShapeError
 
 # dtypes, re-exported under NumPy's names
 bool_ = dtypes.bool_
@@ -40,12 +42,18 @@ def _operand(x: Any, name: str = "argument") -> Any:
     if isinstance(x, np.ndarray):
         if x.dtype in dtypes.SUPPORTED:
             return x
-        return x.astype(dtypes.canonical(x.dtype))
+        return x.astype(_canonical(x.dtype, name))
     if isinstance(x, np.generic):
-        return np.asarray(x, dtypes.canonical(x.dtype))
+        return np.asarray(x, _canonical(x.dtype, name))
     if isinstance(x, (list, tuple)):
         if any(isinstance(e, Tracer) for e in _iter_nested(x)):
-            return stack([_operand(e, name) for e in x])
+            rows = [_operand(e, name) for e in x]
+            shapes = {aval_of(r).shape for r in rows}
+            if len(shapes) > 1:
+                raise ValueError(f"{name}: cannot make an array from a ragged nested sequence "
+                                 f"(rows of shapes {sorted(shapes)}); all rows must have the "
+                                 "same length")
+            return stack(rows)
         try:
             arr = np.asarray(x)
         except ValueError as err:
@@ -55,7 +63,7 @@ def _operand(x: Any, name: str = "argument") -> Any:
             raise ValueError(f"{name}: cannot make an array from a ragged nested sequence")
         if arr.dtype.kind in "US":
             raise TypeError(f"{name}: strings are not arrays (got {x!r:.60})")
-        return arr.astype(dtypes.canonical(arr.dtype))
+        return arr.astype(_canonical(arr.dtype, name))
     if x is None:
         raise TypeError(f"{name}: None is not an array")
     if isinstance(x, (str, bytes)):
@@ -63,6 +71,13 @@ def _operand(x: Any, name: str = "argument") -> Any:
     if hasattr(x, "__array__"):
         return _operand(np.asarray(x), name)
     raise TypeError(f"{name}: expected an array, scalar or traced value, got {type(x).__name__}")
+
+
+def _canonical(dtype, name):
+    try:
+        return dtypes.canonical(dtype)
+    except TypeError as err:
+        raise TypeError(f"{name}: {err}") from None
 
 
 def _iter_nested(x):
@@ -88,7 +103,7 @@ def _cast(x, dtype):
 
 
 def _promote(*xs, float_only: bool = False):
-    xs = [_operand(x) for x in xs]
+    xs = [_operand(x, f"argument {i}" if len(xs) > 1 else "argument") for i, x in enumerate(xs)]
     dtype, _ = dtypes.result_type(*[_dtype_weak(x) for x in xs])
     if float_only and not dtypes.is_float(dtype):
         dtype = float64
@@ -499,13 +514,15 @@ def broadcast_arrays(*xs):
 
 
 def concatenate(arrays, axis=0):
+    if isinstance(arrays, Tracer) or not len(arrays):
+        raise ValueError("need a non-empty sequence of arrays to concatenate")
     xs = _promote(*arrays)
+    if aval_of(xs[0]).ndim == 0:
+        raise ShapeError("zero-dimensional arrays cannot be concatenated")
+    ax = _axis1(xs[0], axis, "concatenate")
     if len(xs) == 1:
         return xs[0]
-    nd = aval_of(xs[0]).ndim
-    if nd == 0:
-        raise ShapeError("zero-dimensional arrays cannot be concatenated")
-    return bind(_P.concatenate, *xs, axis=axis % nd)
+    return bind(_P.concatenate, *xs, axis=ax)
 
 
 def stack(arrays, axis=0):
@@ -516,7 +533,8 @@ def stack(arrays, axis=0):
     if len(shapes) > 1:
         raise ShapeError(f"all input arrays must have the same shape, got {sorted(shapes)}")
     nd = aval_of(xs[0]).ndim + 1
-    return concatenate([expand_dims(x, axis % nd) for x in xs], axis=axis % nd)
+    ax = _axis1(xs[0], axis, "stack", nd)
+    return concatenate([expand_dims(x, ax) for x in xs], axis=ax)
 
 
 def flip(x, axis=None):
@@ -586,13 +604,13 @@ def getitem(x, key):
             slices.append(k.indices(n))
             out_pos += 1
         else:
-            try:
-                i = int(k) if not isinstance(k, Tracer) else k.__index__()
-            except TypeError:
+            if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
                 raise IndexError(f"only integers, slices, ellipsis, None and integer arrays are "
-                                 f"valid indices, got {type(k).__name__}") from None
+                                 f"valid indices, got {type(k).__name__} {k!r:.40}")
+            i = int(k)
             if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n} "
+                                 f"(array shape {shp})")
             i %= n
             if has_adv:
                 slices.append((0, n, 1))
@@ -793,6 +811,19 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None):
 
 
 # ------------------------------------------------------------------ ndarray-like tracer methods
+def _no_out(out, name) -> bool:
+    if out is not None:
+        raise TypeError(f"{name}: out= is not supported on traced values (arrays are immutable "
+                        f"inside a trace); use the returned value, at {_here()}")
+    return True
+
+
+def _c_order(order) -> bool:
+    if order not in ("C", None):
+        raise TypeError(f"reshape: only order='C' is supported on traced values, got {order!r}")
+    return True
+
+
 def _install_tracer_methods() -> None:
     T = Tracer
     T.__add__ = lambda s, o: add(s, o)
@@ -828,24 +859,74 @@ def _install_tracer_methods() -> None:
     T.__getitem__ = lambda s, k: getitem(s, k)
     T.T = property(lambda s: transpose(s))
     T.mT = property(lambda s: swapaxes(s, -1, -2))
-    T.reshape = lambda s, *shape: reshape(s, shape[0] if len(shape) == 1 else shape)
+    T.reshape = lambda s, *shape, order="C", copy=None: reshape(
+        s, shape[0] if len(shape) == 1 else shape) if _c_order(order) else None
     T.transpose = lambda s, *axes: transpose(s, axes[0] if len(axes) == 1 else (axes or None))
     T.swapaxes = lambda s, a, b: swapaxes(s, a, b)
     T.squeeze = lambda s, axis=None: squeeze(s, axis)
     T.ravel = lambda s: ravel(s)
     T.flatten = lambda s: ravel(s)
     T.astype = lambda s, dtype: astype(s, dtype)
-    T.sum = lambda s, axis=None, dtype=None, keepdims=False: sum(s, axis, dtype, keepdims)
-    T.mean = lambda s, axis=None, keepdims=False: mean(s, axis, keepdims)
-    T.max = lambda s, axis=None, keepdims=False: max(s, axis, keepdims)
-    T.min = lambda s, axis=None, keepdims=False: min(s, axis, keepdims)
-    T.prod = lambda s, axis=None, keepdims=False: prod(s, axis, keepdims)
-    T.var = lambda s, axis=None, ddof=0, keepdims=False: var(s, axis, ddof, keepdims)
-    T.std = lambda s, axis=None, ddof=0, keepdims=False: std(s, axis, ddof, keepdims)
-    T.argmax = lambda s, axis=None, keepdims=False: argmax(s, axis, keepdims)
-    T.argmin = lambda s, axis=None, keepdims=False: argmin(s, axis, keepdims)
-    T.dot = lambda s, o: dot(s, o)
-    T.clip = lambda s, a_min=None, a_max=None: clip(s, a_min, a_max)
+    # the methods also accept NumPy's ``out=None``/``dtype=None``/``order="C"``, which is what
+    # np.sum(traced), np.mean(traced), np.reshape(traced, ...) pass when they defer to a method
+    T.sum = lambda s, axis=None, dtype=None, out=None, keepdims=False: sum(
+        s, axis, dtype, keepdims) if _no_out(out, "sum") else None
+    T.mean = lambda s, axis=None, dtype=None, out=None, keepdims=False: mean(
+        s if dtype is None else astype(s, dtype), axis, keepdims) if _no_out(out, "mean") else None
+    T.max = lambda s, axis=None, out=None, keepdims=False: max(
+        s, axis, keepdims) if _no_out(out, "max") else None
+    T.min = lambda s, axis=None, out=None, keepdims=False: min(
+        s, axis, keepdims) if _no_out(out, "min") else None
+    T.prod = lambda s, axis=None, dtype=None, out=None, keepdims=False: prod(
+        s if dtype is None else astype(s, dtype), axis, keepdims) if _no_out(out, "prod") else None
+    T.var = lambda s, axis=None, dtype=None, out=None, ddof=0, keepdims=False: var(
+        s if dtype is None else astype(s, dtype), axis, ddof, keepdims) \
+        if _no_out(out, "var") else None
+    T.std = lambda s, axis=None, dtype=None, out=None, ddof=0, keepdims=False: std(
+        s if dtype is None else astype(s, dtype), axis, ddof, keepdims) \
+        if _no_out(out, "std") else None
+    T.argmax = lambda s, axis=None, out=None, keepdims=False: argmax(
+        s, axis, keepdims) if _no_out(out, "argmax") else None
+    T.argmin = lambda s, axis=None, out=None, keepdims=False: argmin(
+        s, axis, keepdims) if _no_out(out, "argmin") else None
+    T.dot = lambda s, o, out=None: dot(s, o) if _no_out(out, "dot") else None
+    T.clip = lambda s, min=None, max=None, out=None: clip(s, min, max) \
+        if _no_out(out, "clip") else None
 
 
 _install_tracer_methods()
+
+
+# ------------------------------------------------------------------ error locations
+def _located(fn, name: str):
+    """Errors from a jnp function name the function and the user's source line.
+
+    Errors raised by ``bind`` already carry both (and name the primitive); the others (bad axes,
+    bad indices, bad operands, ...) get them here, once, at the outermost user-facing call."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ShapeError, IndexError, TypeError, ValueError) as err:
+            if isinstance(err, ConcretizationError) or getattr(err, "_jg_located", False):
+                raise
+            msg = str(err)
+            loc = _here()
+            if loc not in msg:      # (bind's errors already name the primitive and the line)
+                msg = f"{msg}\n  at {loc}"
+                if not msg.startswith(name + ":"):
+                    msg = f"jnp.{name}: {msg}"
+                err.args = (msg,)
+            try:
+                err._jg_located = True
+            except AttributeError:  # pragma: no cover  (exceptions without a __dict__)
+                pass
+            raise
+    return wrapper
+
+
+for _name, _obj in list(globals().items()):
+    if (not _name.startswith("_") and isinstance(_obj, types.FunctionType)
+            and _obj.__module__ == __name__):
+        globals()[_name] = _located(_obj, _name)
+del _name, _obj

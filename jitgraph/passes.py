@@ -95,13 +95,45 @@ class _Builder:
         return node.outs
 
 
+def _uniform(b: _Builder, v: Var):
+    """The single value ``v`` holds everywhere (a constant, or a broadcast/reshape of one)."""
+    while True:
+        c = b.consts.get(v)
+        if c is not None:
+            if c.size == 0:
+                return None
+            flat = c.reshape(-1)
+            return flat[0] if c.size == 1 or bool(np.all(flat == flat[0])) else None
+        p = b.producer.get(v)
+        if p is None or p.prim.name not in ("broadcast_to", "reshape"):
+            return None
+        v = p.inputs[0]
+
+
 def _is_const(b: _Builder, v: Var, value: float) -> bool:
-    c = b.consts.get(v)
-    return c is not None and c.size > 0 and bool(np.all(c == value))
+    u = _uniform(b, v)
+    return u is not None and bool(u == value)
+
+
+def _fold_uniform(b: _Builder, n: Node) -> Var | None:
+    """An elementwise op on values that are each uniform is a broadcast scalar constant."""
+    if n.prim.kind != "elementwise" or not n.inputs or n.out.aval.size <= 1:
+        return None
+    us = [_uniform(b, v) for v in n.inputs]
+    if any(u is None for u in us):
+        return None
+    scalars = [np.asarray(u, v.aval.dtype) for u, v in zip(us, n.inputs)]
+    out = n.out.aval
+    val = run_impl(n.prim, scalars, n.params, [Aval((), out.dtype)])[0]
+    c = b.const(val, Aval((), out.dtype))
+    return b.emit("broadcast_to", [c], {"shape": out.shape}, n.source)
 
 
 def simplify_node(b: _Builder, n: Node) -> Var | None:
     """Algebraic rewrites; returns a replacement var or None to keep the node."""
+    rep = _fold_uniform(b, n)
+    if rep is not None:
+        return rep
     name, ins, out = n.prim.name, n.inputs, n.out
     same = lambda v: v.aval.shape == out.aval.shape and v.aval.dtype == out.aval.dtype
     if name == "add":

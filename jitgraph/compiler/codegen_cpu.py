@@ -234,10 +234,11 @@ class CpuCodegen:
             calls.append((s, params))
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
+        body, info = self._driver_body(calls, donate)
         driver_name = "program_{H}"
         dl = [] if host else ["@njit(cache=True, nogil=True)"]
-        dl.append(f"def {driver_name}({', '.join(in_names + const_names)}):")
-        body, info = self._driver_body(calls, donate)
+        params = in_names + const_names + info["out_names"] + info["scratch_names"]
+        dl.append(f"def {driver_name}({', '.join(params)}):")
         dl += ["    " + l for l in body]
         chunks.append("\n".join(dl))
         src = "\n\n\n".join(chunks) + "\n"
@@ -250,39 +251,53 @@ class CpuCodegen:
         return src, kernels, driver_name.replace("{H}", h), info
 
     def _driver_body(self, calls, donate: set[int]):
+        """Driver statements plus the memory plan.
+
+        Buffers come from the caller, so a call allocates nothing inside Numba: outputs are fresh
+        NumPy arrays (``out_specs``), intermediates live in scratch slots (``scratch_specs``) that
+        are reused across calls and, within a call, between values whose lifetimes don't overlap.
+        """
         plan, g = self.plan, self.plan.graph
         outputs = set(g.outputs)
         last_use: dict = {}
         for i, (s, params) in enumerate(calls):
             for v in _reads(s, plan):
                 last_use[v] = i
-        pool: dict = {}
+        free: dict = {}                 # (size, dtype) -> free scratch slot names
+        scratch_specs: list = []
+        out_specs: dict = {}            # output var -> (name, size, dtype)
+        donated: dict = {}              # output var -> input index
         lines: list[str] = []
-        allocated: set = set()
-        aliased_inputs: dict = {}
+        bound: set = set()
         donatable = {g.inputs[i]: i for i in donate if i < len(g.inputs)}
 
-        def alloc(v, step_index, s):
-            if v in allocated or v not in plan.needed and v not in outputs:
+        def bind_buffer(v, step_index, s):
+            if v in bound or (v not in plan.needed and v not in outputs):
                 return
-            allocated.add(v)
+            bound.add(v)
             name = plan.array_name(v)
             if v in outputs:
                 src = self._donor(v, s, step_index, donatable, last_use)
                 if src is not None:
-                    del donatable[src]
-                    aliased_inputs[plan.array_name(v)] = plan.array_name(src)
-                    lines.append(f"{name} = {plan.array_name(src)}  # donated buffer, updated in place")
-                    return
-            key = (v.aval.size, v.aval.dtype)
-            if v not in outputs and pool.get(key):
-                lines.append(f"{name} = {pool[key].pop()}  # reused buffer")
+                    donated[v] = donatable.pop(src)
+                    lines.append(f"{name} = {plan.array_name(src)}  # donated: updated in place")
+                else:
+                    out_specs[v] = (f"out_{name}", v.aval.size, v.aval.dtype)
+                    lines.append(f"{name} = out_{name}")
                 return
-            lines.append(f"{name} = np.empty({v.aval.size}, np.{v.aval.dtype.name})")
+            key = (v.aval.size, v.aval.dtype)
+            if free.get(key):
+                slot = free[key].pop()
+            else:
+                slot = f"scratch{len(scratch_specs)}"
+                scratch_specs.append((slot, v.aval.size, v.aval.dtype))
+            lines.append(f"{name} = {slot}")
+            self._slot[v] = slot
 
+        self._slot = {}
         for i, (s, params) in enumerate(calls):
             for v in _writes(s, plan):
-                alloc(v, i, s)
+                bind_buffer(v, i, s)
             if isinstance(s, (LoopKernel, ScatterStep)):
                 lines.append(f"{s.name}_{{H}}({', '.join(params)})")
             elif isinstance(s, MatmulStep):
@@ -290,12 +305,37 @@ class CpuCodegen:
             else:
                 lines += self._host_call(s)
             for v in _reads(s, plan):
-                if last_use.get(v) == i and v in plan.needed and v not in outputs and \
-                        v not in g.inputs and v not in g.consts:
-                    pool.setdefault((v.aval.size, v.aval.dtype), []).append(plan.array_name(v))
-        rets = [plan.array_name(v) for v in g.outputs]
-        lines.append(f"return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-        return lines, {"donated": aliased_inputs}
+                if last_use.get(v) == i and v in self._slot:
+                    free.setdefault((v.aval.size, v.aval.dtype), []).append(self._slot[v])
+        lines.append("return None")
+        out_names = [out_specs[v][0] for v in g.outputs if v in out_specs]
+        seen = []
+        for n in out_names:
+            if n not in seen:
+                seen.append(n)
+        info = {"out_names": seen,
+                "out_specs": [out_specs[v] for v in dict.fromkeys(v for v in g.outputs if v in out_specs)],
+                "scratch_names": [n for n, _, _ in scratch_specs],
+                "scratch_specs": scratch_specs,
+                "donated": {plan.array_name(v): i for v, i in donated.items()},
+                "output_sources": self._output_sources(out_specs, donated)}
+        return lines, info
+
+    def _output_sources(self, out_specs, donated):
+        """How to find each graph output after a call: ('out', k) | ('input', i) | ('const', k)."""
+        g = self.plan.graph
+        order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))
+        res = []
+        for v in g.outputs:
+            if v in out_specs:
+                res.append(("out", order.index(v)))
+            elif v in donated:
+                res.append(("input", donated[v]))
+            elif v in g.consts:
+                res.append(("const", self.plan.const_args.index(v)))
+            else:
+                res.append(("input", g.inputs.index(v)))
+        return res
 
     def _donor(self, v, s, i, donatable, last_use):
         """A donated input whose buffer can hold output ``v``: same shape and dtype, read for the

@@ -70,29 +70,47 @@ def inline_calls(g: Graph) -> Graph:
 
 
 class CompiledProgram:
-    """A compiled graph: ``program(flat_inputs) -> flat outputs`` (NumPy arrays, graph shapes)."""
+    """A compiled graph: ``program(flat_inputs) -> flat outputs`` (NumPy arrays, graph shapes).
+
+    Each call allocates only its outputs (fresh NumPy arrays, or a donated input's buffer);
+    intermediates live in scratch buffers kept between calls (a pool, so concurrent callers
+    never share them).
+    """
 
     def __init__(self, graph: Graph, plan, source: str, kernels, driver, const_values,
-                 donated: dict, was_on_disk: bool, module, compile_seconds: float):
+                 info: dict, was_on_disk: bool, module, compile_seconds: float):
         self.graph = graph
         self.plan = plan
         self.source = source
         self.kernels = kernels
         self.driver = driver
         self.const_values = tuple(const_values)
-        self.donated = donated
+        self.donated = info["donated"]
         self.was_on_disk = was_on_disk
         self.module = module
         self.compile_seconds = compile_seconds
+        self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
+        self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
+        self.sources = info["output_sources"]
         self.out_shapes = [v.aval.shape for v in graph.outputs]
-        self.out_is_const = [v in graph.consts for v in graph.outputs]
+        self._scratch_pool: list = []
 
     def __call__(self, flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        outs = self.driver(*flat_inputs, *self.const_values)
+        outs = [np.empty(n, d) for n, d in self.out_specs]
+        pool = self._scratch_pool
+        scratch = pool.pop() if pool else [np.empty(n, d) for n, d in self.scratch_specs]
+        try:
+            self.driver(*flat_inputs, *self.const_values, *outs, *scratch)
+        finally:
+            pool.append(scratch)
         res = []
-        for o, shp, c in zip(outs, self.out_shapes, self.out_is_const):
-            o = o.reshape(shp)
-            res.append(o.copy() if c else o)
+        for (kind, k), shp in zip(self.sources, self.out_shapes):
+            if kind == "out":
+                res.append(outs[k].reshape(shp))
+            elif kind == "input":
+                res.append(flat_inputs[k].reshape(shp))
+            else:
+                res.append(self.const_values[k].reshape(shp).copy())
         return res
 
     def numba_compiles(self) -> int:
@@ -118,7 +136,7 @@ def compile_graph(graph: Graph, *, fastmath: bool = False, donate: Sequence[int]
             setattr(module, f"host_{s.name}", _host_impl(s.node))
     driver = getattr(module, driver_name)
     consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
-    return CompiledProgram(graph, plan, source, kernels, driver, consts, info["donated"],
+    return CompiledProgram(graph, plan, source, kernels, driver, consts, info,
                            was_on_disk, module, time.perf_counter() - t0)
 
 
