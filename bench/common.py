@@ -285,7 +285,7 @@ class _LoadProbe:
     def stop(self) -> float | None:
         wall = time.perf_counter() - self.t0
         busy1 = _busy_cpu_seconds()
-        if self.busy0 is None or busy1 is None or wall < 0.25:
+        if self.busy0 is None or busy1 is None or wall < 0.1:
             return None
         other = (busy1 - self.busy0) - (time.process_time() - self.own0)
         return max(0.0, other / wall)
@@ -407,10 +407,9 @@ class ResultTable:
             out.append("  (x jitgraph: n/a -- no jitgraph timing)")
         else:
             out.append("  (x jitgraph = median / jitgraph median; > 1: jitgraph faster)")
-        if any(getattr(r["timing"], "other_load", None) is not None and
-               r["timing"].other_load > BUSY for r in self.rows):
-            out.append("  (other = CPUs used by other processes while timing; '!': the machine was "
-                       "busy, that row is unreliable)")
+        if any(getattr(r["timing"], "other_load", None) is not None for r in self.rows):
+            out.append(f"  (other = CPUs' worth of time used by other processes while timing; '!' "
+                       f"above {BUSY}: the machine was busy, that row is unreliable)")
         return "\n".join(out)
 
     def print(self) -> None:

@@ -82,6 +82,7 @@ class _Entry:
     in_dtypes: list
     donated: set = field(default_factory=set)
     fresh: bool = True      # Numba compiles lazily: the first run's time counts as compile time
+    run: Any = None         # the specialised call path (CompiledProgram.make_runner)
 
 
 def _leaf_sig(x: Any, name: str):
@@ -146,19 +147,13 @@ class JitFunction:
         return self._call_slow(args, kwargs)
 
     def _run(self, entry: _Entry, leaves: Sequence[Any]) -> Any:
-        flat = []
-        for x, dt in zip(leaves, entry.in_dtypes):
-            if type(x) is np.ndarray and x.dtype == dt and x.flags.c_contiguous:
-                flat.append(x.reshape(-1))
-            else:
-                flat.append(np.ascontiguousarray(x, dtype=dt).reshape(-1))
         if entry.fresh:
             t0 = time.perf_counter()
-            outs = entry.program(flat)
+            out = entry.run(*leaves)
             entry.fresh = False
             _STATS.compile_seconds += time.perf_counter() - t0
-            return entry.out_tree.unflatten(outs)
-        return entry.out_tree.unflatten(entry.program(flat))
+            return out
+        return entry.run(*leaves)
 
     def _split(self, args, kwargs):
         statics = []
@@ -270,7 +265,9 @@ class JitFunction:
                    f": {reason}")
             print(msg, file=sys.stderr)
         self._last_sig[key[0]] = key
-        return _Entry(program, out_tree, [v.aval.dtype for v in graph.inputs], donated)
+        in_dtypes = [v.aval.dtype for v in graph.inputs]
+        return _Entry(program, out_tree, in_dtypes, donated,
+                      run=program.make_runner(in_dtypes, out_tree))
 
     def _miss_reason(self, key) -> str:
         treedef, sig, statics = key

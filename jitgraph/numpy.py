@@ -220,20 +220,23 @@ def logical_not(x):
 
 def power(x, y):
     """x ** y. Small integer exponents become multiplications (exact, and cheap to compile)."""
-    x = _operand(x)
-    if isinstance(y, (int, np.integer)) and not isinstance(y, bool) and 0 <= y <= 4:
-        xd = aval_of(x).dtype
+    x = _operand(x, "argument 0")
+    yo = _operand(y, "argument 1")
+    out, _ = dtypes.result_type(_dtype_weak(x), _dtype_weak(yo))
+    if (isinstance(y, (int, np.integer)) and not isinstance(y, (bool, np.bool_))
+            and 0 <= y <= 4):
+        x = _cast(x, out) if isinstance(x, Tracer) or not isinstance(x, (bool, int, float)) else x
         if y == 0:
-            return ones_like(x) if isinstance(x, Tracer) else np.ones_like(np.asarray(x, xd))
+            return ones_like(x) if isinstance(x, Tracer) else np.ones_like(np.asarray(x, out))
         r = x
         for _ in range(int(y) - 1):
             r = multiply(r, x)
         return r
-    xd, _ = dtypes.result_type(_dtype_weak(x), _dtype_weak(_operand(y)))
-    if not dtypes.is_float(xd):
-        xf, yf = _promote(x, y, float_only=True)
-        return astype(bind(_P.pow, xf, yf), xd)
-    x, y = _promote(x, y)
+    if not dtypes.is_float(out):
+        # integer powers are computed in float64 and rounded (exact below 2**53)
+        xf, yf = _promote(x, yo, float_only=True)
+        return astype(floor(bind(_P.pow, xf, yf) + 0.5), out)
+    x, y = _promote(x, yo)
     return bind(_P.pow, x, y)
 
 

@@ -17,6 +17,10 @@ from .emit import literal, offset
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
 PARALLEL_MIN_WORK = 1 << 16        # elements below which threads cost more than they save
+# With matmuls in the program, BLAS threads own the cores: its idle workers spin after each
+# call and starve Numba's workers (measured here: a 2-core MLP step went from 5 ms to 400 ms).
+# Loop kernels then stay serial unless they are very large.
+PARALLEL_MIN_WORK_WITH_BLAS = 1 << 22
 _APPROX = {"exp", "log", "log1p", "expm1", "tanh", "logistic"}
 _SCALAR = {"max": "maximum", "min": "minimum", "sign": "sign", "floor": "floor", "erf": "erf",
            "pow": "power", "logistic": "logistic"}
@@ -90,6 +94,8 @@ class CpuCodegen:
         self.plan = plan
         self.ctx = ctx
         self.fastmath = fastmath
+        has_blas = any(isinstance(s, MatmulStep) for s in plan.steps)
+        self.parallel_min = PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK
 
     # ------------------------------------------------------------ loop kernels
     def loop_kernel(self, k: LoopKernel) -> tuple[str, list]:
@@ -98,8 +104,8 @@ class CpuCodegen:
         o_size = int(np.prod(o_shape, dtype=np.int64))
         work = int(np.prod(k.shape, dtype=np.int64))
         has_arg = any(r[3].startswith("arg") for s in body.stages for r in s.reductions)
-        outer_par = work >= PARALLEL_MIN_WORK and o_size >= 8
-        inner_par = work >= PARALLEL_MIN_WORK and o_size == 1 and not has_arg and bool(r_shape)
+        outer_par = work >= self.parallel_min and o_size >= 8
+        inner_par = work >= self.parallel_min and o_size == 1 and not has_arg and bool(r_shape)
         has_red = any(s.reductions for s in body.stages)
         loads = sorted(body.loads, key=lambda v: plan.array_name(v))
         stores = [v for s in body.stages for (v, _, _) in s.stores if v in plan.needed]
@@ -238,7 +244,10 @@ class CpuCodegen:
         driver_name = "program_{H}"
         dl = [] if host else ["@njit(cache=True, nogil=True)"]
         params = in_names + const_names + info["out_names"] + info["scratch_names"]
-        dl.append(f"def {driver_name}({', '.join(params)}):")
+        dl.append(f"def {driver_name}({', '.join(p + '_nd' for p in params)}):")
+        sizes = [v.aval.size for v in g.inputs] + [v.aval.size for v in plan.const_args] + \
+            [n for _, n, _ in info["out_specs"]] + [n for _, n, _ in info["scratch_specs"]]
+        dl += [f"    {p} = {p}_nd.reshape({n})  # flat view" for p, n in zip(params, sizes)]
         dl += ["    " + l for l in body]
         chunks.append("\n".join(dl))
         src = "\n\n\n".join(chunks) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -95,7 +95,53 @@ class CompiledProgram:
         self.out_shapes = [v.aval.shape for v in graph.outputs]
         self._scratch_pool: list = []
 
+    def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
+        """A call path specialised to this program: checks, allocation and the driver call as
+        straight-line Python (the per-call overhead of a cached ``jit`` call is this function)."""
+        n_in = len(in_dtypes)
+        xs = [f"x{i}" for i in range(n_in)]
+        ns: dict = {"ndarray": np.ndarray, "empty": np.empty, "conv": _conv, "pool": self._scratch_pool,
+                    "driver": self.driver, "unflatten": out_tree.unflatten,
+                    "new_scratch": lambda: [np.empty(n, d) for n, d in self.scratch_specs]}
+        lines = [f"def run({', '.join(xs)}):"]
+        for i, d in enumerate(in_dtypes):
+            ns[f"D{i}"] = np.dtype(d)
+            lines.append(f"    if x{i}.__class__ is not ndarray or x{i}.dtype is not D{i} or "
+                         f"not x{i}.flags.c_contiguous or not x{i}.flags.writeable: "
+                         f"x{i} = conv(x{i}, D{i})")
+        out_shapes = {}
+        for k, ((kind, j), v) in enumerate(zip(self.sources, self.graph.outputs)):
+            if kind == "out":
+                out_shapes[j] = v.aval.shape
+        outs = []
+        for j, (n, d) in enumerate(self.out_specs):
+            ns[f"OD{j}"] = d
+            lines.append(f"    o{j} = empty({out_shapes[j]!r}, OD{j})")
+            outs.append(f"o{j}")
+        for j, c in enumerate(self.const_values):
+            ns[f"C{j}"] = c
+        cs = [f"C{j}" for j in range(len(self.const_values))]
+        lines.append("    s = pool.pop() if pool else new_scratch()")
+        sc = [f"s[{j}]" for j in range(len(self.scratch_specs))]
+        lines.append(f"    driver({', '.join(xs + cs + outs + sc)})")
+        lines.append("    pool.append(s)")
+        res = []
+        for (kind, j), v in zip(self.sources, self.graph.outputs):
+            shp = v.aval.shape
+            if kind == "out":
+                res.append(f"o{j}")
+            elif kind == "input":
+                res.append(f"x{j}.reshape({shp!r})")
+            else:
+                res.append(f"C{j}.reshape({shp!r}).copy()")
+        lines.append(f"    return unflatten([{', '.join(res)}])")
+        exec("\n".join(lines), ns)
+        run = ns["run"]
+        run.source = "\n".join(lines)
+        return run
+
     def __call__(self, flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        flat_inputs = [np.ascontiguousarray(x) for x in flat_inputs]
         outs = [np.empty(n, d) for n, d in self.out_specs]
         pool = self._scratch_pool
         scratch = pool.pop() if pool else [np.empty(n, d) for n, d in self.scratch_specs]
@@ -138,6 +184,14 @@ def compile_graph(graph: Graph, *, fastmath: bool = False, donate: Sequence[int]
     consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
     return CompiledProgram(graph, plan, source, kernels, driver, consts, info,
                            was_on_disk, module, time.perf_counter() - t0)
+
+
+def _conv(x, dtype):
+    """An input as a writeable C-contiguous array of the compiled dtype (copies only if needed)."""
+    a = np.asarray(x)
+    if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable:
+        a = np.array(a, dtype=dtype, order="C")
+    return a
 
 
 def _host_impl(node: Node):
