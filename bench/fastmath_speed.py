@@ -14,13 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numba  # noqa: E402
-
-from kernels import fastmath as fm  # noqa: E402
+try:
+    from jitgraph.kernels import fastmath as fm
+except ImportError:  # not installed: use the source tree
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels import fastmath as fm
 
 
 def _numpy_loops():

@@ -35,3 +35,7 @@ def where(frame: tuple[str, int, str] | None) -> str:
         return "<unknown location>"
     fn, line, func = frame
     return f"{fn}:{line} (in {func})"
+
+
+class CompileError(RuntimeError):
+    """Numba rejected generated code: a jitgraph bug, reported with the kernel that failed."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import dtypes
 from .core import Graph, Tracer
-from .errors import user_frame, where
+from .errors import CompileError, user_frame, where
 from .passes import optimize
 from .tree import tree_flatten
 
@@ -119,7 +119,9 @@ class JitFunction:
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
         if device not in ("cpu",):
-            raise ValueError(f"jit: unknown device {device!r}; this build targets 'cpu'")
+            raise ValueError(f"jit: device {device!r} is not available; the code generator in "
+                             "this version targets 'cpu' (the fusion plan is backend-neutral; "
+                             "the CUDA backend is not written yet)")
         self.device = device
         self.fastmath = fastmath
         self._cache: dict = {}
@@ -149,7 +151,17 @@ class JitFunction:
     def _run(self, entry: _Entry, leaves: Sequence[Any]) -> Any:
         if entry.fresh:
             t0 = time.perf_counter()
-            out = entry.run(*leaves)
+            try:
+                out = entry.run(*leaves)
+            except Exception as e:
+                from numba.core.errors import NumbaError
+                if not isinstance(e, NumbaError):
+                    raise
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise CompileError(
+                    f"jit({self.__name__}): Numba could not compile the generated program "
+                    f"({first}). This is a jitgraph bug; the generated source is available "
+                    f"from jit(f).lower(*args).source. Workaround: run without jit.") from None
             entry.fresh = False
             _STATS.compile_seconds += time.perf_counter() - t0
             return out

@@ -161,7 +161,17 @@ cos = _unary("cos")
 tan = _unary("tan")
 tanh = _unary("tanh")
 sqrt = _unary("sqrt")
-floor = _unary("floor")
+_floor = _unary("floor")
+
+
+def floor(x):
+    """Elementwise floor; integers and bools are returned unchanged, as NumPy 2."""
+    x = _operand(x)
+    if not dtypes.is_float(aval_of(x).dtype):
+        return x if isinstance(x, Tracer) else asarray(x)
+    return _floor(x)
+
+
 abs = _unary("abs", float_only=False)
 absolute = abs
 sign = _unary("sign", float_only=False)
@@ -544,7 +554,9 @@ def flip(x, axis=None):
     x = _operand(x)
     shp = aval_of(x).shape
     axes = _axes(x, axis, "flip")
-    return x[tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(len(shp)))]
+    if not isinstance(x, Tracer):
+        x = asarray(x)
+    return getitem(x, tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(len(shp))))
 
 
 # ------------------------------------------------------------------ indexing
@@ -730,6 +742,9 @@ def vdot(a, b):
 
 
 def inner(a, b):
+    a, b = _promote(a, b)
+    if aval_of(a).ndim == 0 or aval_of(b).ndim == 0:
+        return multiply(a, b)
     return tensordot(a, b, axes=([-1], [-1]))
 
 
@@ -747,6 +762,9 @@ def tensordot(a, b, axes=2):
     else:
         ax_a = [int(i) % len(sa) for i in np.atleast_1d(axes[0])]
         ax_b = [int(i) % len(sb) for i in np.atleast_1d(axes[1])]
+    if len(ax_a) != len(ax_b) or any(sa[i] != sb[j] for i, j in zip(ax_a, ax_b)):
+        raise ShapeError(f"tensordot: contracted axes {ax_a} of {sa} and {ax_b} of {sb} "
+                         "have different sizes")
     free_a = [i for i in range(len(sa)) if i not in ax_a]
     free_b = [i for i in range(len(sb)) if i not in ax_b]
     k = int(np.prod([sa[i] for i in ax_a], dtype=np.int64))

@@ -1,4 +1,113 @@
-"""DOCSTRING PLACEHOLDER"""
+"""Vectorizable scalar math (exp, expm1, log, log1p, tanh, logistic, softplus) for @njit code.
+
+Without SVML, LLVM turns ``np.exp`` / ``np.tanh`` / ``np.log`` in a Numba loop into one
+scalar libm call per element, which blocks loop vectorization.  The functions here are
+written as plain arithmetic (range reduction, polynomials, rational functions, selects)
+plus three tiny LLVM intrinsics for the bit-level parts (build 2**n, split mantissa and
+exponent), so a loop that calls them compiles to SIMD code (AVX2/AVX-512 here).
+
+How generated code calls them
+-----------------------------
+The package maps this folder to ``jitgraph.kernels`` (pyproject ``package-dir``), so
+generated modules do ``from jitgraph.kernels.fastmath import tanh_f32, fast_exp`` (or
+``import jitgraph.kernels.fastmath as _fm`` and call ``_fm.tanh_f32(v)``; Numba resolves
+module attributes at compile time); ``kernels.fastmath`` is the same file when the
+repository root is on sys.path.  Import it under one name per process.  Two layers:
+
+* dtype-specific: ``exp_f32, expm1_f32, log_f32, log1p_f32, tanh_f32, logistic_f32,
+  softplus_f32`` (float32 -> float32) and the same names with ``_f64`` (float64 ->
+  float64).  The code generator picks the suffix from the (static) dtype of the operand,
+  e.g. with ``lookup(name, dtype)`` or ``FASTMATH_KERNELS[(name, "float32")]``.  Pass a
+  value of exactly that dtype: ``x_f32`` given a float64 computes in float64 with float32
+  constants (wrong precision), so cast first.
+* dtype-generic: ``fast_exp, fast_expm1, fast_log, fast_log1p, fast_tanh,
+  fast_logistic, fast_softplus`` (also ``FASTMATH_FUNCS[name]``), resolved at Numba typing
+  time with ``@overload``: float32 -> the ``_f32`` version, float64, integers and bool ->
+  the ``_f64`` version (float64 result, as ``math.exp`` in Numba).  For NumPy's
+  small-integer rules (int8/int16 -> float16/float32) cast in the generated code.  Called
+  from the interpreter they evaluate the NumPy equivalent.  They add ~10 ms of compile time
+  once per (function, type) and nothing at run time.
+
+The ``_f32`` versions compute in float32 (one float32 SIMD lane per element) except
+``tanh_f32``, which evaluates its rational function in float64 (see below).  None of
+them touch global state, allocate, or raise, so they are safe in ``prange`` loops and in
+``cache=True`` kernels (the compiled code of a helper is linked into its caller).
+
+Why ``njit(forceinline=True, ...)`` (measured here, numba 0.68.1, 2-core znver5)
+--------------------------------------------------------------------------------
+* plain ``@njit``: LLVM inlines only small callees (its cost threshold); the larger
+  helpers (expm1_f64, tanh_f64, softplus_*) stay calls and the caller's loop does not
+  vectorize (softplus_f32 loop 2**22: 226-260 ms instead of 13 ms).
+* ``inline="always"`` (Numba IR inlining): re-types the helper inside every kernel
+  (530-660 ms per test kernel vs 250-490 ms below), and the helper then takes the
+  *caller's* flags: with the default ``error_model="python"`` each ``/`` gets a
+  ZeroDivisionError branch that blocks vectorization, and a ``fastmath=True`` caller would
+  let LLVM drop the nan/inf handling.
+* ``forceinline=True`` (chosen) marks the compiled helper ``alwaysinline`` in LLVM: it is
+  typed and compiled once per process (or loaded from Numba's on-disk cache), always
+  inlined, and keeps its own flags: ``error_model="numpy"`` (no division checks) and
+  ``fastmath=False`` (set explicitly, since unset flags are inherited from the caller).
+  ``no_cpython_wrapper``/``no_cfunc_wrapper`` cut ~15-40 ms per helper (they cannot be
+  called from the interpreter; use the ``fast_*`` names or an @njit loop).
+  ``cache=True``: compiling the helpers of a tanh+logistic+softplus+exp kernel costs
+  ~270 ms once; with the cache warm, that kernel compiled in 104 ms instead of 377 ms.
+  Entries go to ``kernels/__pycache__`` (``*.nbi``/``*.nbc``) or ``NUMBA_CACHE_DIR``.
+
+Methods
+-------
+* exp: x clamped to [-104, 89] (f32) / [-746, 710] (f64) (nan restored at the end);
+  n = round(x / ln 2) with the 1.5*2**23 (2**52) trick; r = x - n ln2 with a two-part
+  (Cody-Waite) ln 2; exp(r) by Taylor polynomial (degree 8 / 13, truncation < 0.1 ulp);
+  scaled by 2**n1 * 2**n2 (n1 = n/2 rounded) built from integer bits, so huge and denormal
+  results round once and overflow to inf / underflow to 0 by themselves.
+* expm1: same reduction; expm1(r) = r + r^2 q(r); result 2**n expm1(r) + (2**n - 1),
+  exact for n = 0, so tiny x keeps full relative accuracy; -0.0 preserved.
+* log: denormals scaled by 2**23 (2**54); mantissa m in [sqrt(1/2), sqrt 2) and exponent
+  from the bits; log(1+f) by Cephes' logf polynomial (f32) / fdlibm's s = f/(2+f) series
+  (f64); then the special cases 0 -> -inf, x < 0 -> nan, inf -> inf, nan -> nan.
+* log1p: log(u) + (x - (u - 1)) / u with u = 1 + x (the correction recovers the rounding
+  error of 1 + x); -1 -> -inf, -0.0 kept, inf -> inf.
+* tanh f32: Eigen's / XLA's clamped rational function (odd degree 13 / even degree 6 on
+  [-9, 9]), evaluated in float64: evaluated in float32 (no FMA) it reaches 3.9e-7 abs
+  error (6.6 ulp); in float64 it is 5.5e-8 and costs 0.60 instead of 0.31 ns/element,
+  cheaper than a float32 expm1-based tanh (0.54 ns, 2.5 ulp).  |x| < 4e-4 -> x.
+* tanh f64: -expm1(-2|x|) / (expm1(-2|x|) + 2) with the sign of x (copysign).
+* logistic: e = exp(-|x|), result (1 or e) / (1 + e): no overflow, relative accuracy
+  also for x << 0 (tiny and denormal results).
+* softplus: max(x, 0) + log1p(exp(-|x|)).
+
+Accuracy (measured against NumPy: float32 results vs float64 NumPy, float64 results vs
+long-double NumPy; ulp = error / spacing of the correctly rounded result)
+-------------------------------------------------------------------------------------
+float32, exhaustive over all 2**32 inputs:
+  exp 0.96 ulp, expm1 1.45, log 0.83, log1p 1.44, tanh 2.65 (max abs 5.5e-8),
+  logistic 2.40 (max abs 8.9e-8), softplus 1.99; every nan/inf result matches NumPy.
+float64, 6e6 inputs (random bit patterns, logspace of both signs, dense around the
+interesting range):
+  exp 0.96 ulp (rel 1.6e-16), expm1 1.88 (2.4e-16), log 0.78 (1.5e-16),
+  log1p 1.44 (2.5e-16), tanh 2.50 (3.6e-16), logistic 2.02 (3.2e-16), softplus 1.77 (3.1e-16).
+Special values as NumPy: exp(+-inf) = inf / 0, exp(1000) = inf, expm1(-inf) = -1,
+log(0) = -inf, log(x < 0) = nan, log1p(-1) = -inf, tanh(+-inf) = +-1, logistic(-inf) = 0,
+softplus(-inf) = 0, nan -> nan, signed zeros kept where NumPy keeps them; denormal inputs
+and outputs are handled (no flush to zero).  tests/test_fastmath.py checks all of this.
+
+Speed (bench/fastmath_speed.py, 2**22 values, one thread; noisy shared 2-core machine)
+---------------------------------------------------------------------------------------
+float32, NumPy-in-@njit loop / fast loop: exp ~9x (15.7 -> 1.8 ms), expm1 ~20-40x,
+log ~5-9x, log1p ~15x, tanh ~35x (96 -> 2.6 ms), logistic ~8x, softplus ~5x; the float32
+loops except softplus run at memory speed (~1.5-2 ms).  float64: exp ~3x, expm1 ~7x,
+log ~3x, log1p ~8x, tanh ~9x, logistic ~3x, softplus ~1.7x.
+Compute cost, L1-resident data, ns per element: f32 exp 0.36, expm1 0.43, log 0.40,
+log1p 0.47, tanh 0.60, logistic 0.42, softplus 1.35; f64 exp 1.10, expm1 1.27, log 0.86,
+log1p 1.02, tanh 1.49, logistic 1.23, softplus 3.4.
+
+sin / cos are not provided: a vectorizable version is only accurate up to a bounded |x|
+without Payne-Hanek reduction; use np.sin / np.cos (libm) there.
+"""
+
+# The `a if a < b else b` clamps and `x == x` tests are deliberate: unlike min/max they
+# fix how nan goes through (see the functions) and they compile to SIMD selects.
+# ruff: noqa: FURB136, PLR0124
 
 from __future__ import annotations
 
@@ -117,7 +226,6 @@ _D = np.float64
 _ZERO_F = _F(0.0)
 _HALF_F = _F(0.5)
 _ONE_F = _F(1.0)
-_TWO_F = _F(2.0)
 _INF_F = _F(np.inf)
 _NINF_F = _F(-np.inf)
 _NAN_F = _F(np.nan)
@@ -125,7 +233,6 @@ _RND_F = _F(12582912.0)  # 1.5 * 2**23: (t + _RND_F) - _RND_F rounds t to an int
 _LOG2E_F = _F(1.44269504088896341)
 _LN2_HI_F = _F(0.693359375)  # few mantissa bits: n * _LN2_HI_F is exact
 _LN2_LO_F = _F(-2.12194440e-4)
-_LN2_F = _F(0.693147180559945309)
 _EXP_HI_F = _F(89.0)  # exp overflows to inf above ~88.72: clamping here still gives inf
 _EXP_LO_F = _F(-104.0)  # exp(-104) < 2**-150: rounds to 0
 _EXPM1_LO_F = _F(-20.0)  # expm1(x) rounds to -1 below ~-17.4
@@ -487,13 +594,13 @@ _PY_FALLBACKS = {
     "softplus": _np_softplus,
 }
 
-_GENERIC_JIT_OPTIONS = dict(
-    forceinline=True,
-    no_cpython_wrapper=True,
-    no_cfunc_wrapper=True,
-    error_model="numpy",
-    fastmath=False,
-)
+_GENERIC_JIT_OPTIONS = {
+    "forceinline": True,
+    "no_cpython_wrapper": True,
+    "no_cfunc_wrapper": True,
+    "error_model": "numpy",
+    "fastmath": False,
+}
 
 
 def _make_generic(name):
@@ -535,10 +642,29 @@ fast_softplus = _make_generic("softplus")
 FASTMATH_FUNCS = {name: globals()[f"fast_{name}"] for name in FUNCTION_NAMES}
 
 __all__ = [
-    "FUNCTION_NAMES",
     "FASTMATH_FUNCS",
     "FASTMATH_KERNELS",
+    "FUNCTION_NAMES",
+    "exp_f32",
+    "exp_f64",
+    "expm1_f32",
+    "expm1_f64",
+    "fast_exp",
+    "fast_expm1",
+    "fast_log",
+    "fast_log1p",
+    "fast_logistic",
+    "fast_softplus",
+    "fast_tanh",
+    "log1p_f32",
+    "log1p_f64",
+    "log_f32",
+    "log_f64",
+    "logistic_f32",
+    "logistic_f64",
     "lookup",
-    *(f"fast_{n}" for n in FUNCTION_NAMES),
-    *(f"{n}_{s}" for n in FUNCTION_NAMES for s in ("f32", "f64")),
+    "softplus_f32",
+    "softplus_f64",
+    "tanh_f32",
+    "tanh_f64",
 ]

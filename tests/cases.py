@@ -244,6 +244,16 @@ dual("pow[i64**i64]", lambda m, x, y: m.power(x, y), ints(4, lo=1, hi=6),
      ints(4, lo=0, hi=5), grad=False)
 dual("pow[i32**2.5]", lambda m, x: x ** 2.5, ints(4, lo=0, hi=6, dtype=np.int32), grad=False)
 dual("pow[f32**f32 0d]", lambda m, x, y: x ** y, pos(dtype=F32), rn(dtype=F32), grad=False)
+dual("pow[i32**np.int64(2)]", lambda m, x: m.power(x, np.int64(2)), ints(4, dtype=np.int32),
+     grad=False)
+dual("pow[f32**np.int64(3)]", lambda m, x: m.power(x, np.int64(3)), rn(4, dtype=F32), grad=False)
+dual("pow[bool**2]", lambda m, x: m.power(x > 0, 2), rn(4), grad=False)
+dual("pow[i64**i64 big]", lambda m, x, y: m.power(x, y), np.array([3, 7, -5, 2]),
+     np.array([20, 11, 13, 40]), grad=False)
+dual("floor[i32 identity]", lambda m, x: m.floor(x), ints(5, dtype=np.int32), grad=False)
+dual("inner[scalar]", lambda m, a, b: m.inner(a, b), rn(), rn(2, 3), argnums=(0, 1))
+dual("tensordot[3d pairs]", lambda m, a, b: m.tensordot(a, b, axes=([1], [2])), rn(2, 3, 2),
+     rn(2, 2, 3), argnums=(0, 1))
 
 # integer arithmetic
 dual("floor_divide[i64]", lambda m, x, y: m.floor_divide(x, y), ints(2, 3), nonzero_ints(3),

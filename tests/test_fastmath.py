@@ -17,10 +17,13 @@ import numpy as np
 import pytest
 
 try:
-    import kernels.fastmath as fm
-except ImportError:  # running pytest without the repository root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import kernels.fastmath as fm
+    import jitgraph.kernels.fastmath as fm  # installed layout (pyproject maps kernels/ here)
+except ImportError:
+    try:
+        import kernels.fastmath as fm
+    except ImportError:  # not installed and the repository root is not on sys.path
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        import kernels.fastmath as fm
 
 import numba
 
