@@ -10,18 +10,12 @@ after a warm-up call (compilation excluded).  Ratio = NumPy-loop time / fast-loo
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numba
 import numpy as np
 
-try:
-    from jitgraph.kernels import fastmath as fm
-except ImportError:  # not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from kernels import fastmath as fm
+from jitgraph.kernels import fastmath as fm  # installed name only (see tests/test_fastmath.py)
 
 
 def _numpy_loops():
@@ -63,8 +57,15 @@ def _numpy_loops():
             v = a[i]
             out[i] = max(v, zero) + np.log1p(np.exp(-abs(v)))
 
-    return {"exp": np_exp, "expm1": np_expm1, "log": np_log, "log1p": np_log1p, "tanh": np_tanh,
-            "logistic": np_logistic, "softplus": np_softplus}
+    return {
+        "exp": np_exp,
+        "expm1": np_expm1,
+        "log": np_log,
+        "log1p": np_log1p,
+        "tanh": np_tanh,
+        "logistic": np_logistic,
+        "softplus": np_softplus,
+    }
 
 
 def _fast_loop(f):

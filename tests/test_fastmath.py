@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-try:
-    import jitgraph.kernels.fastmath as fm  # installed layout (pyproject maps kernels/ here)
-except ImportError:
-    try:
-        import kernels.fastmath as fm
-    except ImportError:  # not installed and the repository root is not on sys.path
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        import kernels.fastmath as fm
+# Only the installed name: Numba's cache records the module name, so importing the same file
+# as ``kernels.fastmath`` too would make cached entries unloadable under the other name.
+import jitgraph.kernels.fastmath as fm  # pyproject maps kernels/ here
 
 import numba
 
@@ -34,10 +27,24 @@ WIDE_LD = np.finfo(LD).nmant > np.finfo(F64).nmant
 # Max error in units in the last place (of the correctly rounded result), per
 # function and dtype: measured maximum (module docstring) plus a margin.
 MAX_ULP = {
-    "float32": {"exp": 1.5, "expm1": 2.0, "log": 1.5, "log1p": 2.0, "tanh": 3.5, "logistic": 3.5,
-                "softplus": 2.5},
-    "float64": {"exp": 1.5, "expm1": 2.5, "log": 1.5, "log1p": 2.0, "tanh": 3.5, "logistic": 3.5,
-                "softplus": 2.5},
+    "float32": {
+        "exp": 1.5,
+        "expm1": 2.0,
+        "log": 1.5,
+        "log1p": 2.0,
+        "tanh": 3.5,
+        "logistic": 3.5,
+        "softplus": 2.5,
+    },
+    "float64": {
+        "exp": 1.5,
+        "expm1": 2.5,
+        "log": 1.5,
+        "log1p": 2.0,
+        "tanh": 3.5,
+        "logistic": 3.5,
+        "softplus": 2.5,
+    },
 }
 # Absolute error bounds for the bounded functions (float32); float64 uses relative bounds.
 MAX_ABS_F32 = {"tanh": 1e-7, "logistic": 1e-7}
@@ -88,15 +95,24 @@ def sweep(dtype, name, n_random=150_000, n_log=60_000, n_dense=100_000, seed=0):
     with np.errstate(over="ignore"):
         mags = np.logspace(lo, math.log10(float(fi.max)), n_log // 2, dtype=F64)
     mags = mags[np.isfinite(mags.astype(dtype))]
-    hi = {"exp": 110.0, "expm1": 110.0, "tanh": 12.0, "logistic": 110.0, "softplus": 110.0,
-          "log": 4.0, "log1p": 4.0}[name]
+    hi = {
+        "exp": 110.0,
+        "expm1": 110.0,
+        "tanh": 12.0,
+        "logistic": 110.0,
+        "softplus": 110.0,
+        "log": 4.0,
+        "log1p": 4.0,
+    }[name]
     if dtype == F64 and name in ("exp", "expm1", "logistic", "softplus"):
         hi = 750.0
-    dense = np.concatenate([
-        rng.uniform(-hi, hi, n_dense // 2),
-        rng.uniform(-1.0, 1.0, n_dense // 4),
-        rng.uniform(-1e-3, 1e-3, n_dense // 4),
-    ])
+    dense = np.concatenate(
+        [
+            rng.uniform(-hi, hi, n_dense // 2),
+            rng.uniform(-1.0, 1.0, n_dense // 4),
+            rng.uniform(-1e-3, 1e-3, n_dense // 4),
+        ]
+    )
     if name in ("log", "log1p"):
         dense = np.concatenate([np.abs(dense), rng.uniform(-1.0, -0.5, n_dense // 8)])
     with np.errstate(invalid="ignore", over="ignore"):
@@ -148,20 +164,87 @@ def test_accuracy_sweep(name, dtype):
 
 def _special_inputs(dtype):
     fi = np.finfo(dtype)
-    vals = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0,
-            float(fi.max), -float(fi.max), float(fi.smallest_normal), -float(fi.smallest_normal),
-            float(fi.smallest_subnormal), -float(fi.smallest_subnormal),
-            float(fi.smallest_normal) / 3, -float(fi.smallest_normal) / 3, float(fi.eps), -float(fi.eps),
-            1e-30, -1e-30, 1e30, -1e30, 1000.0, -1000.0, 1e-7, -1e-7]
+    vals = [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        -np.nan,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        -2.0,
+        float(fi.max),
+        -float(fi.max),
+        float(fi.smallest_normal),
+        -float(fi.smallest_normal),
+        float(fi.smallest_subnormal),
+        -float(fi.smallest_subnormal),
+        float(fi.smallest_normal) / 3,
+        -float(fi.smallest_normal) / 3,
+        float(fi.eps),
+        -float(fi.eps),
+        1e-30,
+        -1e-30,
+        1e30,
+        -1e30,
+        1000.0,
+        -1000.0,
+        1e-7,
+        -1e-7,
+    ]
     if dtype == F32:
-        vals += [88.72283, 88.72284, 88.7229, 89.0, -87.33655, -87.3366, -103.2789, -103.97208,
-                 -103.9721, -104.0, -1.0 + 2.0 ** -24, 16.635532, 9.0, -9.0, 9.1, 7.90531, 0.0004,
-                 -0.0004, 0.00039, 17.4, -17.4, 16777216.0]
+        vals += [
+            88.72283,
+            88.72284,
+            88.7229,
+            89.0,
+            -87.33655,
+            -87.3366,
+            -103.2789,
+            -103.97208,
+            -103.9721,
+            -104.0,
+            -1.0 + 2.0**-24,
+            16.635532,
+            9.0,
+            -9.0,
+            9.1,
+            7.90531,
+            0.0004,
+            -0.0004,
+            0.00039,
+            17.4,
+            -17.4,
+            16777216.0,
+        ]
     else:
-        vals += [709.782712893384, 709.7827128933841, 709.79, 710.0, -708.3964185322641,
-                 -708.4, -744.4400719213812, -745.1332191019411, -745.1332191019412, -746.0,
-                 -1.0 + 2.0 ** -53, 36.7368005696771, 19.0, -19.0, 22.0, -22.0, 37.5, -37.5,
-                 9007199254740992.0, 1e300, -1e300]
+        vals += [
+            709.782712893384,
+            709.7827128933841,
+            709.79,
+            710.0,
+            -708.3964185322641,
+            -708.4,
+            -744.4400719213812,
+            -745.1332191019411,
+            -745.1332191019412,
+            -746.0,
+            -1.0 + 2.0**-53,
+            36.7368005696771,
+            19.0,
+            -19.0,
+            22.0,
+            -22.0,
+            37.5,
+            -37.5,
+            9007199254740992.0,
+            1e300,
+            -1e300,
+        ]
     with np.errstate(over="ignore"):
         return np.array(vals, dtype=dtype)
 
@@ -188,21 +271,53 @@ def test_special_values(name, dtype):
 
 EXACT_CASES = [
     # (name, x, expected) checked for both dtypes, bitwise incl. sign of zero
-    ("exp", 0.0, 1.0), ("exp", -0.0, 1.0), ("exp", np.inf, np.inf), ("exp", -np.inf, 0.0),
-    ("exp", 1000.0, np.inf), ("exp", -1000.0, 0.0), ("exp", np.nan, np.nan),
-    ("expm1", 0.0, 0.0), ("expm1", -0.0, -0.0), ("expm1", np.inf, np.inf), ("expm1", -np.inf, -1.0),
-    ("expm1", 1000.0, np.inf), ("expm1", -1000.0, -1.0), ("expm1", np.nan, np.nan),
-    ("log", 0.0, -np.inf), ("log", -0.0, -np.inf), ("log", 1.0, 0.0), ("log", -1.0, np.nan),
-    ("log", -np.inf, np.nan), ("log", np.inf, np.inf), ("log", np.nan, np.nan),
-    ("log1p", 0.0, 0.0), ("log1p", -0.0, -0.0), ("log1p", -1.0, -np.inf), ("log1p", -2.0, np.nan),
-    ("log1p", np.inf, np.inf), ("log1p", -np.inf, np.nan), ("log1p", np.nan, np.nan),
-    ("tanh", 0.0, 0.0), ("tanh", -0.0, -0.0), ("tanh", np.inf, 1.0), ("tanh", -np.inf, -1.0),
-    ("tanh", 1000.0, 1.0), ("tanh", -1000.0, -1.0), ("tanh", np.nan, np.nan),
-    ("logistic", 0.0, 0.5), ("logistic", -0.0, 0.5), ("logistic", np.inf, 1.0),
-    ("logistic", -np.inf, 0.0), ("logistic", 1000.0, 1.0), ("logistic", -1e30, 0.0),
+    ("exp", 0.0, 1.0),
+    ("exp", -0.0, 1.0),
+    ("exp", np.inf, np.inf),
+    ("exp", -np.inf, 0.0),
+    ("exp", 1000.0, np.inf),
+    ("exp", -1000.0, 0.0),
+    ("exp", np.nan, np.nan),
+    ("expm1", 0.0, 0.0),
+    ("expm1", -0.0, -0.0),
+    ("expm1", np.inf, np.inf),
+    ("expm1", -np.inf, -1.0),
+    ("expm1", 1000.0, np.inf),
+    ("expm1", -1000.0, -1.0),
+    ("expm1", np.nan, np.nan),
+    ("log", 0.0, -np.inf),
+    ("log", -0.0, -np.inf),
+    ("log", 1.0, 0.0),
+    ("log", -1.0, np.nan),
+    ("log", -np.inf, np.nan),
+    ("log", np.inf, np.inf),
+    ("log", np.nan, np.nan),
+    ("log1p", 0.0, 0.0),
+    ("log1p", -0.0, -0.0),
+    ("log1p", -1.0, -np.inf),
+    ("log1p", -2.0, np.nan),
+    ("log1p", np.inf, np.inf),
+    ("log1p", -np.inf, np.nan),
+    ("log1p", np.nan, np.nan),
+    ("tanh", 0.0, 0.0),
+    ("tanh", -0.0, -0.0),
+    ("tanh", np.inf, 1.0),
+    ("tanh", -np.inf, -1.0),
+    ("tanh", 1000.0, 1.0),
+    ("tanh", -1000.0, -1.0),
+    ("tanh", np.nan, np.nan),
+    ("logistic", 0.0, 0.5),
+    ("logistic", -0.0, 0.5),
+    ("logistic", np.inf, 1.0),
+    ("logistic", -np.inf, 0.0),
+    ("logistic", 1000.0, 1.0),
+    ("logistic", -1e30, 0.0),
     ("logistic", np.nan, np.nan),
-    ("softplus", np.inf, np.inf), ("softplus", -np.inf, 0.0), ("softplus", 1e30, 1e30),
-    ("softplus", -1e30, 0.0), ("softplus", np.nan, np.nan),
+    ("softplus", np.inf, np.inf),
+    ("softplus", -np.inf, 0.0),
+    ("softplus", 1e30, 1e30),
+    ("softplus", -1e30, 0.0),
+    ("softplus", np.nan, np.nan),
 ]
 
 
@@ -221,8 +336,15 @@ def test_exact_special_cases(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_denormal_inputs_and_outputs(dtype):
     fi = np.finfo(dtype)
-    tiny = np.array([fi.smallest_subnormal, fi.smallest_subnormal * 7, fi.smallest_normal / 2,
-                     fi.smallest_normal * (1 - fi.eps)], dtype=dtype)
+    tiny = np.array(
+        [
+            fi.smallest_subnormal,
+            fi.smallest_subnormal * 7,
+            fi.smallest_normal / 2,
+            fi.smallest_normal * (1 - fi.eps),
+        ],
+        dtype=dtype,
+    )
     x = np.concatenate([tiny, -tiny])
     # functions that are x + O(x^2) return denormal inputs unchanged
     for name in ("expm1", "log1p", "tanh"):
@@ -251,13 +373,29 @@ def test_float32_stays_float32():
 def test_generic_front_ends():
     @numba.njit
     def call(a, b, i):
-        return (fm.fast_tanh(a), fm.fast_tanh(b), fm.fast_exp(i), fm.fast_softplus(a),
-                fm.fast_logistic(b), fm.fast_log(a), fm.fast_log1p(b), fm.fast_expm1(a))
+        return (
+            fm.fast_tanh(a),
+            fm.fast_tanh(b),
+            fm.fast_exp(i),
+            fm.fast_softplus(a),
+            fm.fast_logistic(b),
+            fm.fast_log(a),
+            fm.fast_log1p(b),
+            fm.fast_expm1(a),
+        )
 
     res = call(F32(0.5), F64(0.5), 2)
     ret = call.nopython_signatures[0].return_type
-    assert list(ret) == [numba.float32, numba.float64, numba.float64, numba.float32, numba.float64,
-                         numba.float32, numba.float64, numba.float32]
+    assert list(ret) == [
+        numba.float32,
+        numba.float64,
+        numba.float64,
+        numba.float32,
+        numba.float64,
+        numba.float32,
+        numba.float64,
+        numba.float32,
+    ]
     assert res[0] == run("tanh", np.array([0.5], F32))[0]
     np.testing.assert_allclose(res[1], np.tanh(0.5), rtol=1e-15)
     np.testing.assert_allclose(res[2], np.exp(2.0), rtol=1e-15)
@@ -283,9 +421,9 @@ def test_loop_vectorizes(dtype):
     """A loop calling the functions compiles to SIMD code without libm calls, also when the
     caller uses Numba's default error model and fastmath flags."""
     sfx = "f32" if dtype == F32 else "f64"
-    ex, th, lg, sp, l1 = (getattr(fm, f"{n}_{sfx}") for n in ("exp", "tanh", "logistic", "softplus",
-                                                              "log1p"))
+    ex, th, lg, sp, l1 = (getattr(fm, f"{n}_{sfx}") for n in ("exp", "tanh", "logistic", "softplus", "log1p"))
     for flags in ({}, {"fastmath": True}):
+
         @numba.njit(**flags)
         def kernel(a, out):
             for i in range(a.size):
@@ -298,8 +436,9 @@ def test_loop_vectorizes(dtype):
         widths = _vector_width(text, "float" if dtype == F32 else "double")
         assert widths and max(widths) >= 2, "loop was not vectorized"
         assert not re.search(r"call [^\n]*@(llvm\.)?(exp|log|tanh|log1p|expm1)(f|\.f32|\.f64)?\(", text)
-        want = (np.tanh(x) + reference("logistic", x) * reference("softplus", x) - np.exp(x)
-                + np.log1p(x)).astype(dtype)
+        want = (
+            np.tanh(x) + reference("logistic", x) * reference("softplus", x) - np.exp(x) + np.log1p(x)
+        ).astype(dtype)
         np.testing.assert_allclose(out, want, rtol=2e-6 if dtype == F32 else 1e-14, atol=1e-6)
 
 
@@ -316,7 +455,7 @@ def test_fastmath_caller_keeps_special_values():
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1000.0], F32)
     out = np.empty(3 * x.size, F32)
     kernel(x, out)
-    ex, lg, th = out[: x.size], out[x.size: 2 * x.size], out[2 * x.size:]
+    ex, lg, th = out[: x.size], out[x.size : 2 * x.size], out[2 * x.size :]
     with np.errstate(all="ignore"):
         for got, want in ((ex, np.exp(x)), (lg, np.log(x)), (th, np.tanh(x))):
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
