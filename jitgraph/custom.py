@@ -12,6 +12,12 @@ from .tree import tree_flatten
 
 
 # ------------------------------------------------------------------ custom_vjp
+# A call of a custom_vjp function records one ``custom_vjp_call`` node whose inputs are the
+# argument leaves followed by every traced value that ``fun``, ``fwd`` or ``bwd`` closes over.
+# ``fun``, ``fwd`` and ``bwd`` are traced to graphs at call time (closure conversion), so the VJP
+# rule only evaluates graphs on the values it is given: closed-over traced values (a weight, a
+# temperature) work, and the backward pass is made of primitives that differentiate again.
+# ``_graph`` (the primal function) has exactly the node's inputs, so the compiler can inline it.
 def _call_aval(*avals, _graph, **_):
     return [v.aval.strong() for v in _graph.outputs]
 
@@ -21,29 +27,20 @@ def _call_impl(*args, _graph, **_):
     return tuple(run(_graph, list(args)))
 
 
-def _call_vjp(cts, outs, *ins, _graph, _fwd, _bwd, _in_tree, _out_tree, n_args, name):
-    import jitgraph.numpy as jnp
-    args = _in_tree.unflatten(list(ins[:n_args]))
-    fwd_out = _fwd(*args)
-    if not (isinstance(fwd_out, tuple) and len(fwd_out) == 2):
-        raise TypeError(f"custom_vjp {name}: fwd must return a pair (output, residuals)")
-    _, res = fwd_out
+def _call_vjp(cts, outs, *ins, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_caps, n_args,
+              n_res, name, **_):
+    from . import numpy as jnp
+    from .autodiff import build_vjp, eval_graph
+    args, caps = list(ins[:n_args]), list(ins[n_args:])
     cts = [jnp.zeros(o.shape, o.dtype) if c is None else c for c, o in zip(cts, outs)]
-    g = _bwd(res, _out_tree.unflatten(cts))
-    if not isinstance(g, tuple) or len(g) != len(args):
-        raise TypeError(f"custom_vjp {name}: bwd must return a tuple with one cotangent per "
-                        f"argument ({len(args)}), got {type(g).__name__}"
-                        + (f" of length {len(g)}" if isinstance(g, tuple) else ""))
-    leaves = []
-    for gi, a in zip(g, args):
-        gl, _ = tree_flatten(gi)
-        al, _ = tree_flatten(a)
-        if len(gl) != len(al):
-            raise TypeError(f"custom_vjp {name}: a cotangent's structure does not match its "
-                            "argument's")
-        leaves += [None if x is None else jnp.reshape(jnp.asarray(x), np.shape(y) if not isinstance(y, Tracer) else y.shape)
-                   for x, y in zip(gl, al)]
-    return leaves + [None] * (len(ins) - n_args)
+    fwd_outs = eval_graph(_fwd_graph, args + [caps[i] for i in _fwd_caps])
+    res = fwd_outs[len(fwd_outs) - n_res:]
+    grads = eval_graph(_bwd_graph, res + cts + [caps[i] for i in _bwd_caps])
+    if not caps:
+        return grads
+    # closed-over values have no custom rule: their cotangents come from the primal graph
+    cap_grads = eval_graph(build_vjp(_graph, list(range(n_args, len(ins)))), list(ins) + cts)
+    return grads + list(cap_grads)
 
 
 def _call_jvp(ts, outs, *ins, name, **_):
@@ -56,11 +53,25 @@ custom_vjp_call_p = register(Primitive(
     vjp=_call_vjp, jvp=_call_jvp, multiple_results=True))
 
 
+def _trace_flat(fn, avals, what):
+    """Trace ``fn(*tracers)`` (abstract); returns (graph, captured outer tracers)."""
+    from . import numpy as jnp
+    from .core import Trace
+    with Trace(abstract=True, what=what) as t:
+        tracers = [t.new_input(a) for a in avals]
+        out = fn(*tracers)
+        leaves = [o if isinstance(o, Tracer) else jnp._operand(o, "output") for o in out]
+        graph = t.to_graph(leaves)
+        return graph, t.captured_values()
+
+
 class custom_vjp:
     """A function with a user-defined VJP: ``f.defvjp(fwd, bwd)`` as in JAX.
 
     ``fwd(*args) -> (out, residuals)``; ``bwd(residuals, ct) -> tuple`` with one cotangent per
-    argument. ``bwd`` is written with jitgraph.numpy, so it can be differentiated again.
+    argument (``None`` for a zero cotangent). ``bwd`` is written with jitgraph.numpy, so it can
+    be differentiated again. ``fwd`` and ``bwd`` may close over traced values; values closed
+    over get their ordinary derivative.
     """
 
     def __init__(self, fun: Callable):
@@ -68,6 +79,7 @@ class custom_vjp:
         self.fun = fun
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
+        self._tracing_rules = False
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
@@ -77,16 +89,92 @@ class custom_vjp:
             raise TypeError(f"custom_vjp function {self.fun.__name__}: call defvjp(fwd, bwd) "
                             "before using it")
         leaves, in_tree = tree_flatten(args)
-        if not any(isinstance(x, Tracer) for x in leaves):
+        if self._tracing_rules or not any(isinstance(x, Tracer) for x in leaves):
+            # (fwd usually calls the function itself: while fwd/bwd are being traced, that is
+            # the plain primal computation)
             return self.fun(*args)
-        from .transforms import trace_to_graph
+        self._tracing_rules = True
+        try:
+            return self._bind(args, in_tree)
+        finally:
+            self._tracing_rules = False
+
+    def _bind(self, args, in_tree):
+        from .core import Graph, Var, aval_of
         from .passes import optimize
-        graph, captured, in_leaves, _, out_tree = trace_to_graph(
-            self.fun, args, abstract=True, what=f"custom_vjp {self.fun.__name__}")
-        graph = optimize(graph)
-        outs = bind(custom_vjp_call_p, *in_leaves, *captured, _graph=graph, _fwd=self.fwd,
-                    _bwd=self.bwd, _in_tree=in_tree, _out_tree=out_tree, n_args=len(in_leaves),
-                    name=self.fun.__name__)
+        from .transforms import trace_to_graph
+        name = self.fun.__name__
+        graph, cap_f, in_leaves, _, out_tree = trace_to_graph(
+            self.fun, args, abstract=True, what=f"custom_vjp {name}")
+        n_args = len(in_leaves)
+        arg_avals = [v.aval for v in graph.inputs[:n_args]]
+        out_avals = [v.aval.strong() for v in graph.outputs]
+
+        def fwd_flat(*xs):
+            r = self.fwd(*in_tree.unflatten(list(xs)))
+            if not (isinstance(r, tuple) and len(r) == 2):
+                raise TypeError(f"custom_vjp {name}: fwd must return a pair (output, residuals)")
+            out_l, o_tree = tree_flatten(r[0])
+            if o_tree != out_tree:
+                raise TypeError(f"custom_vjp {name}: fwd's output structure {o_tree} differs "
+                                f"from the function's {out_tree}")
+            res_l, res_tree = tree_flatten(r[1])
+            fwd_flat.res_tree = res_tree
+            return out_l + res_l
+
+        fwd_graph, cap_fwd = _trace_flat(fwd_flat, arg_avals, f"custom_vjp {name} (fwd)")
+        res_tree = fwd_flat.res_tree
+        n_res = res_tree.num_leaves
+        res_avals = [v.aval.strong() for v in fwd_graph.outputs[len(out_avals):]]
+        arg_trees = [tree_flatten(a)[1] for a in args]
+
+        def bwd_flat(*xs):
+            from . import numpy as jnp
+            res = res_tree.unflatten(list(xs[:n_res]))
+            ct = out_tree.unflatten(list(xs[n_res:]))
+            g = self.bwd(res, ct)
+            if not isinstance(g, tuple) or len(g) != len(args):
+                raise TypeError(f"custom_vjp {name}: bwd must return a tuple with one cotangent "
+                                f"per argument ({len(args)}), got {type(g).__name__}"
+                                + (f" of length {len(g)}" if isinstance(g, tuple) else ""))
+            flat = []
+            for k, (gi, td) in enumerate(zip(g, arg_trees)):
+                if gi is None:
+                    gl = [None] * td.num_leaves
+                else:
+                    gl, gtd = tree_flatten(gi)
+                    if gtd != td:
+                        raise TypeError(f"custom_vjp {name}: the cotangent for argument {k} has "
+                                        f"structure {gtd}, the argument has {td}")
+                flat += gl
+            outs = []
+            for gl, a in zip(flat, arg_avals):
+                if gl is None:
+                    outs.append(np.zeros(a.shape, a.dtype))
+                    continue
+                gl = jnp.asarray(gl)
+                if aval_of(gl).shape != a.shape:
+                    gl = jnp.broadcast_to(gl, a.shape) if aval_of(gl).size == 1 or \
+                        aval_of(gl).ndim < len(a.shape) else jnp.reshape(gl, a.shape)
+                outs.append(gl)
+            return outs
+
+        bwd_graph, cap_bwd = _trace_flat(bwd_flat, res_avals + out_avals,
+                                         f"custom_vjp {name} (bwd)")
+        # every closed-over traced value becomes an input of the node, once
+        caps: list = []
+        for c in cap_f + cap_fwd + cap_bwd:
+            if not any(c is d for d in caps):
+                caps.append(c)
+        pos = lambda cs: tuple(next(i for i, d in enumerate(caps) if d is c) for c in cs)
+        f_in = dict(zip(pos(cap_f), graph.inputs[n_args:]))
+        prim_graph = Graph(list(graph.inputs[:n_args]) + [f_in.get(i) or Var(c.aval)
+                                                          for i, c in enumerate(caps)],
+                           graph.nodes, graph.outputs, graph.consts)
+        outs = bind(custom_vjp_call_p, *in_leaves, *caps, _graph=optimize(prim_graph),
+                    _fwd_graph=optimize(fwd_graph), _bwd_graph=optimize(bwd_graph),
+                    _fwd_caps=pos(cap_fwd), _bwd_caps=pos(cap_bwd), n_args=n_args,
+                    n_res=n_res, name=name)
         return out_tree.unflatten(list(outs))
 
 

@@ -83,6 +83,8 @@ class _Entry:
     donated: set = field(default_factory=set)
     fresh: bool = True      # Numba compiles lazily: the first run's time counts as compile time
     run: Any = None         # the specialised call path (CompiledProgram.make_runner)
+    log_line: str = ""
+    setup_seconds: float = 0.0
 
 
 def _leaf_sig(x: Any, name: str):
@@ -163,7 +165,10 @@ class JitFunction:
                     f"({first}). This is a jitgraph bug; the generated source is available "
                     f"from jit(f).lower(*args).source. Workaround: run without jit.") from None
             entry.fresh = False
-            _STATS.compile_seconds += time.perf_counter() - t0
+            first = time.perf_counter() - t0
+            _STATS.compile_seconds += first
+            if _log_enabled():   # logged after the first run: Numba compiles lazily
+                print(entry.log_line.format(seconds=entry.setup_seconds + first), file=sys.stderr)
             return out
         return entry.run(*leaves)
 
@@ -270,16 +275,15 @@ class JitFunction:
         _STATS.compile_seconds += program.compile_seconds
         if program.was_on_disk:
             _STATS.disk_hits += 1
-        if _log_enabled():
-            sig = ", ".join(f"{v.aval}" for v in graph.inputs)
-            msg = (f"jitgraph: compiled {self.__name__}({sig}) in {program.compile_seconds:.2f}s "
-                   f"[{len(program.kernels)} kernels, {'disk cache' if program.was_on_disk else 'new'}]"
-                   f": {reason}")
-            print(msg, file=sys.stderr)
         self._last_sig[key[0]] = key
         in_dtypes = [v.aval.dtype for v in graph.inputs]
+        sig = ", ".join(f"{v.aval}" for v in graph.inputs)
+        log_line = (f"jitgraph: compiled {self.__name__}({sig}) in {{seconds:.2f}}s "
+                    f"[{len(program.kernels)} kernels, "
+                    f"{'loaded from disk cache' if program.was_on_disk else 'new'}]: {reason}")
         return _Entry(program, out_tree, in_dtypes, donated,
-                      run=program.make_runner(in_dtypes, out_tree))
+                      run=program.make_runner(in_dtypes, out_tree), log_line=log_line,
+                      setup_seconds=program.compile_seconds)
 
     def _miss_reason(self, key) -> str:
         treedef, sig, statics = key

@@ -225,6 +225,18 @@ dual("scalar[maximum(f32,0)]", lambda m, x: m.maximum(x, 0), away(4, dtype=F32),
 dual("scalar[maximum(x,0.5)]", lambda m, x: m.maximum(x, 0.5), away(2, 3))
 dual("scalar[minimum(1.0,x)]", lambda m, x: m.minimum(1.0, x), away(2, 3))
 dual("scalar[f32<0.5]", lambda m, x: x < 0.5, rn(3, dtype=F32), grad=False)
+# the same through jnp functions, so the eager (NumPy-array) path promotes as NumPy 2 too
+dual("scalar[multiply(f32,2.0)]", lambda m, x: m.multiply(x, 2.0), rn(3, dtype=F32), grad=False)
+dual("scalar[add(i32,1.5)]", lambda m, x: m.add(x, 1.5), ints(3, dtype=np.int32), grad=False)
+dual("scalar[add(i32,1)]", lambda m, x: m.add(x, 1), ints(3, dtype=np.int32), grad=False)
+dual("scalar[subtract(1,f32)]", lambda m, x: m.subtract(1, x), rn(3, dtype=F32), grad=False)
+dual("scalar[divide(i32,2)]", lambda m, x: m.divide(x, 2), ints(3, dtype=np.int32), grad=False)
+dual("scalar[maximum(i32,0.5)]", lambda m, x: m.maximum(x, 0.5), ints(3, dtype=np.int32),
+     grad=False)
+dual("scalar[power(f32,2.5)]", lambda m, x: m.power(x, 2.5), pos(3, dtype=F32), grad=False)
+dual("scalar[where(f32,0.0,1)]", lambda m, x: m.where(x > 0, 0.0, x), rn(3, dtype=F32),
+     grad=False)
+dual("scalar[bool*1.5]", lambda m, x: m.multiply(x > 0, 1.5), rn(3), grad=False)
 
 # powers: small integer exponents are multiplications; others the pow primitive
 dual("pow[x**2]", lambda m, x: x ** 2, rn(2, 3))

@@ -363,16 +363,14 @@ class CpuCodegen:
             return u
         return None
 
-    def _view(self, v, transposed: bool, batch: int) -> str:
-        shape = v.aval.shape
+    def _view(self, operand, batch: int) -> str:
+        """A 2-D (or batch x 2-D) view of a flat buffer; ``.T`` views for transposed operands."""
+        v, transposed, shape = operand
         name = self.plan.array_name(v)
-        if transposed:
-            shape = shape[:-2] + (shape[-1], shape[-2])
-        m, k = shape[-2], shape[-1]
-        if transposed:
-            base = f"{name}.reshape(({batch}, {k}, {m}))" if batch > 1 else f"{name}.reshape(({k}, {m})).T"
-            return base
-        return f"{name}.reshape(({batch}, {m}, {k}))" if batch > 1 else f"{name}.reshape(({m}, {k}))"
+        r, c = shape[-2], shape[-1]
+        if batch > 1:
+            return f"{name}.reshape(({batch}, {r}, {c}))"
+        return f"{name}.reshape(({r}, {c}))" + (".T" if transposed else "")
 
     def _matmul_call(self, s: MatmulStep) -> list[str]:
         n = s.node
@@ -380,8 +378,8 @@ class CpuCodegen:
         batch = int(np.prod(out.shape[:-2], dtype=np.int64))
         m, nn = out.shape[-2], out.shape[-1]
         fn = "matmul_blas" if out.dtype.kind == "f" else "matmul_loop"
-        a = self._view(s.a[0], s.a[1], batch)
-        b = self._view(s.b[0], s.b[1], batch)
+        a = self._view(s.a, batch)
+        b = self._view(s.b, batch)
         o = self.plan.array_name(n.out)
         if batch == 1:
             return [f"{fn}({a}, {b}, {o}.reshape(({m}, {nn})))"]

@@ -58,8 +58,8 @@ class LoopKernel:
 @dataclass
 class MatmulStep:
     node: Node
-    a: tuple[Var, bool]            # (array var, transposed view of its last two dims)
-    b: tuple[Var, bool]
+    a: tuple                       # (array var, transposed, view shape before transposing)
+    b: tuple
     name: str = ""
 
 
@@ -144,7 +144,7 @@ def _decide_materialized(plan: Plan) -> None:
             if k != "reduce":
                 for i in n.inputs:
                     if i not in g.consts and i not in g.inputs:
-                        if k == "matmul" and _transposed_source(plan, i) is not None:
+                        if k == "matmul" and _matmul_source(plan, i) is not None:
                             continue
                         mat.add(i)
         if n.prim.name == "scatter_add":
@@ -174,17 +174,28 @@ def _decide_materialized(plan: Plan) -> None:
             mat.add(n.out)
 
 
-def _transposed_source(plan: Plan, v: Var):
-    """If ``v`` is a swap of the last two dims of a stored array, that array (a free view)."""
-    n = plan.producer.get(v)
-    if n is None or n.prim.name != "transpose":
+def _matmul_source(plan: Plan, v: Var):
+    """``(array, transposed, view shape)`` when matmul operand ``v`` is a free view of a stored
+    array: the array itself, a row-major reshape of it, or a swap of its last two dims (the
+    operands backward passes produce), so BLAS reads it in place and nothing is copied."""
+    g = plan.graph
+    if v in plan.materialized or v in plan.input_set or v in g.consts:
+        return v, False, v.aval.shape
+    p = plan.producer.get(v)
+    if p is None:
         return None
-    perm = n.params["perm"]
-    nd = len(perm)
-    if nd < 2 or tuple(perm) != tuple(range(nd - 2)) + (nd - 1, nd - 2):
-        return None
-    src = n.inputs[0]
-    return src
+    if p.prim.name == "reshape":
+        r = _matmul_source(plan, p.inputs[0])
+        if r is not None and not r[1]:
+            return r[0], False, v.aval.shape
+    if p.prim.name == "transpose":
+        perm = p.params["perm"]
+        nd = len(perm)
+        if nd >= 2 and tuple(perm) == tuple(range(nd - 2)) + (nd - 1, nd - 2):
+            r = _matmul_source(plan, p.inputs[0])
+            if r is not None and not r[1]:
+                return r[0], True, p.inputs[0].aval.shape
+    return None
 
 
 # ---------------------------------------------------------------- kernel bodies
@@ -313,11 +324,7 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
             continue
         kind = n.prim.kind
         if kind == "matmul":
-            ops = []
-            for i in n.inputs:
-                src = _transposed_source(plan, i)
-                ops.append((src, True) if src is not None and i not in plan.materialized
-                           else (i, False))
+            ops = [_matmul_source(plan, i) or (i, False, i.aval.shape) for i in n.inputs]
             _append(plan, MatmulStep(n, ops[0], ops[1]))
             continue
         if n.prim.name == "scatter_add":
