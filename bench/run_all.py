@@ -31,22 +31,6 @@ BENCHES = [
 ]
 
 
-def wait_quiet(max_wait: float) -> None:
-    """Wait (at most max_wait s) until other processes leave the CPUs alone."""
-    if max_wait <= 0:
-        return
-    deadline = time.monotonic() + max_wait
-    while True:
-        load = common.other_cpu_load(1.0)
-        if load is None or load < common.BUSY:
-            return
-        if time.monotonic() >= deadline:
-            print(f"(machine still busy: {load:.2f} CPUs used by other processes; going on)",
-                  flush=True)
-            return
-        time.sleep(2.0)
-
-
 def run_one(key: str, script: str, quick: bool) -> tuple[dict | None, float, int]:
     out = os.path.join(common.fresh_dir("results"), key + ".json")
     cmd = [sys.executable, os.path.join(HERE, script), "--no-header", "--json", out]
@@ -121,8 +105,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="", help="comma-separated subset of: "
                    + ",".join(k for k, _ in BENCHES))
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
-                   help="before each benchmark, wait up to SECONDS for other processes to "
-                        "leave the CPUs idle (for shared machines)")
+                   help="shared machine: before each benchmark wait up to SECONDS for other "
+                        "processes to leave the CPUs idle, and let each benchmark spend up to "
+                        "SECONDS more re-measuring rows that were timed on a busy machine")
     args = p.parse_args(argv)
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     unknown = only - {k for k, _ in BENCHES}
@@ -134,7 +119,9 @@ def main(argv=None) -> int:
     for key, script in BENCHES:
         if only and key not in only:
             continue
-        wait_quiet(args.wait_quiet)
+        if args.wait_quiet > 0:
+            os.environ["BENCH_WAIT_QUIET"] = str(args.wait_quiet)   # for the children
+            common.wait_quiet(args.wait_quiet, verbose=True)
         data, wall, rc = run_one(key, script, args.quick)
         results[key], walls[key] = data, wall
         if rc != 0:

@@ -23,15 +23,7 @@ def eval_graph(graph: Graph, args: Sequence[Any]) -> list:
         from .interpreter import run
         return run(graph, list(args))
     env: dict = dict(zip(graph.inputs, args))
-    trace = top_trace(args)
-    for v, c in graph.consts.items():   # keep constants symbolic in the enclosing trace
-        env[v] = Tracer(trace, trace.const_var(c))
-    for n in graph.nodes:
-        outs = bind(n.prim, *[env[v] for v in n.inputs], **n.params)
-        if not n.prim.multiple_results:
-            outs = (outs,)
-        for v, o in zip(n.outs, outs):
-            env[v] = o
+    _replay(graph, top_trace(args), env)
     return [env[v] for v in graph.outputs]
 
 
@@ -42,6 +34,7 @@ def _const_tracers(graph: Graph, trace: Trace, env: dict) -> None:
 
 
 def _replay(graph: Graph, trace: Trace, env: dict) -> None:
+    """Re-emit ``graph``'s nodes into ``trace`` (``env`` maps its inputs to tracers)."""
     _const_tracers(graph, trace, env)
     for n in graph.nodes:
         outs = bind(n.prim, *[env[v] for v in n.inputs], **n.params)

@@ -845,6 +845,25 @@ def _c_order(order) -> bool:
     return True
 
 
+def _bool_operands(op: str, *xs):
+    """&, | and ~ are logical on bool values; NumPy's bitwise integer versions have no
+    primitive, so they are refused rather than silently computed as logical operations."""
+    for x in xs:
+        d = aval_of(_operand(x)).dtype
+        if d != bool_:
+            raise TypeError(f"the operator {op} on a traced value of dtype {d} is not supported "
+                            "(only bool operands: bitwise integer operations have no primitive);"
+                            f" use jnp.logical_and/logical_or/logical_not or comparisons, at "
+                            f"{_here()}")
+    return xs
+
+
+def _setitem(self, key, value):
+    raise TypeError(f"traced values are immutable: x[...] = value is not supported (at "
+                    f"{_here()}); build the new value instead, e.g. with jnp.where(mask, value, "
+                    "x) or jnp.concatenate")
+
+
 def _install_tracer_methods() -> None:
     T = Tracer
     T.__add__ = lambda s, o: add(s, o)
@@ -872,12 +891,14 @@ def _install_tracer_methods() -> None:
     T.__le__ = lambda s, o: less_equal(s, o)
     T.__eq__ = lambda s, o: equal(s, o)
     T.__ne__ = lambda s, o: not_equal(s, o)
-    T.__and__ = lambda s, o: logical_and(s, o)
-    T.__rand__ = lambda s, o: logical_and(o, s)
-    T.__or__ = lambda s, o: logical_or(s, o)
-    T.__ror__ = lambda s, o: logical_or(o, s)
-    T.__invert__ = lambda s: logical_not(s)
+    T.__and__ = lambda s, o: logical_and(*_bool_operands("&", s, o))
+    T.__rand__ = lambda s, o: logical_and(*_bool_operands("&", o, s))
+    T.__or__ = lambda s, o: logical_or(*_bool_operands("|", s, o))
+    T.__ror__ = lambda s, o: logical_or(*_bool_operands("|", o, s))
+    T.__invert__ = lambda s: logical_not(*_bool_operands("~", s))
     T.__getitem__ = lambda s, k: getitem(s, k)
+    T.__setitem__ = _setitem
+    T.copy = lambda s: s
     T.T = property(lambda s: transpose(s))
     T.mT = property(lambda s: swapaxes(s, -1, -2))
     T.reshape = lambda s, *shape, order="C", copy=None: reshape(

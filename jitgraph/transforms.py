@@ -84,6 +84,13 @@ def _split_args(args, argnums):
     return single, nums
 
 
+def _describe_fn(fun) -> str:
+    """``name (file:line)`` of a user function, for error messages."""
+    code = getattr(fun, "__code__", None)
+    name = getattr(fun, "__name__", type(fun).__name__)
+    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code else name
+
+
 def _partial(fun, args, nums, kwargs):
     def f(*diff):
         full = list(args)
@@ -174,13 +181,16 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             out, aux = (r if has_aux else (r, None))
             if isinstance(out, (list, tuple, dict)):
                 raise TypeError("grad requires a function with a scalar output, got a "
-                                f"{type(out).__name__}; use jacrev or vjp for vector outputs")
+                                f"{type(out).__name__} from {_describe_fn(fun)}; use jacrev or "
+                                "vjp for vector outputs (or has_aux=True for (loss, aux))")
             a = aval_of(jnp._operand(out, "output"))
             if a.shape != ():
-                raise TypeError(f"grad requires a scalar output, got shape {a.shape}; reduce "
+                raise TypeError(f"grad requires a scalar output, got shape {a.shape} from "
+                                f"{_describe_fn(fun)}; reduce "
                                 "it (e.g. .sum() or .mean()), or use jacrev / vjp")
             if not dtypes.is_float(a.dtype):
-                raise TypeError(f"grad requires a float output, got {a.dtype}")
+                raise TypeError(f"grad requires a float output, got {a.dtype} from "
+                                f"{_describe_fn(fun)}")
             return out, aux
 
         graph, captured, leaves, _, out_tree = trace_to_graph(

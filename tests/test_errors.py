@@ -285,6 +285,7 @@ def test_grad_non_scalar_output():
         grad(lambda x: x * 2.0)(np.ones(3))
     msg = str(ei.value)
     assert "scalar" in msg and "(3,)" in msg and "jacrev" in msg
+    assert THIS_FILE in msg          # names the user's function and where it is defined
     with pytest.raises(TypeError, match="scalar output.*tuple"):
         grad(lambda x: (x, x))(1.0)
     with pytest.raises(TypeError, match="float output.*int64"):
@@ -463,3 +464,25 @@ def test_error_messages_do_not_show_internal_frames():
     msg = str(ei.value)
     loc = re.findall(r"at (\S+):(\d+)", msg)
     assert loc and all(os.path.basename(f) == THIS_FILE for f, _ in loc), msg
+
+
+@pytest.mark.parametrize("fn, op", [(lambda x: x & 1, "&"), (lambda x: 2 | x, "|"),
+                                    (lambda x: ~x, "~"), (lambda x: (x > 0) & x, "&")])
+def test_bitwise_operators_on_integers_are_refused(fn, op):
+    # NumPy's & | ~ on integers are bitwise; there is no bitwise primitive, so rather than
+    # silently computing a logical result they raise (bool operands work, see cases.py)
+    with pytest.raises(TypeError) as ei:
+        make_graph(fn)(np.array([5, 6, 7]))
+    msg = str(ei.value)
+    assert op in msg and "int64" in msg and "logical" in msg and THIS_FILE in msg
+
+
+def test_traced_values_are_immutable():
+    def f(x):
+        x[0] = 1.0
+        return x
+    with pytest.raises(TypeError, match="immutable.*jnp.where") as ei:
+        make_graph(f)(np.ones(3))
+    assert THIS_FILE in str(ei.value)
+    with pytest.raises(TypeError, match="immutable"):
+        grad(lambda x: jnp.sum(f(x)))(np.ones(3))

@@ -1,0 +1,52 @@
+"""Shared pytest setup.
+
+The jit disk cache (``JITGRAPH_CACHE_DIR``) points at a fresh temporary directory for the whole
+session, so the tests never read or write the user's cache and every run starts cold (which is
+what the compile-count assertions expect). Set ``JITGRAPH_TEST_CACHE_DIR`` to reuse a directory
+between runs instead (faster reruns while developing; the counts that assume a cold cache are
+then only checked where a test makes its own directory).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+if _TESTS not in sys.path:          # ``from cases import CASES`` works however pytest is started
+    sys.path.insert(0, _TESTS)
+
+_SESSION_CACHE: dict = {}
+
+
+def pytest_configure(config):
+    # Set before any test module is imported, so nothing compiles into another directory.
+    _SESSION_CACHE["old"] = os.environ.get("JITGRAPH_CACHE_DIR")
+    keep = os.environ.get("JITGRAPH_TEST_CACHE_DIR")
+    if keep:
+        os.makedirs(keep, mode=0o700, exist_ok=True)
+        path, _SESSION_CACHE["owned"] = keep, False
+    else:
+        path, _SESSION_CACHE["owned"] = tempfile.mkdtemp(prefix="jitgraph-test-cache-"), True
+    os.environ["JITGRAPH_CACHE_DIR"] = path
+    _SESSION_CACHE["path"] = path
+
+
+def pytest_unconfigure(config):
+    path = _SESSION_CACHE.pop("path", None)
+    old = _SESSION_CACHE.pop("old", None)
+    if old is None:
+        os.environ.pop("JITGRAPH_CACHE_DIR", None)
+    else:
+        os.environ["JITGRAPH_CACHE_DIR"] = old
+    if path and _SESSION_CACHE.pop("owned", False):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def jit_cache_dir() -> str:
+    """The session's jit disk-cache directory (also in ``os.environ['JITGRAPH_CACHE_DIR']``)."""
+    return _SESSION_CACHE["path"]
