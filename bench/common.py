@@ -246,11 +246,12 @@ def timeit(fn, *, warmup: int = 3, repeats: int = 20, number: int = 1,
     ``sync``) and records the per-call time.  If the samples would take longer than
     ``max_time`` seconds in total, fewer are taken (but at least ``min_repeats``).
     """
-    est = None
+    est = None   # fastest warmup call: one slow call must not cut the repeats short
     for _ in range(warmup):
         t0 = time.perf_counter()
         sync(fn())
-        est = time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        est = dt if est is None else min(est, dt)
     if max_time is not None and est is not None and est > 0:
         fit = int(max_time / (est * number))
         repeats = max(min(repeats, fit), min(min_repeats, repeats))

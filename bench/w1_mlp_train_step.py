@@ -212,7 +212,7 @@ def measure(name, runner, ref_loss, ref_params, table, args, compile_times=None,
     checks += [check_close(name, convert(p), r) for p, r in zip(runner.params, ref_params)]
     bad = [c for c in checks if c != "ok"]
     check = "ok" if not bad else bad[0]
-    t = timeit(runner.call, warmup=2 if args.quick else 5, repeats=10 if args.quick else 40,
+    t = timeit(runner.call, warmup=2 if args.quick else 5, repeats=10 if args.quick else 100,
                max_time=3.0 if args.quick else 8.0)
     table.add(name, t, check=check)
     if compile_times is not None:

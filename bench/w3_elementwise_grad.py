@@ -75,7 +75,7 @@ def add_row(table, name, fn, n, ref, args, note=""):
     check = check_close(name, value, ref[0], rtol=1e-3)
     if check == "ok":
         check = check_close(name, grad, ref[1], rtol=2e-3, atol=1e-5)
-    t = timeit(fn, warmup=2 if args.quick else 3, repeats=10 if args.quick else 25,
+    t = timeit(fn, warmup=2 if args.quick else 3, repeats=10 if args.quick else 60,
                max_time=2.5 if args.quick else 6.0, min_repeats=5)
     gbs = 8.0 * n / t.median / 1e9
     table.add(name, t, note, check=check, **{"GB/s": f"{gbs:.2f}"})

@@ -197,7 +197,8 @@ class CpuCodegen:
         shape = n.out.aval.shape
         nb = g.aval.ndim - (len(shape) - len(ix))
         b_shape, rest = g.aval.shape[:nb], shape[len(ix):]
-        params = [plan.array_name(v) for v in n.inputs] + [plan.array_name(n.out)]
+        # an index array may appear twice (x[i, i]): one parameter per distinct array
+        params = list(dict.fromkeys([plan.array_name(v) for v in n.inputs] + [plan.array_name(n.out)]))
         out = plan.array_name(n.out)
         lines = [_decorator(False, self.fastmath, False), f"def {s.name}_{{H}}({', '.join(params)}):",
                  f"    for z in range({max(n.out.aval.size, 0)}):", f"        {out}[z] = 0"]

@@ -1,0 +1,260 @@
+"""Fusion plans, read through ``jit(f).lower(*args)``: how many kernels a program becomes, which
+values are stored, and that the generated source is valid, readable Python. Every test also
+runs the compiled program and checks its numbers against the function run without jit."""
+from __future__ import annotations
+
+import ast
+import re
+
+import numpy as np
+import pytest
+
+import jitgraph
+import jitgraph.numpy as jnp
+from jitgraph import nn
+from jitgraph.compiler.fusion import HostStep, LoopKernel, MatmulStep, ScatterStep
+
+rng = np.random.default_rng(11)
+X45 = rng.standard_normal((4, 5)).astype(np.float32)
+Y5 = rng.standard_normal(5).astype(np.float32)
+
+
+def stores(source: str) -> list[str]:
+    """The array stores (``name[index] = value``) in a kernel's source."""
+    return [line.strip() for line in source.splitlines() if re.search(r"\w\[[^\]]*\] = ", line)]
+
+
+def step_kinds(lowered) -> dict:
+    kinds = {"loop": 0, "matmul": 0, "scatter": 0, "host": 0}
+    for s in lowered.plan.steps:
+        kinds[{LoopKernel: "loop", MatmulStep: "matmul", ScatterStep: "scatter",
+               HostStep: "host"}[type(s)]] += 1
+    return kinds
+
+
+def check_numbers(jf, fn, *args, rtol=1e-5, atol=1e-6):
+    got = jitgraph.tree_leaves(jf(*args))
+    want = jitgraph.tree_leaves(fn(*args))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * max(1.0, float(np.abs(w).max(initial=0))))
+
+
+# ------------------------------------------------------------------ elementwise chains
+def chain10(x, y):
+    """Ten elementwise ops; every intermediate is used once (y, an input, is broadcast)."""
+    a = x * 2.0
+    a = a + y
+    a = jnp.sin(a)
+    a = a - 1.0
+    a = jnp.exp(a)
+    a = a / y
+    a = jnp.tanh(a)
+    a = jnp.abs(a)
+    a = a * x
+    return a + 3.0
+
+
+jit_chain10 = jitgraph.jit(chain10)
+
+
+@pytest.fixture(scope="module")
+def chain_lowered():
+    return jit_chain10.lower(X45, Y5)
+
+
+def test_chain_of_ten_elementwise_ops_is_one_kernel(chain_lowered):
+    assert len(chain_lowered.kernels) == 1
+    assert len(chain_lowered.plan.steps) == 1
+    ops = {n.prim.name for n in chain_lowered.kernels[0].ops}
+    assert {"mul", "add", "sin", "sub", "exp", "div", "tanh", "abs"} <= ops
+    check_numbers(jit_chain10, chain10, X45, Y5)
+
+
+def test_values_used_inside_one_kernel_are_never_written(chain_lowered):
+    (k,) = chain_lowered.kernels
+    assert len(stores(k.source)) == 1, k.source       # only the output
+    params = re.search(r"def \w+\(([^)]*)\)", k.source).group(1).split(", ")
+    assert params[:2] == ["in0", "in1"] and len(params) == 3, params   # x, y and the output
+    # the driver allocates no scratch for this program
+    assert "scratch" not in chain_lowered.source
+
+
+def test_sum_of_elementwise_is_one_kernel():
+    def f(x):
+        return jnp.sum(jnp.exp(x) * 2.0 + jnp.sin(x))
+    jf = jitgraph.jit(f)
+    lo = jf.lower(X45)
+    assert len(lo.kernels) == 1, lo.source
+    assert len(stores(lo.kernels[0].source)) == 1     # the scalar result only
+    check_numbers(jf, f, X45)
+
+
+def test_row_reduction_with_its_producers_and_consumers_is_one_kernel():
+    """(x - mean) / std along rows: reductions and the normalised output in one loop nest."""
+    def f(x):
+        m = jnp.mean(x, axis=1, keepdims=True)
+        v = jnp.mean((x - m) ** 2, axis=1, keepdims=True)
+        return (x - m) / jnp.sqrt(v + 1e-5)
+    jf = jitgraph.jit(f)
+    lo = jf.lower(X45)
+    assert len(lo.kernels) == 1, lo.source
+    check_numbers(jf, f, X45, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ softmax cross-entropy
+def xent(logits, onehot):
+    return -jnp.mean(jnp.sum(nn.log_softmax(logits) * onehot, axis=1))
+
+
+def test_softmax_cross_entropy_forward_and_backward_is_at_most_four_kernels():
+    logits = rng.standard_normal((8, 5)).astype(np.float32)
+    onehot = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 8)]
+    vg = jitgraph.value_and_grad(xent)
+    jf = jitgraph.jit(vg)
+    lo = jf.lower(logits, onehot)
+    assert len(lo.kernels) <= 4, lo.source
+    assert step_kinds(lo)["matmul"] == 0 and step_kinds(lo)["host"] == 0
+    # (currently 2: one row kernel -- max, sum of exp, log, the loss rows and the gradient --
+    # and one kernel for the mean over rows)
+    (v, g), (v0, g0) = jf(logits, onehot), vg(logits, onehot)
+    np.testing.assert_allclose(v, v0, rtol=1e-5)
+    np.testing.assert_allclose(g, g0, rtol=1e-5, atol=1e-7)
+    assert g.dtype == np.float32 and np.asarray(v).dtype == np.float32
+
+
+# ------------------------------------------------------------------ an MLP training step
+SIZES = (16, 8, 8, 4)
+BATCH = 32
+
+
+def init_params(seed=0, dtype=np.float32):
+    r = np.random.default_rng(seed)
+    return [((r.standard_normal((a, b)) / np.sqrt(a)).astype(dtype), np.zeros(b, dtype))
+            for a, b in zip(SIZES[:-1], SIZES[1:])]
+
+
+def mlp_loss(params, x, y_onehot):
+    h = x
+    for w, b in params[:-1]:
+        h = jnp.tanh(h @ w + b)
+    w, b = params[-1]
+    return xent(h @ w + b, y_onehot)
+
+
+def sgd_step(params, x, y_onehot):
+    loss, grads = jitgraph.value_and_grad(mlp_loss)(params, x, y_onehot)
+    new = [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+    return new, loss
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
+    y = np.eye(SIZES[-1], dtype=np.float32)[rng.integers(0, SIZES[-1], BATCH)]
+    jf = jitgraph.jit(sgd_step)
+    return jf, jf.lower(init_params(), x, y), x, y
+
+
+def test_mlp_training_step_plan(mlp):
+    jf, lo, x, y = mlp
+    kinds = step_kinds(lo)
+    # Observed plan (16-8-8-4, batch 32, tanh, softmax cross-entropy, SGD), 19 steps:
+    # * 8 matmuls: 3 forward (x@W1, h1@W2, h2@W3); backward 2 per layer that has an input
+    #   gradient to pass on (dlogits@W3.T, h2.T@dlogits; dh2@W2.T, h1.T@dh2) and 1 for the
+    #   first layer (x.T@dh1) -- transposes are BLAS views, never copies;
+    # * 11 loop kernels: 2 forward bias+tanh; 1 log-softmax row kernel (max, sum of exp, log,
+    #   loss rows, softmax for the backward); 1 mean of the loss; 1 dlogits (+ its column sum,
+    #   db3); 2 tanh backward kernels (1 - h^2) * dh with their column sums (db2, db1; the
+    #   last one also applies the b1 and b2 updates); 4 SGD updates of W1, W2, W3, b3, whose
+    #   shapes all differ, so each is its own loop.
+    # No value is copied for a layout change and nothing runs on the host.
+    assert kinds == {"loop": 11, "matmul": 8, "scatter": 0, "host": 0}, lo.plan.steps
+    assert len(lo.kernels) == 11
+
+
+def test_mlp_training_step_numbers(mlp):
+    jf, lo, x, y = mlp
+    p = init_params()
+    (new, loss) = jf(p, x, y)
+    (new0, loss0) = sgd_step(p, x, y)
+    np.testing.assert_allclose(loss, loss0, rtol=1e-5)
+    for (w, b), (w0, b0) in zip(new, new0):
+        assert w.dtype == np.float32 and b.dtype == np.float32
+        np.testing.assert_allclose(w, w0, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b, b0, rtol=1e-5, atol=1e-6)
+    # training makes progress
+    losses = []
+    for _ in range(5):
+        p, loss = jf(p, x, y)
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+
+
+# ------------------------------------------------------------------ layout ops
+def test_transpose_plus_add_is_one_kernel_without_copy():
+    a = rng.standard_normal((3, 4))
+    b = rng.standard_normal((4, 3))
+    f = lambda a, b: a.T + b               # noqa: E731
+    jf = jitgraph.jit(f)
+    lo = jf.lower(a, b)
+    assert len(lo.kernels) == 1 and len(lo.plan.steps) == 1
+    src = lo.kernels[0].source
+    assert len(stores(src)) == 1                                # no transposed copy
+    assert "in0[o1 * 4 + o0]" in src.replace(" ", " ")          # strided read of a
+    assert {n.prim.name for n in lo.kernels[0].ops} >= {"transpose", "add"}
+    check_numbers(jf, f, a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name,fn,shapes", [
+    ("reshape+broadcast", lambda x, y: x.reshape(2, 6) * y[:, None], [(3, 4), (2,)]),
+    ("slice steps", lambda x, y: x[::-1, ::2] + y[1:, ::-2], [(3, 4), (4, 4)]),
+    ("concat", lambda x, y: jnp.concatenate([x, y], axis=0) * 2.0, [(3, 4), (4, 4)]),
+    ("expand/squeeze/stack", lambda x, y: jnp.stack([x, jnp.squeeze(jnp.expand_dims(x, 0), 0)],
+                                                    axis=-1) + 1.0, [(3, 4), (1,)]),
+    ("gather rows", lambda x, y: x[jnp.arange(3), np.array([0, 3, 1])] * 2.0, [(3, 4), (1,)]),
+])
+def test_layout_ops_fuse_as_index_arithmetic(name, fn, shapes):
+    args = [rng.standard_normal(s) for s in shapes]
+    jf = jitgraph.jit(fn)
+    lo = jf.lower(*args)
+    assert len(lo.kernels) == 1, f"{name}:\n{lo.source}"
+    assert len(stores(lo.kernels[0].source)) == 1, lo.kernels[0].source
+    check_numbers(jf, fn, *args, rtol=1e-12, atol=1e-14)
+
+
+# ------------------------------------------------------------------ generated source
+def test_generated_source_is_valid_readable_python(mlp, chain_lowered):
+    for lo in (mlp[1], chain_lowered):
+        compile(lo.source, "<jitgraph generated>", "exec")
+        tree = ast.parse(lo.source)
+        funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        assert len(funcs) == len(lo.kernels) + 1           # the kernels and one driver
+        assert lo.source.startswith('"""Generated by jitgraph')
+        for k in lo.kernels:
+            compile(k.source, k.name, "exec")
+            assert f"def {k.name}(" in k.source
+            assert k.name in lo.source
+            assert k.ops, k.name
+            assert "@njit(" in k.source
+        # readable: short lines, 4-space indentation, no tabs
+        for line in lo.source.splitlines():
+            assert "\t" not in line
+            assert (len(line) - len(line.lstrip(" "))) % 4 == 0, line
+        assert max(len(l) for l in lo.source.splitlines() if not l.startswith("def program")) < 160
+
+
+def test_lower_shows_graph_and_reuses_the_compiled_program():
+    f = jitgraph.jit(lambda x: jnp.tanh(x) * 2.0)
+    lo1 = f.lower(X45)
+    before = jitgraph.cache_info()
+    lo2 = f.lower(X45)
+    out = f(X45)
+    after = jitgraph.cache_info()
+    assert lo2.program is lo1.program
+    assert after["misses"] == before["misses"]
+    assert "tanh" in str(lo1.graph)
+    assert repr(lo1).startswith("<Lowered:")
+    np.testing.assert_allclose(out, np.tanh(X45) * 2.0, rtol=1e-6)
