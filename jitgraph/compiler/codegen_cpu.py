@@ -113,6 +113,8 @@ class CpuCodegen:
         params = [plan.array_name(v) for v in loads] + [plan.array_name(v) for v in stores]
         lines = [_decorator(outer_par or inner_par, self.fastmath, has_red),
                  f"def {k.name}_{{H}}({', '.join(params)}):"]
+        if self._column_order(k, outer_par or inner_par, has_arg):
+            return "\n".join(lines + self._column_body(k)), params
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
@@ -175,6 +177,72 @@ class CpuCodegen:
                 if n.out in plan.needed:
                     lines.append(pad + f"{plan.array_name(n.out)}[{self._outer_offset(n.out, k)}] = {acc}")
         return "\n".join(lines), params
+
+    @staticmethod
+    def _column_order(k: LoopKernel, parallel: bool, has_arg: bool) -> bool:
+        """Reductions over leading axes (a bias gradient: sum over the batch) read memory with a
+        stride when the reduced loop is innermost. Looping reduced dims outside and kept dims
+        inside, with one accumulator per kept element, reads it contiguously and vectorizes."""
+        st = k.body.stages
+        return (bool(k.axes) and not parallel and not has_arg
+                and max(k.axes) < min(i for i in range(len(k.shape)) if i not in k.axes)
+                if len(k.axes) < len(k.shape) else False) and \
+            int(np.prod(k.outer_shape, dtype=np.int64)) >= 8 and \
+            st[0].kind == "loop" and len(st) <= 2 and (len(st) == 1 or st[1].kind == "scalar")
+
+    def _column_body(self, k: LoopKernel) -> list[str]:
+        plan, body = self.plan, k.body
+        o_shape, r_shape = k.outer_shape, k.inner_shape
+        o_size = int(np.prod(o_shape, dtype=np.int64))
+        o_loops = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
+        r_loops = [(v, d) for v, d in zip(body.r_vars, r_shape) if d != 1]
+        olin = offset(body.o_vars, o_shape)
+        loop_st = body.stages[0]
+        out = []
+        for (n, acc, _, monoid) in loop_st.reductions:
+            dt = n.inputs[0].aval.dtype
+            if n.out in plan.needed:     # accumulate straight into the output buffer
+                out.append(f"    {acc} = {plan.array_name(n.out)}")
+            else:
+                out.append(f"    {acc} = np.empty({o_size}, np.{dt.name})")
+            out.append(f"    for z in range({o_size}):")
+            out.append(f"        {acc}[z] = {_init(monoid, dt)}")
+        ind = 1
+        for v, d in r_loops + o_loops:
+            out.append("    " * ind + f"for {v} in range({d}):")
+            ind += 1
+        pad = "    " * ind
+        out += [pad + l for l in loop_st.lines]
+        for (n, acc, val, monoid) in loop_st.reductions:
+            if monoid == "sum":
+                out.append(pad + f"{acc}[{olin}] += {val}")
+            elif monoid == "prod":
+                out.append(pad + f"{acc}[{olin}] *= {val}")
+            else:
+                fn = "maximum" if monoid == "max" else "minimum"
+                out.append(pad + f"{acc}[{olin}] = {fn}({acc}[{olin}], {val})")
+        out += self._stores(loop_st, k, pad)
+        if len(body.stages) == 2:
+            import re
+            sc = body.stages[1]
+            ind = 1
+            for v, d in o_loops:
+                out.append("    " * ind + f"for {v} in range({d}):")
+                ind += 1
+            pad = "    " * ind
+            text = "\n".join(sc.lines + [f"{name}[0] = {val}" for _, val, _ in sc.stores
+                                         for name in ["_"]])
+            for (n, acc, _, _) in loop_st.reductions:
+                out.append(pad + f"{acc}_x = {acc}[{olin}]")
+                text = re.sub(rf"\b{acc}\b", f"{acc}_x", text)
+            lines = text.split("\n")[:len(sc.lines)]
+            out += [pad + l for l in lines]
+            renamed = type(sc)(sc.kind, [], [], [(v, re.sub(r"\bacc(\d+_\d+)\b", r"acc\1_x", val), w)
+                                              for v, val, w in sc.stores])
+            out += self._stores(renamed, k, pad)
+        if len(out) == 0:
+            out.append("    pass")
+        return out
 
     def _outer_offset(self, v, k: LoopKernel) -> str:
         it = iter([o for o, d in zip(k.body.o_vars, k.outer_shape) if d != 1])

@@ -256,24 +256,30 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
 
 
 # ---------------------------------------------------------------- grouping
+def _insert(k: LoopKernel, n: Node, kind: str):
+    """Candidates placing ``n`` in each existing stage of ``kind`` (earliest first), then in a new
+    stage at the end; build_body rejects placements whose inputs aren't ready there."""
+    for i, st in enumerate(k.stages):
+        if st.kind == kind:
+            c = k.copy()
+            c.stages[i].items.append(n)
+            yield c
+    c = k.copy()
+    c.stages.append(Stage(kind, [n]))
+    yield c
+
+
 def _options(k: LoopKernel, n: Node):
-    """Ways to add node ``n`` to kernel ``k``: (new kernel, description)."""
-    last = k.stages[-1]
+    """Ways to add node ``n`` to kernel ``k``."""
     if n.prim.kind == "reduce":
         src = n.inputs[0].aval.shape
         axes = tuple(n.params["axes"]) if "axes" in n.params else (n.params["axis"],)
         if src != k.shape:
             return
         if k.axes == axes:
-            if last.kind == "loop":
-                c = k.copy()
-                c.stages[-1].items.append(n)
-                yield c
-            c = k.copy()
-            c.stages.append(Stage("loop", [n]))
-            yield c
+            yield from _insert(k, n, "loop")
         elif k.axes == () and len(k.stages) == 1 and \
-                not any(i.prim.kind == "reduce" for i in last.items):
+                not any(i.prim.kind == "reduce" for i in k.stages[0].items):
             c = k.copy()
             c.axes = axes
             c.stages[-1].items.append(n)
@@ -281,22 +287,14 @@ def _options(k: LoopKernel, n: Node):
         return
     shape = n.out.aval.shape
     if shape == k.shape:
-        if last.kind == "loop":
+        if k.axes:
+            yield from _insert(k, n, "loop")
+        else:
             c = k.copy()
             c.stages[-1].items.append(n)
-            yield c
-        if k.axes:
-            c = k.copy()
-            c.stages.append(Stage("loop", [n]))
             yield c
     elif k.axes and [d for d in shape if d != 1] == [d for d in k.outer_shape if d != 1]:
-        if last.kind == "scalar":
-            c = k.copy()
-            c.stages[-1].items.append(n)
-            yield c
-        c = k.copy()
-        c.stages.append(Stage("scalar", [n]))
-        yield c
+        yield from _insert(k, n, "scalar")
 
 
 def _array_deps(plan: Plan, n: Node) -> set[Var]:
