@@ -65,7 +65,7 @@ from numba import njit, prange
 from jitgraph.kernels.scalar import maximum, minimum, sign, floor, erf, logistic, power, clamp_index
 from jitgraph.kernels.fastmath import (exp_f32, exp_f64, log_f32, log_f64, log1p_f32, log1p_f64,
     expm1_f32, expm1_f64, tanh_f32, tanh_f64, logistic_f32, logistic_f64)
-from jitgraph.kernels.matmul import matmul_blas, matmul_loop
+from jitgraph.kernels.matmul import gemm, matmul_blas, matmul_loop
 '''
 
 
@@ -358,6 +358,7 @@ class CpuCodegen:
                 src = self._donor(v, s, step_index, donatable, last_use)
                 if src is not None:
                     donated[v] = donatable.pop(src)
+                    self._in_place[v] = src
                     lines.append(f"{name} = {plan.array_name(src)}  # donated: updated in place")
                 else:
                     out_specs[v] = (f"out_{name}", v.aval.size, v.aval.dtype)
@@ -373,6 +374,7 @@ class CpuCodegen:
             self._slot[v] = slot
 
         self._slot = {}
+        self._in_place = {}
         for i, (s, params) in enumerate(calls):
             for v in _writes(s, plan):
                 bind_buffer(v, i, s)
@@ -418,6 +420,14 @@ class CpuCodegen:
     def _donor(self, v, s, i, donatable, last_use):
         """A donated input whose buffer can hold output ``v``: same shape and dtype, read for the
         last time by the elementwise kernel that writes ``v``, at the same index only."""
+        if isinstance(s, MatmulStep):   # GEMM epilogue: c is read and written in place
+            ep = s.epilogue
+            u = ep.c if ep is not None else None
+            if u is not None and u in donatable and v is ep.out and ep.beta != 0 and \
+                    last_use.get(u, -1) <= i and u not in (s.a[0], s.b[0]) and \
+                    u not in self.plan.graph.outputs:
+                return u
+            return None
         if not isinstance(s, LoopKernel) or s.axes or len(s.stages) != 1:
             return None
         own = offset(s.body.full_idx, s.shape)
@@ -449,6 +459,14 @@ class CpuCodegen:
         fn = "matmul_blas" if out.dtype.kind == "f" else "matmul_loop"
         a = self._view(s.a, batch)
         b = self._view(s.b, batch)
+        ep = s.epilogue
+        if ep is not None:
+            o = self.plan.array_name(ep.out)
+            lines = []
+            if ep.c is not None and self._in_place.get(ep.out) is not ep.c:
+                lines.append(f"{o}[:] = {self.plan.array_name(ep.c)}")
+            beta = ep.beta if ep.c is not None else 0.0
+            return lines + [f"gemm({ep.alpha!r}, {a}, {b}, {beta!r}, {o}.reshape(({m}, {nn})))"]
         o = self.plan.array_name(n.out)
         if batch == 1:
             return [f"{fn}({a}, {b}, {o}.reshape(({m}, {nn})))"]
@@ -478,7 +496,8 @@ def _reads(s, plan: Plan):
     if isinstance(s, LoopKernel):
         return set(s.body.loads)
     if isinstance(s, MatmulStep):
-        return {s.a[0], s.b[0]}
+        ep = s.epilogue
+        return {s.a[0], s.b[0]} | ({ep.c} if ep is not None and ep.c is not None else set())
     return set(s.node.inputs)
 
 
@@ -487,4 +506,6 @@ def _writes(s, plan: Plan):
         out = [v for st in s.body.stages for (v, _, _) in st.stores]
         out += [r[0].out for st in s.body.stages for r in st.reductions]
         return out
+    if isinstance(s, MatmulStep):
+        return [s.out]
     return list(s.node.outs)

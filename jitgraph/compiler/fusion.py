@@ -61,6 +61,22 @@ class MatmulStep:
     a: tuple                       # (array var, transposed, view shape before transposing)
     b: tuple
     name: str = ""
+    epilogue: Any = None           # Epilogue: out = alpha * (a @ b) + beta * c, in one GEMM
+
+    @property
+    def out(self) -> Var:
+        return self.epilogue.out if self.epilogue else self.node.out
+
+
+@dataclass
+class Epilogue:
+    """An elementwise tail a GEMM computes itself: scaling and adding a same-shaped array
+    (``W - lr * (x.T @ d)`` is one BLAS call that updates W's buffer)."""
+    alpha: float
+    beta: float
+    c: Var | None
+    out: Var
+    nodes: list
 
 
 @dataclass
@@ -111,6 +127,9 @@ class Plan:
         self.materialized: set[Var] = set()
         self.needed: set[Var] = set()     # materialized values read outside their own step
         self.const_args: list[Var] = []   # constant arrays the program reads
+        self.epilogues: dict[Node, Epilogue] = {}
+        self.in_gemm: set[Var] = set()    # values a GEMM epilogue computes without storing
+        self.order: dict[Node, int] = {n: i for i, n in enumerate(graph.nodes)}
         self._names: dict[Var, str] = {}
 
     def available_at(self, v: Var) -> int:
@@ -139,8 +158,15 @@ def _decide_materialized(plan: Plan) -> None:
     mat.update(v for v in g.outputs if v not in g.consts and v not in g.inputs)
     for n in g.nodes:
         k = n.prim.kind
+        if k == "matmul":
+            ep = _gemm_epilogue(plan, n)
+            if ep is not None:
+                plan.epilogues[n] = ep
+                plan.in_gemm.update([n.out] + [m.out for m in ep.nodes])
+                plan.in_gemm.discard(ep.out)
+                mat.add(ep.out)
         if k in ALWAYS_MATERIALIZED or n.prim.codegen is None:
-            mat.update(n.outs)
+            mat.update(o for o in n.outs if o not in plan.in_gemm)
             if k != "reduce":
                 for i in n.inputs:
                     if i not in g.consts and i not in g.inputs:
@@ -162,7 +188,8 @@ def _decide_materialized(plan: Plan) -> None:
             use_size[o] = best
     cost: dict[Var, int] = {}
     for n in g.nodes:
-        if n.prim.kind not in ("elementwise", "layout", "index") or n.out in mat:
+        if n.prim.kind not in ("elementwise", "layout", "index") or n.out in mat \
+                or n.out in plan.in_gemm:
             continue
         own = 0 if n.prim.kind == "layout" else _COST.get(n.prim.name, 1)
         c = own + sum(cost.get(i, 0) for i in n.inputs if i not in mat)
@@ -195,6 +222,56 @@ def _matmul_source(plan: Plan, v: Var):
             r = _matmul_source(plan, p.inputs[0])
             if r is not None and not r[1]:
                 return r[0], True, p.inputs[0].aval.shape
+    return None
+
+
+def _uniform_scalar(plan: Plan, v: Var):
+    """The one value ``v`` holds everywhere, if it is a constant (or a broadcast/reshape of one)."""
+    while True:
+        c = plan.graph.consts.get(v)
+        if c is not None:
+            flat = c.reshape(-1)
+            return float(flat[0]) if c.size and np.all(flat == flat[0]) else None
+        p = plan.producer.get(v)
+        if p is None or p.prim.name not in ("broadcast_to", "reshape"):
+            return None
+        v = p.inputs[0]
+
+
+def _gemm_epilogue(plan: Plan, n: Node) -> Epilogue | None:
+    """Match ``[beta * c +] alpha * matmul(a, b)`` where each intermediate has one use."""
+    g = plan.graph
+    if n.out.aval.ndim != 2 or n.out.aval.dtype.kind != "f":
+        return None
+
+    def only_consumer(v):
+        cs = plan.consumers.get(v, [])
+        return cs[0] if len(cs) == 1 and v not in g.outputs else None
+
+    v, alpha, fused = n.out, 1.0, []
+    c = only_consumer(v)
+    if c is not None and c.prim.name == "mul" and c.out.aval.shape == v.aval.shape:
+        other = c.inputs[1] if c.inputs[0] is v else c.inputs[0]
+        s = _uniform_scalar(plan, other) if other is not v else None
+        if s is not None:
+            alpha *= s
+            fused.append(c)
+            v = c.out
+            c = only_consumer(v)
+    if c is not None and c.prim.name in ("add", "sub") and c.out.aval == v.aval:
+        other = c.inputs[1] if c.inputs[0] is v else c.inputs[0]
+        ready = other in plan.input_set or other in g.consts or (
+            other in plan.producer and plan.order[plan.producer[other]] < plan.order[n])
+        if other is not v and other.aval == v.aval and ready:
+            beta = 1.0
+            if c.prim.name == "sub":
+                if c.inputs[0] is other:
+                    alpha = -alpha
+                else:
+                    beta = -1.0
+            return Epilogue(alpha, beta, other, c.out, fused + [c])
+    if fused:
+        return Epilogue(alpha, 0.0, None, v, fused)
     return None
 
 
@@ -318,12 +395,17 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
     plan = Plan(graph)
     _decide_materialized(plan)
     for n in graph.nodes:
-        if not any(o in plan.materialized for o in n.outs):
+        if (not any(o in plan.materialized for o in n.outs) and n not in plan.epilogues) or \
+                all(o in plan.step_of for o in n.outs):
             continue
         kind = n.prim.kind
         if kind == "matmul":
             ops = [_matmul_source(plan, i) or (i, False, i.aval.shape) for i in n.inputs]
-            _append(plan, MatmulStep(n, ops[0], ops[1]))
+            ep = plan.epilogues.get(n)
+            if ep is not None and ep.c is not None and ep.c not in plan.input_set \
+                    and ep.c not in graph.consts:
+                plan.materialized.add(ep.c)
+            _append(plan, MatmulStep(n, ops[0], ops[1], epilogue=ep))
             continue
         if n.prim.name == "scatter_add":
             _append(plan, ScatterStep(n))
@@ -367,7 +449,9 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
 
 def _append(plan: Plan, step) -> None:
     plan.steps.append(step)
-    for o in step.node.outs if hasattr(step, "node") else []:
+    outs = [step.out] if isinstance(step, MatmulStep) else \
+        (step.node.outs if hasattr(step, "node") else [])
+    for o in outs:
         plan.step_of[o] = len(plan.steps) - 1
     if isinstance(step, LoopKernel):
         for n in step.items():
@@ -385,6 +469,8 @@ def _finish(plan: Plan, ctx) -> None:
             needed |= s.body.loads
         elif isinstance(s, MatmulStep):
             needed |= {s.a[0], s.b[0]}
+            if s.epilogue is not None and s.epilogue.c is not None:
+                needed.add(s.epilogue.c)
         else:
             needed |= set(s.node.inputs)
     plan.needed = {v for v in needed if v not in g.inputs and v not in g.consts}
@@ -400,6 +486,8 @@ def kernel_ops(step) -> list[Node]:
         items = step.items()
         ops = set(step.body.ops) | set(items)
         return [n for n in _order(ops)]
+    if isinstance(step, MatmulStep) and step.epilogue is not None:
+        return [step.node] + list(step.epilogue.nodes)
     return [step.node]
 
 
