@@ -161,18 +161,22 @@ def mlp():
 def test_mlp_training_step_plan(mlp):
     jf, lo, x, y = mlp
     kinds = step_kinds(lo)
-    # Observed plan (16-8-8-4, batch 32, tanh, softmax cross-entropy, SGD), 19 steps:
-    # * 8 matmuls: 3 forward (x@W1, h1@W2, h2@W3); backward 2 per layer that has an input
-    #   gradient to pass on (dlogits@W3.T, h2.T@dlogits; dh2@W2.T, h1.T@dh2) and 1 for the
-    #   first layer (x.T@dh1) -- transposes are BLAS views, never copies;
-    # * 11 loop kernels: 2 forward bias+tanh; 1 log-softmax row kernel (max, sum of exp, log,
-    #   loss rows, softmax for the backward); 1 mean of the loss; 1 dlogits (+ its column sum,
-    #   db3); 2 tanh backward kernels (1 - h^2) * dh with their column sums (db2, db1; the
-    #   last one also applies the b1 and b2 updates); 4 SGD updates of W1, W2, W3, b3, whose
-    #   shapes all differ, so each is its own loop.
-    # No value is copied for a layout change and nothing runs on the host.
-    assert kinds == {"loop": 11, "matmul": 8, "scatter": 0, "host": 0}, lo.plan.steps
-    assert len(lo.kernels) == 11
+    # Observed plan (16-8-8-4, batch 32, tanh, softmax cross-entropy, SGD), 16 steps:
+    # * 8 matmul steps: 3 forward (x@W1, h1@W2, h2@W3); backward 2 per layer that passes a
+    #   gradient on (dlogits@W3.T, h2.T@dlogits; dh2@W2.T, h1.T@dh2) and 1 for the first
+    #   layer (x.T@dh1). Transposes are BLAS views, never copies. The 3 weight-gradient
+    #   products carry the SGD update as a GEMM epilogue (W - 0.1 * (h.T @ d) is one BLAS call
+    #   with alpha=-0.1, beta=1), so no loop kernel updates a weight matrix;
+    # * 8 loop kernels: 2 forward bias+tanh; 1 log-softmax row kernel (max, sum of exp, log,
+    #   loss rows, softmax for the backward); 1 mean of the loss; 1 dlogits with its column
+    #   sum (db3); 2 tanh backward kernels, (1 - h^2) * dh with its column sum (db2; db1, this
+    #   one also applies the b1 and b2 updates); 1 update of b3.
+    # Nothing runs on the host.
+    assert kinds == {"loop": 8, "matmul": 8, "scatter": 0, "host": 0}, lo.plan.steps
+    assert len(lo.kernels) == 8
+    gemms = [s for s in lo.plan.steps if isinstance(s, MatmulStep) and s.epilogue is not None]
+    assert len(gemms) == 3, lo.source
+    assert all(s.epilogue.beta == 1.0 and abs(s.epilogue.alpha + 0.1) < 1e-7 for s in gemms)
 
 
 def test_mlp_training_step_numbers(mlp):

@@ -234,6 +234,35 @@ def test_donated_buffer_holds_the_update():
     assert not np.shares_memory(pw, w_ref)
 
 
+_DW, _DH, _DD = rng.standard_normal((4, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+DONATION_CASES = {
+    # name: (f(w, h, d) with w donated, which output leaves may hold w's buffer)
+    "gemm update, w read after": (lambda w, h, d: (w - 0.1 * (h.T @ d), jnp.sum(w * w)), ()),
+    "gemm, w is an operand": (lambda w, h, d: w - 0.1 * (w.T @ w), ()),
+    "gemm, w used in forward": (lambda w, h, d: w - 0.1 * (h.T @ jnp.tanh(h @ w)), (0,)),
+    "two elementwise outputs": (lambda w, h, d: (w - d[:4], w + d[:4]), (0, 1)),
+    "transposed read": (lambda w, h, d: (w * 2.0, w.T + 1.0), ()),
+    "reversed read": (lambda w, h, d: w[::-1] * 2.0, ()),
+    "identity output": (lambda w, h, d: (w, w * 3.0), (0,)),
+    "gemm then elementwise": (lambda w, h, d: jnp.tanh(w - 0.1 * (h.T @ d)) + w, (0,)),
+    "w is c of two gemms": (lambda w, h, d: (w - 0.1 * (h.T @ d), w + 0.1 * (d.T @ h)), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(DONATION_CASES))
+def test_donation_never_changes_results(name):
+    """A donated buffer is only reused where no later read needs the old values."""
+    f, may_share = DONATION_CASES[name]
+    w = _DW.copy()
+    got = jitgraph.tree_leaves(jitgraph.jit(f, donate_argnums=0)(w, _DH, _DD))
+    want = jitgraph.tree_leaves(f(_DW.copy(), _DH, _DD))
+    for k, (g, v) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, v, rtol=1e-12, atol=1e-13, err_msg=f"{name}: output {k}")
+        if np.shares_memory(g, w):
+            assert k in may_share, f"{name}: output {k} unexpectedly shares w's buffer"
+    assert sum(np.shares_memory(g, w) for g in got) <= 1
+
+
 def test_jit_composes_with_grad_both_ways():
     def f(x, y):
         return jnp.sum(jnp.tanh(x) ** 2 * y) + jnp.mean(nn.log_softmax(x * y))

@@ -18,14 +18,24 @@ Compile time dominates (Numba needs about 0.1 s per generated function), so:
   into the session's disk cache while this process compiles the others; this process then loads
   those from disk (no Numba compile). ``JITGRAPH_TEST_JIT_WORKERS=0`` turns the helpers off.
 
+``jit(grad(f))`` is compiled for every differentiable case of ``OWN`` and for a subset of the
+shared differentiable cases that covers every (primitive, rank, empty) combination and axis
+parameter of any gradient program (``_select_jit_grad``); ``JITGRAPH_TEST_ALL_GRADS=1`` compiles
+all of them (about three times the compile time). ``grad(jit(f))`` (no compile: jit traces
+through) is checked for every differentiable case.
+
 A failure is reported under the case's own name. When a case fails inside its batch, it is also
-compiled alone, and the message says whether it fails there too.
+compiled alone, and the message says whether it fails there too; when a batch does not compile,
+the cases that also fail alone are the ones reported.
+
+Environment: ``JITGRAPH_TEST_JIT_WORKERS`` (helper processes, default: CPUs - 1, at most 3),
+``JITGRAPH_TEST_JIT_BUDGET`` (graph nodes per batch program), ``JITGRAPH_TEST_ALL_GRADS``.
 """
 from __future__ import annotations
 
 import hashlib
-import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -283,6 +293,21 @@ for _tag, _dt in (("f32", F32), ("f64", F64)):
                                          jnp.einsum("bij,bij->b", a, a),
                                          jnp.einsum("bij->jb", a)),
         rn(2, 3, 4, dtype=_dt), rn(2, 4, 2, dtype=_dt), grad=_g, argnums=(0, 1), rtol=_r, atol=_a)
+    # GEMM epilogues: alpha * (a @ b) + beta * c in one BLAS call
+    own(f"gemm[sgd update {_tag}]", lambda w, h, d: w - 0.1 * (h.T @ d),
+        rn(4, 3, dtype=_dt), rn(5, 4, dtype=_dt), rn(5, 3, dtype=_dt), grad=_g,
+        argnums=(0, 1, 2), rtol=_r, atol=_a)
+    own(f"gemm[computed c {_tag}]", lambda a, b, c: (lambda t, u: (t + (a @ b) * 2.0, u - a @ b))(
+        jnp.tanh(c), jnp.sin(c).T.reshape(3, 2)),
+        rn(3, 4, dtype=_dt), rn(4, 2, dtype=_dt), rn(3, 2, dtype=_dt), grad=_g,
+        argnums=(0, 1, 2), rtol=_r, atol=_a)
+    own(f"gemm[c is a product {_tag}]", lambda a, b, c, d: (a @ b) * 0.5 + c @ d
+        + ((d.T @ c.T).T - 2.0 * (a @ b)),
+        rn(3, 4, dtype=_dt), rn(4, 2, dtype=_dt), rn(3, 5, dtype=_dt), rn(5, 2, dtype=_dt),
+        grad=_g, argnums=(0, 1, 2, 3), rtol=_r, atol=_a)
+    own(f"gemm[c also an output {_tag}]", lambda a, b, c: (lambda t: (t - 3.0 * (a @ b), t))(
+        c * 2.0), rn(3, 4, dtype=_dt), rn(4, 2, dtype=_dt), rn(3, 2, dtype=_dt), grad=_g,
+        argnums=(0, 1, 2), rtol=_r, atol=_a)
 own("matmul[i32]", lambda a, b: a @ b, ints(3, 4, dtype=I32), ints(4, 2, dtype=I32))
 own("matmul[i64 batched]", lambda a, b: a @ b, ints(2, 3, 4), ints(2, 4, 2))
 own("matmul[size0]", lambda a, b, c: (a @ b, c @ c.T, c.T @ c), rn(0, 3), rn(3, 2), rn(2, 0),
@@ -486,6 +511,7 @@ class Runner:
         self.fns: dict[int, Any] = {}
         self.outs: dict[int, Any] = {}       # batch -> tuple of outputs, or the exception
         self.compiled_by_helpers = 0
+        self.alone_failures: dict[int, list] = {}
 
     def run_batch(self, i: int):
         if i not in self.outs:
@@ -528,17 +554,23 @@ class Runner:
             except OSError:
                 break
         mine = set()
-        for i in range(len(self.batches)):
-            if _claim(claims, i):
-                mine.add(i)
-                self.run_batch(i)
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            try:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        try:
+            for i in range(len(self.batches)):
+                if _claim(claims, i):
+                    mine.add(i)
+                    self.run_batch(i)
+            deadline = time.monotonic() + timeout
+            for p in procs:
+                try:
+                    p.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:                              # never leave a helper behind
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            shutil.rmtree(claims, ignore_errors=True)
         self.compiled_by_helpers = len(self.batches) - len(mine)
         for i in range(len(self.batches)):
             self.run_batch(i)                 # helpers' batches load from the disk cache
@@ -618,21 +650,54 @@ def _alone(c: JCase, grad: bool):
     return jitgraph.jit(fn)(*c.args)
 
 
+def _want(c: JCase, grad: bool):
+    return jitgraph.grad(scalarized(c), argnums=c.argnums)(*c.args) if grad else reference(c)
+
+
+def _check_alone(c: JCase, grad: bool, what: str) -> None:
+    tol = GRAD_TOL if grad else FWD_TOL
+    assert_same(_alone(c, grad), _want(c, grad), what + " compiled alone", tol, c.rtol, c.atol)
+
+
+def _others_fail_alone(runner: Runner, c: JCase) -> list[str]:
+    """Names of the other cases of c's batch that fail when compiled alone (cached)."""
+    i, _ = runner.where[runner.rep_of[c.key].name]
+    if i not in runner.alone_failures:
+        bad = []
+        for x in runner.batches[i]:
+            for grad in ((False, True) if x.jit_grad else (False,)):
+                try:
+                    _check_alone(x, grad, x.name)
+                except Exception:
+                    bad.append(x.name + (" (grad)" if grad else ""))
+        runner.alone_failures[i] = bad
+    return [n for n in runner.alone_failures[i] if not n.startswith(c.name)]
+
+
 def _check(c: JCase, runner: Runner, grad: bool) -> None:
     what = f"{c.name}: jit(grad(f))" if grad else f"{c.name}: jit(f)"
-    want = (jitgraph.grad(scalarized(c), argnums=c.argnums)(*c.args) if grad else reference(c))
     tol = GRAD_TOL if grad else FWD_TOL
     res, batch = runner.result(c)
-    context = f" (compiled in a batch with {len(batch)} programs: {batch})"
+    context = f" (in a batch program with {len(batch)} cases: {batch})"
+    if isinstance(res, Exception):
+        # The batch did not compile or run. Blame the cases that also fail alone.
+        try:
+            _check_alone(c, grad, what)
+        except Exception as e:
+            raise AssertionError(f"{what}: {type(e).__name__}: {e}\n(its batch raised "
+                                 f"{type(res).__name__}: {res})") from e
+        culprits = _others_fail_alone(runner, c)
+        if culprits:
+            return        # this case is fine; the culprits' own tests fail
+        raise AssertionError(f"{what}: the batch raised {type(res).__name__}: {res}{context}\n"
+                             "but every case compiled alone passes: a bug that needs several "
+                             "cases in one program") from res
+    got = res[1] if grad else (res[0] if c.jit_grad else res)
     try:
-        if isinstance(res, Exception):
-            raise AssertionError(f"{what}: the batch raised {type(res).__name__}: {res}") from res
-        got = res[1] if grad else (res[0] if c.jit_grad else res)
-        assert_same(got, want, what, tol, c.rtol, c.atol)
+        assert_same(got, _want(c, grad), what, tol, c.rtol, c.atol)
     except AssertionError as batch_error:
         try:
-            alone = _alone(c, grad)
-            assert_same(alone, want, what + " compiled alone", tol, c.rtol, c.atol)
+            _check_alone(c, grad, what)
         except Exception as e:
             raise AssertionError(f"{batch_error}{context}\nalso compiled alone: "
                                  f"{type(e).__name__}: {e}") from None

@@ -165,6 +165,8 @@ def _decide_materialized(plan: Plan) -> None:
                 plan.in_gemm.update([n.out] + [m.out for m in ep.nodes])
                 plan.in_gemm.discard(ep.out)
                 mat.add(ep.out)
+                if ep.c is not None and ep.c not in g.inputs and ep.c not in g.consts:
+                    mat.add(ep.c)   # the GEMM reads c from memory: its producer must store it
         if k in ALWAYS_MATERIALIZED or n.prim.codegen is None:
             mat.update(o for o in n.outs if o not in plan.in_gemm)
             if k != "reduce":
@@ -262,7 +264,7 @@ def _gemm_epilogue(plan: Plan, n: Node) -> Epilogue | None:
         other = c.inputs[1] if c.inputs[0] is v else c.inputs[0]
         ready = other in plan.input_set or other in g.consts or (
             other in plan.producer and plan.order[plan.producer[other]] < plan.order[n])
-        if other is not v and other.aval == v.aval and ready:
+        if other is not v and other.aval == v.aval and ready and other not in plan.in_gemm:
             beta = 1.0
             if c.prim.name == "sub":
                 if c.inputs[0] is other:
