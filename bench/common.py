@@ -79,6 +79,13 @@ def setup_env(threads: int = THREADS) -> None:
             flags = (flags + " " + tok).strip()
     if flags:
         os.environ["XLA_FLAGS"] = flags
+    # Some machines set OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE to work around old OpenBLAS builds;
+    # with the current one they only force slower (Haswell) kernels onto newer CPUs, which would
+    # handicap every BLAS user here (NumPy, jitgraph) against XLA. Benchmarks unset both
+    # (BENCH_KEEP_OPENBLAS_ENV=1 keeps them); the header reports the kernel OpenBLAS then runs.
+    if os.environ.get("BENCH_KEEP_OPENBLAS_ENV") != "1":
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+        os.environ.pop("OPENBLAS_L2_SIZE", None)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # If the machine has more CPUs than we want threads, pin the process so that every
