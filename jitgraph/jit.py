@@ -18,7 +18,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import dtypes
 from .core import Graph, Tracer
 from .errors import CompileError, user_frame, where
 from .passes import optimize

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import builtins
 import functools
-import math
 import types
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

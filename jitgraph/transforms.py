@@ -18,7 +18,7 @@ from . import numpy as jnp
 from .autodiff import build_jvp, build_vjp, eval_graph
 from .core import Graph, Trace, Tracer, aval_of
 from .passes import optimize
-from .tree import tree_flatten, tree_unflatten
+from .tree import tree_flatten
 
 
 def _leaf_operand(x: Any, name: str) -> Any:

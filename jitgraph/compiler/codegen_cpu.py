@@ -9,6 +9,7 @@ buffers reused by liveness, so a call is one Numba dispatch.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -223,22 +224,22 @@ class CpuCodegen:
                 out.append(pad + f"{acc}[{olin}] = {fn}({acc}[{olin}], {val})")
         out += self._stores(loop_st, k, pad)
         if len(body.stages) == 2:
-            import re
+            # the scalar stage runs per kept element; it reads each accumulator's element
+            # through a local named ``<acc>_x``
             sc = body.stages[1]
             ind = 1
             for v, d in o_loops:
                 out.append("    " * ind + f"for {v} in range({d}):")
                 ind += 1
             pad = "    " * ind
-            text = "\n".join(sc.lines + [f"{name}[0] = {val}" for _, val, _ in sc.stores
-                                         for name in ["_"]])
-            for (n, acc, _, _) in loop_st.reductions:
-                out.append(pad + f"{acc}_x = {acc}[{olin}]")
-                text = re.sub(rf"\b{acc}\b", f"{acc}_x", text)
-            lines = text.split("\n")[:len(sc.lines)]
-            out += [pad + l for l in lines]
-            renamed = type(sc)(sc.kind, [], [], [(v, re.sub(r"\bacc(\d+_\d+)\b", r"acc\1_x", val), w)
-                                              for v, val, w in sc.stores])
+            accs = [acc for (_, acc, _, _) in loop_st.reductions]
+            out += [pad + f"{acc}_x = {acc}[{olin}]" for acc in accs]
+            pattern = re.compile(r"\b(" + "|".join(map(re.escape, accs)) + r")\b") if accs else None
+
+            def rename(text: str) -> str:
+                return pattern.sub(r"\1_x", text) if pattern else text
+            out += [pad + rename(line) for line in sc.lines]
+            renamed = type(sc)(sc.kind, [], [], [(v, rename(val), w) for v, val, w in sc.stores])
             out += self._stores(renamed, k, pad)
         if len(out) == 0:
             out.append("    pass")

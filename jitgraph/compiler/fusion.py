@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..core import Graph, Node, Var
-from .emit import CannotFuse, Emitter, offset
+from .emit import CannotFuse, Emitter
 
 ALWAYS_MATERIALIZED = {"reduce", "matmul", "opaque", "call"}
 EXPENSIVE = 6          # a shared elementwise value costing more than this is stored, not recomputed

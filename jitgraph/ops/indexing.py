@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
 from ..core import Aval, Primitive, register
 from ..errors import ShapeError
 from .elementwise import broadcast_shapes
