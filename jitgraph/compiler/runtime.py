@@ -109,6 +109,12 @@ class CompiledProgram:
             lines.append(f"    if x{i}.__class__ is not ndarray or x{i}.dtype is not D{i} or "
                          f"not x{i}.flags.c_contiguous or not x{i}.flags.writeable: "
                          f"x{i} = conv(x{i}, D{i})")
+        for i in sorted(set(self.donated.values())):
+            # a buffer updated in place must not also be read through another argument
+            others = ", ".join(f"x{j}" for j in range(n_in) if j != i)
+            if others:
+                lines.append(f"    if overlaps(x{i}, ({others},)): x{i} = x{i}.copy()")
+        ns["overlaps"] = _overlaps
         out_shapes = {}
         for k, ((kind, j), v) in enumerate(zip(self.sources, self.graph.outputs)):
             if kind == "out":
@@ -184,6 +190,10 @@ def compile_graph(graph: Graph, *, fastmath: bool = False, donate: Sequence[int]
     consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
     return CompiledProgram(graph, plan, source, kernels, driver, consts, info,
                            was_on_disk, module, time.perf_counter() - t0)
+
+
+def _overlaps(x: np.ndarray, others) -> bool:
+    return any(x is o or np.may_share_memory(x, o) for o in others)
 
 
 def _conv(x, dtype):
