@@ -32,7 +32,7 @@ MAX_ULP = {
         "expm1": 2.0,
         "log": 1.5,
         "log1p": 2.0,
-        "tanh": 3.5,
+        "tanh": 5.0,  # Eigen/XLA float32 rational function (with FMA): 4.6 ulp near |x| = 6
         "logistic": 3.5,
         "softplus": 2.5,
     },
@@ -47,7 +47,7 @@ MAX_ULP = {
     },
 }
 # Absolute error bounds for the bounded functions (float32); float64 uses relative bounds.
-MAX_ABS_F32 = {"tanh": 1e-7, "logistic": 1e-7}
+MAX_ABS_F32 = {"tanh": 3e-7, "logistic": 1e-7}
 MAX_REL_F64 = 1e-14
 
 _LOOPS: dict = {}
