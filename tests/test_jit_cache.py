@@ -454,3 +454,35 @@ def test_concurrent_first_compiles_from_two_processes(tmp_path):
     assert not list(cache.glob(".*.tmp")), "temporary files left behind"
     third = run_child(tmp_path, cache, "process after the concurrent ones")
     assert third["was_on_disk"] == [True, True] and third["numba_compiles"] == [0, 0]
+
+
+_SOURCE_HASH_SCRIPT = textwrap.dedent("""
+    import hashlib, numpy as np, jitgraph, jitgraph.numpy as jnp
+    from jitgraph import nn
+    rng = np.random.default_rng(0)
+    params = [(rng.standard_normal((6, 5)).astype(np.float32), np.zeros(5, np.float32)),
+              (rng.standard_normal((5, 3)).astype(np.float32), np.zeros(3, np.float32))]
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]
+    def loss(p, x, y):
+        h = jnp.tanh(x @ p[0][0] + p[0][1])
+        return -jnp.mean(jnp.sum(nn.log_softmax(h @ p[1][0] + p[1][1]) * y, axis=1))
+    def step(p, x, y):
+        g = jitgraph.grad(loss)(p, x, y)
+        return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(p, g)]
+    src = jitgraph.jit(step, donate_argnums=0).lower(params, x, y).source
+    print(hashlib.sha256(src.encode()).hexdigest())
+""")
+
+
+def test_generated_source_is_identical_across_processes(tmp_path):
+    """The disk cache is keyed by the generated source: it must not depend on object
+    addresses or hash seeds, or every new process would miss the cache."""
+    hashes = set()
+    for seed in ("1", "2", "3"):
+        env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path / "cache"), PYTHONHASHSEED=seed)
+        out = subprocess.run([sys.executable, "-c", _SOURCE_HASH_SCRIPT], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        hashes.add(out.stdout.strip().splitlines()[-1])
+    assert len(hashes) == 1, hashes

@@ -84,10 +84,13 @@ def _init(monoid: str, dtype) -> str:
     return literal(info.min if monoid in ("max", "argmax") else info.max, dtype)
 
 
-def _decorator(parallel: bool, fastmath: bool, reduce: bool) -> str:
+def _decorator(parallel: bool, fastmath: bool, reduce: bool, wrappers: bool) -> str:
+    """Kernels called only from the compiled driver skip Numba's Python/C wrappers, which is
+    a good part of a small kernel's compile time."""
     fm = "True" if fastmath else ("{'reassoc', 'contract'}" if reduce else "False")
+    extra = "" if wrappers else ", no_cpython_wrapper=True, no_cfunc_wrapper=True"
     return (f"@njit(cache=True, parallel={parallel}, fastmath={fm}, error_model='numpy', "
-            "boundscheck=False, nogil=True)")
+            f"boundscheck=False, nogil=True{extra})")
 
 
 class CpuCodegen:
@@ -96,6 +99,7 @@ class CpuCodegen:
         self.ctx = ctx
         self.fastmath = fastmath
         has_blas = any(isinstance(s, MatmulStep) for s in plan.steps)
+        self.host = any(isinstance(s, HostStep) for s in plan.steps)
         self.parallel_min = PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK
 
     # ------------------------------------------------------------ loop kernels
@@ -112,7 +116,7 @@ class CpuCodegen:
         stores = [v for s in body.stages for (v, _, _) in s.stores if v in plan.needed]
         stores += [r[0].out for s in body.stages for r in s.reductions if r[0].out in plan.needed]
         params = [plan.array_name(v) for v in loads] + [plan.array_name(v) for v in stores]
-        lines = [_decorator(outer_par or inner_par, self.fastmath, has_red),
+        lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.host),
                  f"def {k.name}_{{H}}({', '.join(params)}):"]
         if self._column_order(k, outer_par or inner_par, has_arg):
             return "\n".join(lines + self._column_body(k)), params
@@ -269,7 +273,8 @@ class CpuCodegen:
         # an index array may appear twice (x[i, i]): one parameter per distinct array
         params = list(dict.fromkeys([plan.array_name(v) for v in n.inputs] + [plan.array_name(n.out)]))
         out = plan.array_name(n.out)
-        lines = [_decorator(False, self.fastmath, False), f"def {s.name}_{{H}}({', '.join(params)}):",
+        lines = [_decorator(False, self.fastmath, False, self.host),
+                 f"def {s.name}_{{H}}({', '.join(params)}):",
                  f"    for z in range({max(n.out.aval.size, 0)}):", f"        {out}[z] = 0"]
         bv = [f"b{i}" for i in range(nb)]
         rv = [f"q{i}" for i in range(len(rest))]
@@ -493,13 +498,17 @@ def _ops(step):
     return kernel_ops(step)
 
 
-def _reads(s, plan: Plan):
+def _reads(s, plan: Plan) -> list:
+    """Arrays a step reads, in a fixed order (generated source must not depend on set order,
+    or the same program would miss the disk cache in the next process)."""
     if isinstance(s, LoopKernel):
-        return set(s.body.loads)
-    if isinstance(s, MatmulStep):
+        vs = s.body.loads
+    elif isinstance(s, MatmulStep):
         ep = s.epilogue
-        return {s.a[0], s.b[0]} | ({ep.c} if ep is not None and ep.c is not None else set())
-    return set(s.node.inputs)
+        vs = [s.a[0], s.b[0]] + ([ep.c] if ep is not None and ep.c is not None else [])
+    else:
+        vs = s.node.inputs
+    return sorted(set(vs), key=lambda v: v.id)
 
 
 def _writes(s, plan: Plan):
