@@ -135,18 +135,17 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
             raise TypeError(f"vjp_fn: cotangent structure {ct_tree} does not match the output "
                             f"structure {main_td}")
         for c, o in zip(ct_leaves, outs[:n_out]):
-            if tuple(np.shape(c) if not isinstance(c, Tracer) else c.shape) != tuple(np.shape(o) if not isinstance(o, Tracer) else o.shape):
-                raise ValueError(f"vjp_fn: cotangent shape {np.shape(c) if not isinstance(c, Tracer) else c.shape} "
-                                 f"does not match output shape {aval_of(o).shape}")
+            c_shape, o_shape = aval_of(jnp._operand(c, "cotangent")).shape, aval_of(o).shape
+            if c_shape != o_shape:
+                raise ValueError(f"vjp_fn: cotangent shape {c_shape} does not match output "
+                                 f"shape {o_shape}")
         ct_leaves = [jnp.astype(c, aval_of(o).dtype) if dtypes.is_float(aval_of(o).dtype) else c
                      for c, o in zip(ct_leaves, outs[:n_out])]
         g2 = cache.get("g")
         if g2 is None:
-            zero_aux = [None] * (len(graph.outputs) - n_out)
             g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
-            g2 = optimize(build_vjp(g_main, list(range(n_in))))
+            g2 = optimize(build_vjp(g_main, list(range(n_in))))   # built once, reused per call
             cache["g"] = g2
-            del zero_aux
         grads = _call(g2, call_args + list(ct_leaves))
         return tuple(in_tree.unflatten(grads))
 

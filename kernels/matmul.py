@@ -60,7 +60,6 @@ def _xxgemm(typingctx, alpha, a, b, beta, c):
         arrs = [context.make_array(t)(context, builder, v) for t, v in zip(sig.args[1:3], (a_v, b_v))]
         out = context.make_array(sig.args[4])(context, builder, c_v)
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape) for x in arrs)
-        lty = context.get_value_type(dtype)
         al = cgutils.alloca_once_value(builder, context.cast(builder, alpha_v, sig.args[0], dtype))
         be = cgutils.alloca_once_value(builder, context.cast(builder, beta_v, sig.args[3], dtype))
         fnty = ir.FunctionType(ir.IntType(32), [ll_char, ll_char, ll_char, intp_t, intp_t, intp_t,
@@ -76,7 +75,6 @@ def _xxgemm(typingctx, alpha, a, b, beta, c):
 
         ta, lda, da = param(sig.args[2], arrs[1], (k, n))
         tb, ldb, db = param(sig.args[1], arrs[0], (m, k))
-        del lty
         res = builder.call(fn, (ir.Constant(ll_char, ord(get_blas_kind(dtype))), ta, tb, n, m, k,
                                 builder.bitcast(al, ll_void_p), da, lda, db, ldb,
                                 builder.bitcast(be, ll_void_p), builder.bitcast(out.data, ll_void_p), n))
