@@ -88,7 +88,7 @@ def _decorator(parallel: bool, fastmath: bool, reduce: bool, wrappers: bool) -> 
     """Kernels called only from the compiled driver skip Numba's Python/C wrappers, which is
     a good part of a small kernel's compile time."""
     fm = "True" if fastmath else ("{'reassoc', 'contract'}" if reduce else "False")
-    extra = "" if wrappers else ", no_cpython_wrapper=True, no_cfunc_wrapper=True"
+    extra = "" if wrappers else ",\n    no_cpython_wrapper=True, no_cfunc_wrapper=True"
     return (f"@njit(cache=True, parallel={parallel}, fastmath={fm}, error_model='numpy', "
             f"boundscheck=False, nogil=True{extra})")
 

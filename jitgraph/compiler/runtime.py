@@ -127,10 +127,12 @@ class CompiledProgram:
         for j, c in enumerate(self.const_values):
             ns[f"C{j}"] = c
         cs = [f"C{j}" for j in range(len(self.const_values))]
-        lines.append("    s = pool.pop() if pool else new_scratch()")
         sc = [f"s[{j}]" for j in range(len(self.scratch_specs))]
+        if sc:
+            lines.append("    s = pool.pop() if pool else new_scratch()")
         lines.append(f"    driver({', '.join(xs + cs + outs + sc)})")
-        lines.append("    pool.append(s)")
+        if sc:
+            lines.append("    pool.append(s)")
         res = []
         for (kind, j), v in zip(self.sources, self.graph.outputs):
             shp = v.aval.shape
@@ -140,7 +142,10 @@ class CompiledProgram:
                 res.append(f"x{j}.reshape({shp!r})")
             else:
                 res.append(f"C{j}.reshape({shp!r}).copy()")
-        lines.append(f"    return unflatten([{', '.join(res)}])")
+        if out_tree.node == "*":       # a single array: no pytree to rebuild
+            lines.append(f"    return {res[0]}")
+        else:
+            lines.append(f"    return unflatten([{', '.join(res)}])")
         exec("\n".join(lines), ns)
         run = ns["run"]
         run.source = "\n".join(lines)
