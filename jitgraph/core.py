@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -180,7 +181,14 @@ def register(prim: Primitive) -> Primitive:
 
 
 # --------------------------------------------------------------------------- tracing
-_TRACE_STACK: list["Trace"] = []
+class _TraceStack(threading.local):
+    """The nesting of active traces, per thread (tracing in two threads must not interleave)."""
+
+    def __init__(self):
+        self.stack: list["Trace"] = []
+
+
+_TRACES = _TraceStack()
 
 
 class Trace:
@@ -191,7 +199,7 @@ class Trace:
     """
 
     def __init__(self, abstract: bool = False, what: str = "trace"):
-        self.level = len(_TRACE_STACK)
+        self.level = len(_TRACES.stack)
         self.abstract = abstract
         self.what = what
         self.inputs: list[Var] = []
@@ -202,13 +210,13 @@ class Trace:
         self.active = False
 
     def __enter__(self) -> "Trace":
-        self.level = len(_TRACE_STACK)
-        _TRACE_STACK.append(self)
+        self.level = len(_TRACES.stack)
+        _TRACES.stack.append(self)
         self.active = True
         return self
 
     def __exit__(self, *exc) -> None:
-        popped = _TRACE_STACK.pop()
+        popped = _TRACES.stack.pop()
         assert popped is self
         self.active = False
 

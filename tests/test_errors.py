@@ -486,3 +486,27 @@ def test_traced_values_are_immutable():
     assert THIS_FILE in str(ei.value)
     with pytest.raises(TypeError, match="immutable"):
         grad(lambda x: jnp.sum(f(x)))(np.ones(3))
+
+
+def test_tracing_in_several_threads_does_not_interleave():
+    """Each thread has its own trace nesting, so concurrent grads stay correct."""
+    import threading
+
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(20):
+                x = rng.standard_normal(5)
+                g = jitgraph.grad(lambda v: jnp.sum(jnp.sin(v) * v))(x)
+                np.testing.assert_allclose(g, np.cos(x) * x + np.sin(x), rtol=1e-12)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
