@@ -262,3 +262,22 @@ def test_lower_shows_graph_and_reuses_the_compiled_program():
     assert "tanh" in str(lo1.graph)
     assert repr(lo1).startswith("<Lowered:")
     np.testing.assert_allclose(out, np.tanh(X45) * 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["reshape_of_transpose", "transpose_of_reshape", "batched_swap"])
+def test_matmul_operands_that_are_views_of_computed_values(name):
+    """A computed operand is stored in its natural layout and BLAS reads a reshaped or
+    transposed view of it; no copy kernel is generated for the layout change."""
+    rng = np.random.default_rng(3)
+    a, b = rng.random((4, 6)), rng.random((3, 8))
+    c, d = rng.random((2, 3, 4)), rng.random((2, 5, 4))
+    f, args = {
+        "reshape_of_transpose": (lambda a, b: a @ jnp.reshape(jnp.transpose(b * 2), (6, 4)), (a, b)),
+        "transpose_of_reshape": (lambda a, b: a @ jnp.transpose(jnp.reshape(b + 1, (4, 6))), (a, b)),
+        "batched_swap": (lambda c, d: jnp.matmul(c * 2, jnp.swapaxes(d + 1, -1, -2)), (c, d)),
+    }[name]
+    jf = jitgraph.jit(f)
+    np.testing.assert_allclose(jf(*args), f(*args), rtol=1e-12)
+    lo = jf.lower(*args)
+    copies = [k for k in lo.kernels if all(op.prim.kind == "layout" for op in k.ops)]
+    assert copies == [], [k.source for k in copies]

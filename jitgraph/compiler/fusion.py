@@ -172,7 +172,11 @@ def _decide_materialized(plan: Plan) -> None:
             if k != "reduce":
                 for i in n.inputs:
                     if i not in g.consts and i not in g.inputs:
-                        if k == "matmul" and _matmul_source(plan, i) is not None:
+                        if k == "matmul":
+                            if _matmul_source(plan, i) is None:
+                                # store the value under its reshapes/transposes: the kernel
+                                # computing it writes its natural layout and BLAS gets a view
+                                mat.add(_view_base(plan, i))
                             continue
                         mat.add(i)
         if n.prim.name == "scatter_add":
@@ -203,6 +207,25 @@ def _decide_materialized(plan: Plan) -> None:
             mat.add(n.out)
 
 
+def _is_swap(p: Node) -> bool:
+    perm = p.params.get("perm") if p.prim.name == "transpose" else None
+    nd = len(perm) if perm else 0
+    return bool(perm) and nd >= 2 and tuple(perm) == tuple(range(nd - 2)) + (nd - 1, nd - 2)
+
+
+def _view_base(plan: Plan, v: Var) -> Var:
+    """The value a matmul operand is a free view of (see ``_matmul_source``): under at most one
+    swap of the last two dims, then any row-major reshapes."""
+    p = plan.producer.get(v)
+    if p is not None and v not in plan.materialized and _is_swap(p):
+        v = p.inputs[0]
+    while True:
+        p = plan.producer.get(v)
+        if p is None or v in plan.materialized or p.prim.name != "reshape":
+            return v
+        v = p.inputs[0]
+
+
 def _matmul_source(plan: Plan, v: Var):
     """``(array, transposed, view shape)`` when matmul operand ``v`` is a free view of a stored
     array: the array itself, a row-major reshape of it, or a swap of its last two dims (the
@@ -217,13 +240,10 @@ def _matmul_source(plan: Plan, v: Var):
         r = _matmul_source(plan, p.inputs[0])
         if r is not None and not r[1]:
             return r[0], False, v.aval.shape
-    if p.prim.name == "transpose":
-        perm = p.params["perm"]
-        nd = len(perm)
-        if nd >= 2 and tuple(perm) == tuple(range(nd - 2)) + (nd - 1, nd - 2):
-            r = _matmul_source(plan, p.inputs[0])
-            if r is not None and not r[1]:
-                return r[0], True, p.inputs[0].aval.shape
+    if _is_swap(p):
+        r = _matmul_source(plan, p.inputs[0])
+        if r is not None and not r[1]:
+            return r[0], True, p.inputs[0].aval.shape
     return None
 
 
@@ -402,7 +422,8 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
             continue
         kind = n.prim.kind
         if kind == "matmul":
-            ops = [_matmul_source(plan, i) or (i, False, i.aval.shape) for i in n.inputs]
+            ops = [_matmul_source(plan, i) for i in n.inputs]
+            assert None not in ops, "matmul operand is neither stored nor a view of a stored array"
             ep = plan.epilogues.get(n)
             if ep is not None and ep.c is not None and ep.c not in plan.input_set \
                     and ep.c not in graph.consts:
