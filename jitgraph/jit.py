@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 import os
 import sys
 import time
@@ -22,9 +21,6 @@ from .core import Graph, Tracer
 from .errors import CompileError, user_frame, where
 from .passes import optimize
 from .tree import tree_flatten
-
-log = logging.getLogger("jitgraph")
-
 
 @dataclass
 class CacheStats:
@@ -53,7 +49,6 @@ def clear_cache() -> None:
     for f in list(_ALL):
         f._cache.clear()
         f._fast.clear()
-    global _STATS
     _STATS.__init__()
 
 
