@@ -668,3 +668,13 @@ def check_close(name: str, got, want, rtol: float = 2e-3, atol: float = 1e-5) ->
         return "ok" if err <= 1.0 else f"MISMATCH (err {err:.3g}x tol)"
     except Exception as exc:
         return f"check failed ({short_error(exc, 60)})"
+
+
+def run_main(doc: str, title: str, key: str, run, argv=None, extra=None) -> dict:
+    """The shared command line of a benchmark script: parse, print the header, run, write JSON."""
+    args = parse_args(doc.splitlines()[0], argv, extra)
+    if not args.no_header:
+        print_header(title)
+    results = run(args)
+    dump_json(args.json, {key: results})
+    return results

@@ -116,12 +116,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> dict:
-    args = common.parse_args(__doc__.splitlines()[0], argv)
-    if not args.no_header:
-        common.print_header("Trace time")
-    results = run(args)
-    common.dump_json(args.json, {"trace_time": results})
-    return results
+    return common.run_main(__doc__, "Trace time", "trace_time", run, argv)
 
 
 if __name__ == "__main__":

@@ -385,12 +385,7 @@ def main(argv=None) -> dict:
     if "--warmstart-child" in argv:
         warm_start_child()
         return {}
-    args = common.parse_args(__doc__.splitlines()[0], argv)
-    if not args.no_header:
-        common.print_header("W1 MLP train step")
-    results = run(args)
-    common.dump_json(args.json, {"w1": results})
-    return results
+    return common.run_main(__doc__, "W1 MLP train step", "w1", run, argv)
 
 
 if __name__ == "__main__":

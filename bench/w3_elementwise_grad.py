@@ -169,12 +169,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> dict:
-    args = common.parse_args(__doc__.splitlines()[0], argv)
-    if not args.no_header:
-        common.print_header("W3 elementwise value+grad")
-    results = run(args)
-    common.dump_json(args.json, {"w3": results})
-    return results
+    return common.run_main(__doc__, "W3 elementwise value+grad", "w3", run, argv)
 
 
 if __name__ == "__main__":

@@ -103,12 +103,7 @@ def run(args) -> dict:
 def main(argv=None) -> dict:
     def extra(p):
         p.add_argument("--calls", type=int, default=10_000, help="calls per timing sample")
-    args = common.parse_args(__doc__.splitlines()[0], argv, extra)
-    if not args.no_header:
-        common.print_header("W5 call overhead")
-    results = run(args)
-    common.dump_json(args.json, {"w5": results})
-    return results
+    return common.run_main(__doc__, "W5 call overhead", "w5", run, argv, extra)
 
 
 if __name__ == "__main__":
