@@ -95,19 +95,24 @@ class _Builder:
         return node.outs
 
 
-def _uniform(b: _Builder, v: Var):
-    """The single value ``v`` holds everywhere (a constant, or a broadcast/reshape of one)."""
+def uniform_value(consts: dict, producer: dict, v: Var):
+    """The single value ``v`` holds everywhere (a constant, or a broadcast/reshape of one),
+    or None. ``consts`` maps vars to arrays, ``producer`` vars to the nodes computing them."""
     while True:
-        c = b.consts.get(v)
+        c = consts.get(v)
         if c is not None:
             if c.size == 0:
                 return None
             flat = c.reshape(-1)
             return flat[0] if c.size == 1 or bool(np.all(flat == flat[0])) else None
-        p = b.producer.get(v)
+        p = producer.get(v)
         if p is None or p.prim.name not in ("broadcast_to", "reshape"):
             return None
         v = p.inputs[0]
+
+
+def _uniform(b: _Builder, v: Var):
+    return uniform_value(b.consts, b.producer, v)
 
 
 def _is_const(b: _Builder, v: Var, value: float) -> bool:

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..core import Var
-from ..ops.layout import concat_index_map
+from ..ops.layout import concat_index_map, row_major_strides
 
 
 class CannotFuse(Exception):
@@ -34,18 +34,10 @@ def literal(value, dtype) -> str:
     return f"np.{dtype.name}({float(v)!r})"
 
 
-def strides(shape: Sequence[int]) -> list[int]:
-    st, acc = [], 1
-    for d in reversed(shape):
-        st.append(acc)
-        acc *= d
-    return st[::-1]
-
-
 def offset(idx: Sequence[str], shape: Sequence[int]) -> str:
     """Row-major linear offset of a multi-index into a flat array."""
     terms = []
-    for e, s, d in zip(idx, strides(shape), shape):
+    for e, s, d in zip(idx, row_major_strides(shape), shape):
         if d == 1 or e == "0":
             continue
         terms.append(e if s == 1 else f"{e} * {s}")

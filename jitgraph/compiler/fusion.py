@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
 from ..core import Graph, Node, Var
+from ..passes import uniform_value
 from .emit import CannotFuse, Emitter
 
 ALWAYS_MATERIALIZED = {"reduce", "matmul", "opaque", "call"}
@@ -247,17 +247,9 @@ def _matmul_source(plan: Plan, v: Var):
     return None
 
 
-def _uniform_scalar(plan: Plan, v: Var):
-    """The one value ``v`` holds everywhere, if it is a constant (or a broadcast/reshape of one)."""
-    while True:
-        c = plan.graph.consts.get(v)
-        if c is not None:
-            flat = c.reshape(-1)
-            return float(flat[0]) if c.size and np.all(flat == flat[0]) else None
-        p = plan.producer.get(v)
-        if p is None or p.prim.name not in ("broadcast_to", "reshape"):
-            return None
-        v = p.inputs[0]
+def _uniform_scalar(plan: Plan, v: Var) -> float | None:
+    u = uniform_value(plan.graph.consts, plan.producer, v)
+    return None if u is None else float(u)
 
 
 def _gemm_epilogue(plan: Plan, n: Node) -> Epilogue | None:

@@ -70,7 +70,8 @@ def inline_calls(g: Graph) -> Graph:
 
 
 class CompiledProgram:
-    """A compiled graph: ``program(flat_inputs) -> flat outputs`` (NumPy arrays, graph shapes).
+    """A compiled graph: its plan, generated source, kernels and Numba driver. ``make_runner``
+    builds the call path ``jit`` uses.
 
     Each call allocates only its outputs (fresh NumPy arrays, or a donated input's buffer);
     intermediates live in scratch buffers kept between calls (a pool, so concurrent callers
@@ -92,7 +93,6 @@ class CompiledProgram:
         self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
         self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
         self.sources = info["output_sources"]
-        self.out_shapes = [v.aval.shape for v in graph.outputs]
         self._scratch_pool: list = []
 
     def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
@@ -150,25 +150,6 @@ class CompiledProgram:
         run = ns["run"]
         run.source = "\n".join(lines)
         return run
-
-    def __call__(self, flat_inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        flat_inputs = [np.ascontiguousarray(x) for x in flat_inputs]
-        outs = [np.empty(n, d) for n, d in self.out_specs]
-        pool = self._scratch_pool
-        scratch = pool.pop() if pool else [np.empty(n, d) for n, d in self.scratch_specs]
-        try:
-            self.driver(*flat_inputs, *self.const_values, *outs, *scratch)
-        finally:
-            pool.append(scratch)
-        res = []
-        for (kind, k), shp in zip(self.sources, self.out_shapes):
-            if kind == "out":
-                res.append(outs[k].reshape(shp))
-            elif kind == "input":
-                res.append(flat_inputs[k].reshape(shp))
-            else:
-                res.append(self.const_values[k].reshape(shp).copy())
-        return res
 
     def numba_compiles(self) -> int:
         from .disk_cache import numba_compile_count

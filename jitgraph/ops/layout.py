@@ -34,7 +34,8 @@ def _reshape_aval(x, *, shape):
     return Aval(shape, x.dtype, x.weak)
 
 
-def _strides(shape):
+def row_major_strides(shape) -> list[int]:
+    """Element strides of a C-contiguous array (shared with the code generator's offsets)."""
     st, acc = [], 1
     for d in reversed(shape):
         st.append(acc)
@@ -54,10 +55,10 @@ def reshape_index_map(out_idx, in_aval, out_aval, *, shape):
             res[ii] = out_idx[oi]
         return res
     terms = [f"{e} * {s}" if s != 1 else e
-             for e, s, d in zip(out_idx, _strides(out_aval.shape), out_aval.shape) if d != 1]
+             for e, s, d in zip(out_idx, row_major_strides(out_aval.shape), out_aval.shape) if d != 1]
     lin = "(" + " + ".join(terms) + ")" if terms else "0"
     res = []
-    for s, d in zip(_strides(in_aval.shape), in_aval.shape):
+    for s, d in zip(row_major_strides(in_aval.shape), in_aval.shape):
         if d == 1:
             res.append("0")
         else:
