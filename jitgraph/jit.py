@@ -81,7 +81,9 @@ class _Entry:
     setup_seconds: float = 0.0
 
 
-def _leaf_sig(x: Any, name: str):
+def _leaf_sig(x: Any):
+    """The signature entry of one argument leaf; TypeError (without the argument's name, which
+    the caller adds) for values that are not arrays."""
     t = type(x)
     if t is np.ndarray:
         return (x.shape, x.dtype.char)
@@ -94,12 +96,12 @@ def _leaf_sig(x: Any, name: str):
     if isinstance(x, (list, tuple, dict)) or x is None:
         return None
     if isinstance(x, str):
-        raise TypeError(f"{name}: a string is not an array; mark the argument static "
+        raise TypeError("a string is not an array; mark the argument static "
                         "(jit(f, static_argnums=...)) to pass non-array values")
     if hasattr(x, "__array__"):
         a = np.asarray(x)
         return (a.shape, a.dtype.char)
-    raise TypeError(f"{name}: expected an array or a scalar, got {type(x).__name__}; mark the "
+    raise TypeError(f"expected an array or a scalar, got {type(x).__name__}; mark the "
                     "argument static (jit(f, static_argnums=...)) to pass other Python values")
 
 
@@ -189,38 +191,54 @@ class JitFunction:
         return tuple(statics), dyn_args, dyn_kwargs
 
     def _call_slow(self, args, kwargs):
+        entry, leaves, hit = self._entry(args, kwargs)
+        if entry is None:
+            return self.fun(*args, **kwargs)   # inside another transformation: trace through
+        if hit:
+            _STATS.hits += 1
+        elif not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args):
+            self._fast[tuple((a.shape, a.dtype.char) for a in args)] = entry
+        return self._run(entry, leaves)
+
+    def _entry(self, args, kwargs):
+        """``(entry, leaves, hit)`` for this call's signature, compiling on a miss; the entry is
+        None when an argument is traced (the call belongs to an enclosing transformation)."""
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = tree_flatten((dyn_args, dyn_kwargs))
         if any(isinstance(x, Tracer) for x in leaves):
-            return self.fun(*args, **kwargs)   # inside another transformation: trace through
-        names = self._leaf_names(dyn_args, dyn_kwargs)
-        sig = tuple(_leaf_sig(x, n) for x, n in zip(leaves, names))
-        key = (treedef, sig, statics)
+            return None, leaves, False
+        sig = []
+        for i, x in enumerate(leaves):
+            try:
+                sig.append(_leaf_sig(x))
+            except TypeError as e:   # names are only worked out for the error message
+                raise TypeError(f"jit({self.__name__}): "
+                                f"{self._leaf_names(dyn_args, dyn_kwargs)[i]}: {e}") from None
+        key = (treedef, tuple(sig), statics)
         entry = self._cache.get(key)
-        if entry is None:
-            entry = self._compile(key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves, names)
-            self._cache[key] = entry
-            if not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args):
-                self._fast[tuple((a.shape, a.dtype.char) for a in args)] = entry
-        else:
-            _STATS.hits += 1
-        return self._run(entry, leaves)
+        if entry is not None:
+            return entry, leaves, True
+        entry = self._compile(key, args, kwargs, statics, dyn_args, dyn_kwargs)
+        self._cache[key] = entry
+        return entry, leaves, False
+
+    def _dynamic_positions(self, n_dynamic: int) -> list[int]:
+        """Positional indices of the non-static arguments."""
+        return [i for i in range(n_dynamic + len(self.static_argnums))
+                if i not in self.static_argnums]
 
     def _leaf_names(self, dyn_args, dyn_kwargs) -> list[str]:
         params = list(self._signature.parameters) if self._signature else []
-        dyn_idx = [i for i in range(len(dyn_args) + len(self.static_argnums))
-                   if i not in self.static_argnums]
         names = []
-        for i, a in zip(dyn_idx, dyn_args):
+        for i, a in zip(self._dynamic_positions(len(dyn_args)), dyn_args):
             nm = f"argument {i}" + (f" ({params[i]!r})" if i < len(params) else "")
-            n = len(tree_flatten(a)[0])
-            names += [nm] * n
+            names += [nm] * len(tree_flatten(a)[0])
         for k, v in dyn_kwargs.items():
             names += [f"argument {k!r}"] * len(tree_flatten(v)[0])
         return names
 
     # ---------------------------------------------------------------- compiling
-    def _trace(self, args, kwargs, statics, dyn_args, dyn_kwargs, names):
+    def _trace(self, args, kwargs, statics, dyn_args, dyn_kwargs):
         from .transforms import trace_to_graph
         if self._signature is not None:
             try:
@@ -238,8 +256,7 @@ class JitFunction:
 
         t0 = time.perf_counter()
         graph, captured, leaves, _, out_tree = trace_to_graph(
-            f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})",
-            arg_names=None)
+            f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})")
         if captured:
             raise TypeError(f"jit({self.__name__}) closes over traced values of an enclosing "
                             "transformation; pass them as arguments instead")
@@ -250,20 +267,18 @@ class JitFunction:
 
     def _donated_leaves(self, dyn_args) -> set[int]:
         donated, pos = set(), 0
-        dyn_idx = [i for i in range(len(dyn_args) + len(self.static_argnums))
-                   if i not in self.static_argnums]
-        for i, a in zip(dyn_idx, dyn_args):
+        for i, a in zip(self._dynamic_positions(len(dyn_args)), dyn_args):
             n = len(tree_flatten(a)[0])
             if i in self.donate_argnums:
                 donated.update(range(pos, pos + n))
             pos += n
         return donated
 
-    def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves, names) -> _Entry:
+    def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs) -> _Entry:
         from .compiler import compile_graph
         _STATS.misses += 1
         reason = self._miss_reason(key)
-        graph, out_tree = self._trace(args, kwargs, statics, dyn_args, dyn_kwargs, names)
+        graph, out_tree = self._trace(args, kwargs, statics, dyn_args, dyn_kwargs)
         donated = self._donated_leaves(dyn_args)
         program = compile_graph(graph, fastmath=self.fastmath, donate=donated)
         _STATS.compile_seconds += program.compile_seconds
@@ -297,14 +312,10 @@ class JitFunction:
     # ---------------------------------------------------------------- inspection
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Compile (or fetch) for these arguments and return the graph, kernels and source."""
-        statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
-        leaves, treedef = tree_flatten((dyn_args, dyn_kwargs))
-        names = self._leaf_names(dyn_args, dyn_kwargs)
-        key = (treedef, tuple(_leaf_sig(x, n) for x, n in zip(leaves, names)), statics)
-        entry = self._cache.get(key)
+        entry, _, _ = self._entry(args, kwargs)
         if entry is None:
-            entry = self._compile(key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves, names)
-            self._cache[key] = entry
+            raise TypeError(f"jit({self.__name__}).lower: arguments must be arrays, not traced "
+                            "values; call lower outside other transformations")
         p = entry.program
         return Lowered(p.graph, p.kernels, p.source, p.plan, p)
 
