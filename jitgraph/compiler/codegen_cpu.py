@@ -395,26 +395,21 @@ class CpuCodegen:
                 if last_use.get(v) == i and v in self._slot:
                     free.setdefault((v.aval.size, v.aval.dtype), []).append(self._slot[v])
         lines.append("return None")
-        out_names = [out_specs[v][0] for v in g.outputs if v in out_specs]
-        seen = []
-        for n in out_names:
-            if n not in seen:
-                seen.append(n)
-        info = {"out_names": seen,
-                "out_specs": [out_specs[v] for v in dict.fromkeys(v for v in g.outputs if v in out_specs)],
+        order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))  # one buffer each
+        info = {"out_names": [out_specs[v][0] for v in order],
+                "out_specs": [out_specs[v] for v in order],
                 "scratch_names": [n for n, _, _ in scratch_specs],
                 "scratch_specs": scratch_specs,
                 "donated": {plan.array_name(v): i for v, i in donated.items()},
-                "output_sources": self._output_sources(out_specs, donated)}
+                "output_sources": self._output_sources(order, donated)}
         return lines, info
 
-    def _output_sources(self, out_specs, donated):
+    def _output_sources(self, order, donated):
         """How to find each graph output after a call: ('out', k) | ('input', i) | ('const', k)."""
         g = self.plan.graph
-        order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))
         res = []
         for v in g.outputs:
-            if v in out_specs:
+            if v in order:
                 res.append(("out", order.index(v)))
             elif v in donated:
                 res.append(("input", donated[v]))

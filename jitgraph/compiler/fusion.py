@@ -289,6 +289,11 @@ def _gemm_epilogue(plan: Plan, n: Node) -> Epilogue | None:
     return None
 
 
+def _reduced_axes(n: Node) -> tuple[int, ...]:
+    """The axes a reduction node reduces (``axes`` for monoids, ``axis`` for argmax/argmin)."""
+    return tuple(n.params["axes"]) if "axes" in n.params else (n.params["axis"],)
+
+
 # ---------------------------------------------------------------- kernel bodies
 def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
     """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible."""
@@ -312,7 +317,7 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
             v = n.out
             if st.kind == "loop" and n.prim.kind == "reduce":
                 src = n.inputs[0]
-                if src.aval.shape != k.shape or tuple(n.params.get("axes", (n.params.get("axis"),))) != k.axes:
+                if src.aval.shape != k.shape or _reduced_axes(n) != k.axes:
                     raise CannotFuse("reduction over a different space")
                 val = em.value(src, full)
                 acc = f"acc{si}_{len(reds)}"
@@ -364,7 +369,7 @@ def _options(k: LoopKernel, n: Node):
     """Ways to add node ``n`` to kernel ``k``."""
     if n.prim.kind == "reduce":
         src = n.inputs[0].aval.shape
-        axes = tuple(n.params["axes"]) if "axes" in n.params else (n.params["axis"],)
+        axes = _reduced_axes(n)
         if src != k.shape:
             return
         if k.axes == axes:
@@ -452,7 +457,7 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
                 break
         if not placed:
             if kind == "reduce":
-                axes = tuple(n.params["axes"]) if "axes" in n.params else (n.params["axis"],)
+                axes = _reduced_axes(n)
                 k = LoopKernel(n.inputs[0].aval.shape, axes, [Stage("loop", [n])])
             else:
                 k = LoopKernel(n.out.aval.shape, (), [Stage("loop", [n])])
