@@ -59,10 +59,6 @@ def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
     return names
 
 
-def _call(graph: Graph, args: Sequence[Any]) -> list:
-    return eval_graph(graph, list(args))
-
-
 def _check_float_leaves(leaves: Sequence[Any], what: str, argnums) -> None:
     for k, x in enumerate(leaves):
         d = aval_of(x).dtype
@@ -121,7 +117,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     aux_td = TreeDef(out_tree.node[2][1], out_tree.num_leaves - n_out)
     call_args = list(in_leaves) + captured
     if any(isinstance(a, Tracer) for a in call_args) or any(v is None for v in out_vals):
-        outs = _call(graph, call_args)
+        outs = eval_graph(graph, call_args)
     else:
         outs = [np.asarray(v) for v in out_vals]
     out = main_td.unflatten(outs[:n_out])
@@ -146,7 +142,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
             g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
             g2 = optimize(build_vjp(g_main, list(range(n_in))))   # built once, reused per call
             cache["g"] = g2
-        grads = _call(g2, call_args + list(ct_leaves))
+        grads = eval_graph(g2, call_args + list(ct_leaves))
         return tuple(in_tree.unflatten(grads))
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
@@ -197,7 +193,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         n_in = len(leaves)
         ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
         g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
-        res = _call(g2, list(leaves) + captured)
+        res = eval_graph(g2, list(leaves) + captured)
         n_out = len(graph.outputs)
         outs, grads = res[:n_out], res[n_out:]
         value, aux = out_tree.unflatten(outs)
@@ -230,7 +226,7 @@ def _linearize(fun: Callable, primals: Sequence[Any]):
     n_out = len(graph.outputs)
 
     def jvp_leaves(tangents: Sequence[Any]) -> list:
-        res = _call(g2, call_args + [jnp.astype(t, aval_of(x).dtype) if dtypes.is_float(aval_of(x).dtype) else t
+        res = eval_graph(g2, call_args + [jnp.astype(t, aval_of(x).dtype) if dtypes.is_float(aval_of(x).dtype) else t
                                      for t, x in zip(tangents, leaves)])
         return res
     return leaves, n_out, out_tree, jvp_leaves
