@@ -8,6 +8,28 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+
+def _source_tree_kernels() -> None:
+    """Imported from a source checkout (``PYTHONPATH=<checkout>``, a git worktree), take
+    ``jitgraph.kernels`` from the checkout's own ``kernels/``, as the installed layout maps it."""
+    import importlib.util
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(os.path.dirname(here), "kernels", "__init__.py")
+    if "jitgraph.kernels" in sys.modules or os.path.isdir(os.path.join(here, "kernels")) \
+            or not os.path.isfile(src):
+        return
+    spec = importlib.util.spec_from_file_location(
+        "jitgraph.kernels", src, submodule_search_locations=[os.path.dirname(src)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["jitgraph.kernels"] = module
+    spec.loader.exec_module(module)
+    globals()["kernels"] = module
+
+
+_source_tree_kernels()
+
 from . import ops  # noqa: F401  (registers the primitives)
 from . import numpy  # noqa: F401
 from . import nn, scipy  # noqa: F401
