@@ -44,12 +44,12 @@ def init_params(seed: int = 0) -> list[np.ndarray]:
     return params
 
 
-def make_data(seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def make_data(seed: int = 1, batch: int = BATCH) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((BATCH, DIMS[0])).astype(np.float32)
-    labels = rng.integers(0, DIMS[-1], size=BATCH)
-    y = np.zeros((BATCH, DIMS[-1]), dtype=np.float32)
-    y[np.arange(BATCH), labels] = 1.0
+    x = rng.standard_normal((batch, DIMS[0])).astype(np.float32)
+    labels = rng.integers(0, DIMS[-1], size=batch)
+    y = np.zeros((batch, DIMS[-1]), dtype=np.float32)
+    y[np.arange(batch), labels] = 1.0
     return x, y
 
 
@@ -303,6 +303,13 @@ def run(args) -> dict:
     print_kv("W1 cold compile (first call - warm call, fresh caches, in-process)", compile_rows)
     print()
 
+    sizes = guarded("new batch sizes", new_batch_sizes, params0, jax)
+    if sizes is not None:
+        print_kv("W1 first call at a new batch size, after batch 128 (in-process)", [
+            (name, "   ".join(f"batch {b}: {fmt_time(t)}" for b, t in row))
+            for name, row in sizes.items()])
+        print()
+
     warm = guarded("jitgraph warm start", warm_start, args)
     if warm is not None:
         print_kv("W1 jitgraph start-up in a new process (import + build + first call)", [
@@ -320,7 +327,33 @@ def run(args) -> dict:
     print()
     return {"table": table.as_dict(),
             "compile_s": {k: v[0] - v[1] for k, v in compile_times.items()},
-            "warm_start": warm}
+            "new_batch_sizes": sizes, "warm_start": warm}
+
+
+# ----------------------------------------------------------------------------- new batch sizes
+
+
+def new_batch_sizes(params0, jax) -> dict:
+    """First-call seconds of the step at batch 100, then 77, after batch 128, for a step
+    function that has only seen batch 128. jitgraph compiles one program with the batch size
+    as a runtime argument at the second size and serves the third from it; jax.jit compiles
+    each size."""
+    out = {}
+    libs = [("jitgraph.jit", import_jitgraph())] + ([("jax.jit", jax)] if jax is not None else [])
+    for name, lib in libs:
+        if lib is None:
+            continue
+        step = make_step(lib)
+        conv = (lambda a: lib.numpy.asarray(a)) if name == "jax.jit" else (lambda a: a)
+        row = []
+        for b in (128, 100, 77):
+            x, y = make_data(batch=b)
+            params = [conv(p) for p in copy_params(params0)]
+            t = first_call_seconds(lambda: step(params, conv(x), conv(y)))
+            if b != 128:
+                row.append((b, t))
+        out[name] = row
+    return out
 
 
 # ----------------------------------------------------------------------------- warm start

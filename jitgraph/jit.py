@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .core import Graph, Tracer
+from .core import Graph, Tracer, short_dtype
 from .errors import CompileError, user_frame, where
 from .passes import optimize
 from .tree import tree_flatten
@@ -30,6 +30,9 @@ class CacheStats:
     traces: int = 0
     compile_seconds: float = 0.0
     trace_seconds: float = 0.0
+    dynamic_compiles: int = 0     # programs compiled with sizes as runtime arguments
+    dynamic_hits: int = 0         # new shapes served by such a program, without compiling
+    probe_traces: int = 0         # traces at sample sizes made to compile such programs
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -40,7 +43,9 @@ _ALL: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()
 
 
 def cache_info() -> dict:
-    """Counters over all jitted functions: hits, misses, disk_hits, traces, compile/trace seconds."""
+    """Counters over all jitted functions: hits, misses, disk_hits, traces, compile/trace
+    seconds, dynamic_compiles and dynamic_hits (see ``jit``'s ``dynamic_dims``). Which program
+    served each shape of one function: ``f.cache_entries()``."""
     return _STATS.as_dict()
 
 
@@ -49,6 +54,7 @@ def clear_cache() -> None:
     for f in list(_ALL):
         f._cache.clear()
         f._fast.clear()
+        f._patterns.clear()
     _STATS.__init__()
 
 
@@ -79,6 +85,7 @@ class _Entry:
     run: Any = None         # the specialised call path (CompiledProgram.make_runner)
     log_line: str = ""
     setup_seconds: float = 0.0
+    signature: str = ""     # what the program was compiled for, sizes that vary as symbols
 
 
 def _leaf_sig(x: Any):
@@ -105,11 +112,91 @@ def _leaf_sig(x: Any):
                     "argument static (jit(f, static_argnums=...)) to pass other Python values")
 
 
+@dataclass
+class _DynamicProgram:
+    """A program whose sizes ``symbols`` (name -> [(leaf, axis)]) are runtime arguments, and
+    the other dims it was compiled for."""
+    entry: _Entry
+    shapes: list
+    symbols: dict
+
+    def accepts(self, shapes) -> bool:
+        varying = {(leaf, ax) for group in self.symbols.values() for leaf, ax in group}
+        for leaf, (a, b) in enumerate(zip(shapes, self.shapes)):
+            if (a is None) != (b is None):
+                return False
+            if a is not None and any(x != y for ax, (x, y) in enumerate(zip(a, b))
+                                     if (leaf, ax) not in varying):
+                return False
+        for group in self.symbols.values():
+            sizes = {shapes[leaf][ax] for leaf, ax in group}
+            if len(sizes) != 1 or min(sizes) < 2:
+                return False
+        return True
+
+
+@dataclass
+class _Pattern:
+    """What one function has compiled for one argument structure (ranks and dtypes)."""
+    seen: list = field(default_factory=list)          # shapes compiled for
+    programs: list = field(default_factory=list)      # _DynamicProgram
+    failed: set = field(default_factory=set)          # dim sets that did not generalize
+
+    def lookup(self, shapes) -> _Entry | None:
+        for p in self.programs:
+            if p.accepts(shapes):
+                return p.entry
+        return None
+
+
+def _pattern_key(key):
+    treedef, sig, statics = key
+    return treedef, tuple((len(s[0]), s[1]) if isinstance(s, tuple) else s for s in sig), statics
+
+
+def _symbols(dims, shapes) -> dict:
+    """Dims that vary, grouped into one symbol per size (a batch dim shared by x and y is one
+    runtime size): ``{"n0": [(leaf, axis), ...]}``."""
+    by_size: dict = {}
+    for leaf, ax in dims:
+        by_size.setdefault(shapes[leaf][ax], []).append((leaf, ax))
+    return {f"n{i}": group for i, (_, group) in enumerate(sorted(by_size.items()))}
+
+
+def _probe_array(shape, dtype) -> np.ndarray:
+    """An array of any shape that takes no memory: tracing looks at shapes and dtypes only."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), tuple(shape), (0,) * len(shape))
+
+
+def _dynamic_dims_spec(spec) -> dict:
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise TypeError("jit: dynamic_dims must be a dict {argument index or name: axis or "
+                        f"tuple of axes}}, got {type(spec).__name__}")
+    return {k: (v,) if isinstance(v, int) else tuple(v) for k, v in spec.items()}
+
+
+def _shapes_text(sig) -> str:
+    """A call signature as ``f32[128,784], f32[128,10]`` (Python scalars by their type)."""
+    return ", ".join(f"{short_dtype(np.dtype(s[1]))}[{','.join(map(str, s[0]))}]"
+                     if isinstance(s, tuple) else getattr(s, "__name__", "?") for s in sig)
+
+
+def _signature_text(graph, symbols) -> str:
+    """The graph inputs' avals, with runtime sizes by their symbol: ``f32[n0,784]``."""
+    names = {(leaf, ax): name for name, group in (symbols or {}).items() for leaf, ax in group}
+    return ", ".join(short_dtype(v.aval.dtype) + "[" + ",".join(
+        names.get((i, ax), str(d)) for ax, d in enumerate(v.aval.shape)) + "]"
+        for i, v in enumerate(graph.inputs))
+
+
 class JitFunction:
     """A jitted function; call it like the original. See ``jit``."""
 
     def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
-                 device: str = "cpu", fastmath: bool = False):
+                 device: str = "cpu", fastmath: bool = False, dynamic_dims=None,
+                 dynamic: bool | None = None):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
@@ -125,6 +212,9 @@ class JitFunction:
         self._cache: dict = {}
         self._fast: dict = {}
         self._last_sig: dict = {}
+        self._patterns: dict = {}            # shapes reduced to ranks -> _Pattern
+        self.dynamic = dynamic
+        self.dynamic_dims = _dynamic_dims_spec(dynamic_dims)
         try:
             self._signature = inspect.signature(fun)
         except (TypeError, ValueError):
@@ -148,9 +238,11 @@ class JitFunction:
 
     def _run(self, entry: _Entry, leaves: Sequence[Any]) -> Any:
         if entry.fresh:
+            from .compiler.runtime import compile_settings
             t0 = time.perf_counter()
             try:
-                out = entry.run(*leaves)
+                with compile_settings():
+                    out = entry.run(*leaves)
             except Exception as e:
                 from numba.core.errors import NumbaError
                 if not isinstance(e, NumbaError):
@@ -218,7 +310,7 @@ class JitFunction:
         entry = self._cache.get(key)
         if entry is not None:
             return entry, leaves, True
-        entry = self._compile(key, args, kwargs, statics, dyn_args, dyn_kwargs)
+        entry = self._compile(key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves)
         self._cache[key] = entry
         return entry, leaves, False
 
@@ -238,7 +330,9 @@ class JitFunction:
         return names
 
     # ---------------------------------------------------------------- compiling
-    def _trace(self, args, kwargs, statics, dyn_args, dyn_kwargs):
+    def _trace(self, args, kwargs, statics, dyn_args, dyn_kwargs, probe: bool = False):
+        """Trace and optimize; ``probe`` traces (at sample sizes, for programs whose sizes are
+        runtime arguments) count as ``probe_traces``, not ``traces``."""
         from .transforms import trace_to_graph
         if self._signature is not None:
             try:
@@ -261,7 +355,10 @@ class JitFunction:
             raise TypeError(f"jit({self.__name__}) closes over traced values of an enclosing "
                             "transformation; pass them as arguments instead")
         graph = optimize(graph)
-        _STATS.traces += 1
+        if probe:
+            _STATS.probe_traces += 1
+        else:
+            _STATS.traces += 1
         _STATS.trace_seconds += time.perf_counter() - t0
         return graph, out_tree
 
@@ -274,25 +371,130 @@ class JitFunction:
             pos += n
         return donated
 
-    def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs) -> _Entry:
+    def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves) -> _Entry:
         from .compiler import compile_graph
         _STATS.misses += 1
         reason = self._miss_reason(key)
+        pattern = self._patterns.setdefault(_pattern_key(key), _Pattern())
+        shapes = [s[0] if isinstance(s, tuple) else None for s in key[1]]
+        served = pattern.lookup(shapes)
+        if served is not None:
+            _STATS.dynamic_hits += 1
+            self._last_sig[key[0]] = key
+            if _log_enabled():
+                print(f"jitgraph: {self.__name__}({_shapes_text(key[1])}) served by the "
+                      f"compiled {self.__name__}({served.signature}) (sizes are runtime "
+                      f"arguments): {reason}", file=sys.stderr)
+            return served
+        dims = self._dynamic_dims_for(dyn_args, dyn_kwargs, shapes, pattern)
         graph, out_tree = self._trace(args, kwargs, statics, dyn_args, dyn_kwargs)
         donated = self._donated_leaves(dyn_args)
-        program = compile_graph(graph, fastmath=self.fastmath, donate=donated)
+        symbols = program = None
+        if dims:
+            symbols = _symbols(dims, shapes)
+            program = self._compile_dynamic(graph, out_tree, statics, dyn_args, dyn_kwargs,
+                                            leaves, symbols, donated, pattern, dims)
+        if program is None:
+            symbols = None
+            program = compile_graph(graph, fastmath=self.fastmath, donate=donated,
+                                    single_output=out_tree.node == "*")
         _STATS.compile_seconds += program.compile_seconds
         if program.was_on_disk:
             _STATS.disk_hits += 1
         self._last_sig[key[0]] = key
+        pattern.seen.append(shapes)
         in_dtypes = [v.aval.dtype for v in graph.inputs]
-        sig = ", ".join(f"{v.aval}" for v in graph.inputs)
-        log_line = (f"jitgraph: compiled {self.__name__}({sig}) in {{seconds:.2f}}s "
-                    f"[{len(program.kernels)} kernels, "
+        sig = _signature_text(graph, symbols)
+        kind = f"as {self.__name__}({sig}) with sizes as runtime arguments, " if symbols else ""
+        log_line = (f"jitgraph: compiled {self.__name__}({_signature_text(graph, None)}) "
+                    f"in {{seconds:.2f}}s "
+                    f"[{len(program.kernels)} kernels, {kind}"
                     f"{'loaded from disk cache' if program.was_on_disk else 'new'}]: {reason}")
-        return _Entry(program, out_tree, in_dtypes, donated,
-                      run=program.make_runner(in_dtypes, out_tree), log_line=log_line,
-                      setup_seconds=program.compile_seconds)
+        entry = _Entry(program, out_tree, in_dtypes, donated,
+                       run=program.make_runner(in_dtypes, out_tree), log_line=log_line,
+                       setup_seconds=program.compile_seconds, signature=sig)
+        if symbols:
+            _STATS.dynamic_compiles += 1
+            pattern.programs.append(_DynamicProgram(entry, shapes, symbols))
+        return entry
+
+    def _dynamic_dims_for(self, dyn_args, dyn_kwargs, shapes, pattern) -> list:
+        """``(leaf, axis)`` pairs to compile as runtime sizes: those ``dynamic_dims`` names, and
+        (unless ``dynamic=False``) those seen before with another size. A dim of size 0 or 1
+        stays fixed, as do dims that failed to generalize before."""
+        dims = set()
+        if self.dynamic_dims:
+            ranges = self._leaf_ranges(dyn_args, dyn_kwargs)
+            for arg, axes in self.dynamic_dims.items():
+                for leaf in ranges.get(arg, ()):
+                    shp = shapes[leaf]
+                    if shp is not None:
+                        dims.update((leaf, a % len(shp)) for a in axes if -len(shp) <= a < len(shp))
+        if self.dynamic is not False:
+            for prev in pattern.seen:
+                for leaf, (a, b) in enumerate(zip(shapes, prev)):
+                    if a is not None:
+                        dims.update((leaf, ax) for ax, (x, y) in enumerate(zip(a, b)) if x != y)
+        dims = frozenset((leaf, ax) for leaf, ax in dims if shapes[leaf][ax] >= 2)
+        return sorted(dims) if dims and dims not in pattern.failed else []
+
+    def _leaf_ranges(self, dyn_args, dyn_kwargs) -> dict:
+        """Argument position or keyword name -> the indices of its array leaves."""
+        ranges, pos = {}, 0
+        for i, a in zip(self._dynamic_positions(len(dyn_args)), dyn_args):
+            n = len(tree_flatten(a)[0])
+            ranges[i] = range(pos, pos + n)
+            if self._signature is not None and i < len(self._signature.parameters):
+                ranges[list(self._signature.parameters)[i]] = ranges[i]
+            pos += n
+        for k, v in dyn_kwargs.items():
+            n = len(tree_flatten(v)[0])
+            ranges[k] = range(pos, pos + n)
+            pos += n
+        return ranges
+
+    def _compile_dynamic(self, graph, out_tree, statics, dyn_args, dyn_kwargs, leaves, symbols,
+                         donated, pattern, dims):
+        """Generate the program at sample sizes, fit the sizes as runtime arguments and compile
+        that once; None (and the dims are remembered) if its structure depends on the sizes."""
+        from .compiler.dynamic import CannotGeneralize
+        from .compiler.runtime import compile_dynamic
+        from .tree import tree_flatten as flatten
+
+        def trace_at(point):
+            probe = list(leaves)
+            for name, group in symbols.items():
+                for leaf, axis in group:
+                    shp = list(np.shape(leaves[leaf]))
+                    shp[axis] = point[name]
+                    probe[leaf] = _probe_array(shp, np.asarray(leaves[leaf]).dtype)
+            _, treedef = flatten((dyn_args, dyn_kwargs))
+            a, k = treedef.unflatten(probe)
+            full = list(a)
+            for kind, i, v in statics:
+                if kind == "arg":
+                    full.insert(i, v)
+            kw = dict(k, **{i: v for kind, i, v in statics if kind == "kw"})
+            return self._trace(full, kw, statics, a, k, probe=True)[0]
+
+        t0 = time.perf_counter()
+        try:
+            return compile_dynamic(graph, trace_at, symbols, fastmath=self.fastmath,
+                                   donate=donated, single_output=out_tree.node == "*", t0=t0)
+        except CannotGeneralize as e:
+            pattern.failed.add(frozenset(dims))
+            if _log_enabled():
+                print(f"jitgraph: {self.__name__}: sizes stay fixed ({e})", file=sys.stderr)
+            return None
+
+    def cache_entries(self) -> list[dict]:
+        """One row per argument signature this function was called with: its shapes, and the
+        compiled program that serves it (``dynamic`` when sizes are runtime arguments)."""
+        rows = []
+        for key, e in self._cache.items():
+            rows.append({"shapes": _shapes_text(key[1]), "program": e.signature,
+                         "dynamic": bool(e.program.symbols)})
+        return rows
 
     def _miss_reason(self, key) -> str:
         treedef, sig, statics = key
@@ -322,14 +524,23 @@ class JitFunction:
 
 def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (), donate_argnums: int | Sequence[int] = (),
-        device: str = "cpu", fastmath: bool = False):
+        device: str = "cpu", fastmath: bool = False, dynamic_dims=None,
+        dynamic: bool | None = None):
     """Compile ``fun`` to fused Numba kernels, cached by shape signature (``@jit`` or ``@jit(...)``).
 
     ``donate_argnums``: the buffers of these arguments may be reused for outputs of the same shape
     and dtype (a training step updates its parameters in place). As in JAX, a donated argument is
     invalid after the call: its memory may hold the new values; use the returned arrays.
     ``fastmath=True`` lets LLVM reorder and contract float arithmetic beyond IEEE semantics.
+
+    Dynamic shapes: when ``f`` is called with a new size along a dim it has seen with another
+    size (a new batch size), it compiles once a version whose kernels take that size as a
+    runtime argument, and later sizes reuse it without compiling (``dynamic=False`` turns this
+    off). ``dynamic_dims={arg: axes}`` asks for it on the first call: ``arg`` is a positional
+    index or a parameter name, ``axes`` an axis or a tuple of axes of every array in it, e.g.
+    ``jit(step, dynamic_dims={"x": 0, "y": 0})``. Dims of size 0 or 1 always stay fixed.
     """
     def wrap(f):
-        return JitFunction(f, static_argnums, static_argnames, donate_argnums, device, fastmath)
+        return JitFunction(f, static_argnums, static_argnames, donate_argnums, device, fastmath,
+                           dynamic_dims, dynamic)
     return wrap if fun is None else wrap(fun)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -23,6 +24,13 @@ PARALLEL_MIN_WORK = 1 << 16        # elements below which threads cost more than
 # parallel loop kernels instead of 2 ms with serial ones).
 # Loop kernels then stay serial unless they are very large.
 PARALLEL_MIN_WORK_WITH_BLAS = 1 << 22
+# Programs of more steps (or with any matmul) run their steps from a Python driver rather than
+# a compiled one. Numba compiles a compiled driver by linking every kernel it calls into one
+# module and optimizing all of it again: measured here on the 784-512-512-10 training step,
+# 7.0 s of compile CPU time with a compiled driver, 3.7 s without, for about 2 us more per call
+# (one Numba dispatch per step instead of one per call). Small programs keep the compiled
+# driver: there the per-call cost is what matters, and compiling it again is cheap.
+SMALL_PROGRAM_STEPS = 2
 _APPROX = {"exp", "log", "log1p", "expm1", "tanh", "logistic"}
 _SCALAR = {"max": "maximum", "min": "minimum", "sign": "sign", "floor": "floor", "erf": "erf",
            "pow": "power", "logistic": "logistic"}
@@ -34,6 +42,8 @@ class CpuContext:
     def __init__(self, approx_math: bool = True):
         self.approx_math = approx_math
         self.in_dtype = np.dtype(np.float64)
+        # the fastmath approximations return their argument's float type
+        self.type_preserving_fns = _APPROX if approx_math else set()
 
     def fn(self, name: str) -> str:
         if self.approx_math and name in _APPROX and self.in_dtype.kind == "f":
@@ -51,10 +61,12 @@ class CpuContext:
 
 @dataclass
 class KernelSource:
-    """One generated kernel: its function name, its Numba source and the graph nodes it computes."""
+    """One generated kernel: its function name, its Numba source and the graph nodes it computes
+    (``params``: its parameter names in the generated program)."""
     name: str
     source: str
     ops: list
+    params: tuple = ()
 
     def __repr__(self) -> str:
         return f"<kernel {self.name}: {len(self.ops)} ops>"
@@ -85,41 +97,77 @@ def _init(monoid: str, dtype) -> str:
     return literal(info.min if monoid in ("max", "argmax") else info.max, dtype)
 
 
-def _decorator(parallel: bool, fastmath: bool, reduce: bool, wrappers: bool) -> str:
-    """Kernels called only from the compiled driver skip Numba's Python/C wrappers, which is
-    a good part of a small kernel's compile time."""
+def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) -> str:
+    """Kernels skip the wrappers they are not called through (the C wrapper always; the
+    Python one when a compiled driver calls them): wrappers are a good part of a small
+    kernel's compile time."""
     fm = "True" if fastmath else ("{'reassoc', 'contract'}" if reduce else "False")
-    extra = "" if wrappers else ",\n    no_cpython_wrapper=True, no_cfunc_wrapper=True"
+    extra = ",\n    no_cfunc_wrapper=True" if from_python else \
+        ",\n    no_cpython_wrapper=True, no_cfunc_wrapper=True"
     return (f"@njit(cache=True, parallel={parallel}, fastmath={fm}, error_model='numpy', "
             f"boundscheck=False, nogil=True{extra})")
 
 
+@dataclass(frozen=True)
+class LoopDecision:
+    """How one loop kernel is laid out: threads over the outer or the inner loop, or the
+    column order of a leading-axis reduction. Decided from the sizes the program was first
+    called with, and kept when its sizes become runtime arguments."""
+    outer_par: bool
+    inner_par: bool
+    column: bool
+
+
 class CpuCodegen:
-    def __init__(self, plan: Plan, ctx: CpuContext, fastmath: bool = False):
+    """``symbols``: names of sizes that are runtime arguments (the driver reads them from its
+    inputs' shapes and passes them to every kernel); ``decisions``: loop layouts to reuse,
+    one per loop kernel in plan order (see ``LoopDecision``); ``profile``: a Python driver
+    that appends ``profile_clock()`` to ``profile_marks`` after every step (both are module
+    globals the profiler sets)."""
+
+    def __init__(self, plan: Plan, ctx: CpuContext, fastmath: bool = False,
+                 symbols: Sequence[tuple[str, int, int]] = (),
+                 decisions: Sequence[LoopDecision] | None = None, profile: bool = False):
         self.plan = plan
         self.ctx = ctx
         self.fastmath = fastmath
         has_blas = any(isinstance(s, MatmulStep) for s in plan.steps)
         self.host = any(isinstance(s, HostStep) for s in plan.steps)
+        small = len(plan.steps) <= SMALL_PROGRAM_STEPS and not has_blas
+        self.profile = profile
+        self.python_driver = self.host or not small or profile
         self.parallel_min = PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK
+        self.symbols = list(symbols)            # (name, input index, axis)
+        self.decisions = list(decisions) if decisions is not None else None
+        self.made_decisions: list[LoopDecision] = []
+
+    def decide(self, k: LoopKernel) -> LoopDecision:
+        if self.decisions is not None:
+            return self.decisions[len(self.made_decisions)]
+        o_size = int(np.prod(k.outer_shape, dtype=np.int64))
+        work = int(np.prod(k.shape, dtype=np.int64))
+        has_arg = any(r[3].startswith("arg") for s in k.body.stages for r in s.reductions)
+        outer_par = work >= self.parallel_min and o_size >= 8
+        inner_par = work >= self.parallel_min and o_size == 1 and not has_arg and bool(k.inner_shape)
+        return LoopDecision(outer_par, inner_par,
+                            self._column_order(k, outer_par or inner_par, has_arg))
 
     # ------------------------------------------------------------ loop kernels
     def loop_kernel(self, k: LoopKernel) -> tuple[str, list]:
         plan, body = self.plan, k.body
         o_shape, r_shape = k.outer_shape, k.inner_shape
-        o_size = int(np.prod(o_shape, dtype=np.int64))
-        work = int(np.prod(k.shape, dtype=np.int64))
-        has_arg = any(r[3].startswith("arg") for s in body.stages for r in s.reductions)
-        outer_par = work >= self.parallel_min and o_size >= 8
-        inner_par = work >= self.parallel_min and o_size == 1 and not has_arg and bool(r_shape)
+        d = self.decide(k)
+        self.made_decisions.append(d)
+        outer_par, inner_par = d.outer_par, d.inner_par
         has_red = any(s.reductions for s in body.stages)
         loads = sorted(body.loads, key=lambda v: plan.array_name(v))
         stores = [v for s in body.stages for (v, _, _) in s.stores if v in plan.needed]
         stores += [r[0].out for s in body.stages for r in s.reductions if r[0].out in plan.needed]
         params = [plan.array_name(v) for v in loads] + [plan.array_name(v) for v in stores]
-        lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.host),
+        params += [name for name, _, _ in self.symbols]
+        lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.python_driver),
                  f"def {k.name}_{{H}}({', '.join(params)}):"]
-        if self._column_order(k, outer_par or inner_par, has_arg):
+        if d.column:
             return "\n".join(lines + self._column_body(k)), params
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
@@ -273,8 +321,9 @@ class CpuCodegen:
         b_shape, rest = g.aval.shape[:nb], shape[len(ix):]
         # an index array may appear twice (x[i, i]): one parameter per distinct array
         params = list(dict.fromkeys([plan.array_name(v) for v in n.inputs] + [plan.array_name(n.out)]))
+        params += [name for name, _, _ in self.symbols]
         out = plan.array_name(n.out)
-        lines = [_decorator(False, self.fastmath, False, self.host),
+        lines = [_decorator(False, self.fastmath, False, self.python_driver),
                  f"def {s.name}_{{H}}({', '.join(params)}):",
                  f"    for z in range({max(n.out.aval.size, 0)}):", f"        {out}[z] = 0"]
         bv = [f"b{i}" for i in range(nb)]
@@ -297,12 +346,19 @@ class CpuCodegen:
 
     # ------------------------------------------------------------ module
     def module(self, donate: set[int] = frozenset()) -> tuple[str, list[KernelSource], str, dict]:
-        """Returns (module source, kernels, driver name, info)."""
+        """Returns (module source template, kernels, driver name template, info); the templates
+        hold ``{H}`` where ``finish_module`` puts the hash of the finished source.
+
+        Steps whose kernels are the same function up to their argument names (two layers of
+        one size, or any two layers once sizes are runtime arguments) share one function: Numba
+        compiles it once."""
         plan, g = self.plan, self.plan.graph
-        host = any(isinstance(s, HostStep) for s in plan.steps)
+        host = self.python_driver
         kernels: list[KernelSource] = []
         chunks = [HEADER]
         calls = []
+        by_structure: dict[str, KernelSource] = {}
+        self._callee: dict[str, str] = {}
         for s in plan.steps:
             if isinstance(s, LoopKernel):
                 src, params = self.loop_kernel(s)
@@ -311,8 +367,13 @@ class CpuCodegen:
             else:
                 src, params = None, None
             if src is not None:
-                chunks.append(src)
-                kernels.append(KernelSource(s.name, src, _ops(s)))
+                key = _structure_key(src, s.name, params)
+                shared = by_structure.get(key)
+                if shared is None:
+                    shared = by_structure[key] = KernelSource(s.name, src, [], tuple(params))
+                    chunks.append(src)
+                self._callee[s.name] = shared.name
+                kernels.append(KernelSource(shared.name, shared.source, _ops(s), shared.params))
             calls.append((s, params))
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
@@ -321,19 +382,15 @@ class CpuCodegen:
         dl = [] if host else ["@njit(cache=True, nogil=True)"]
         params = in_names + const_names + info["out_names"] + info["scratch_names"]
         dl.append(f"def {driver_name}({', '.join(p + '_nd' for p in params)}):")
+        dl += [f"    {name} = {in_names[i]}_nd.shape[{axis}]  # a size known at run time"
+               for name, i, axis in self.symbols]
         sizes = [v.aval.size for v in g.inputs] + [v.aval.size for v in plan.const_args] + \
             [n for _, n, _ in info["out_specs"]] + [n for _, n, _ in info["scratch_specs"]]
         dl += [f"    {p} = {p}_nd.reshape({n})  # flat view" for p, n in zip(params, sizes)]
         dl += ["    " + l for l in body]
         chunks.append("\n".join(dl))
-        src = "\n\n\n".join(chunks) + "\n"
-        h = hashlib.sha256(src.encode()).hexdigest()[:12]
-        src = src.replace("{H}", h)
-        for ks in kernels:
-            ks.source = ks.source.replace("{H}", h)
-            ks.name = f"{ks.name}_{h}"
         info["const_names"] = const_names
-        return src, kernels, driver_name.replace("{H}", h), info
+        return "\n\n\n".join(chunks) + "\n", kernels, driver_name, info
 
     def _driver_body(self, calls, donate: set[int]):
         """Driver statements plus the memory plan.
@@ -382,15 +439,19 @@ class CpuCodegen:
 
         self._slot = {}
         self._in_place = {}
+        if self.profile:
+            lines.append("profile_marks.append(profile_clock())")
         for i, (s, params) in enumerate(calls):
             for v in _writes(s, plan):
                 bind_buffer(v, i, s)
             if isinstance(s, (LoopKernel, ScatterStep)):
-                lines.append(f"{s.name}_{{H}}({', '.join(params)})")
+                lines.append(f"{self._callee[s.name]}_{{H}}({', '.join(params)})")
             elif isinstance(s, MatmulStep):
                 lines += self._matmul_call(s)
             else:
                 lines += self._host_call(s)
+            if self.profile:
+                lines.append("profile_marks.append(profile_clock())")
             for v in _reads(s, plan):
                 if last_use.get(v) == i and v in self._slot:
                     free.setdefault((v.aval.size, v.aval.dtype), []).append(self._slot[v])
@@ -487,6 +548,52 @@ class CpuCodegen:
         for k, o in enumerate(outs):
             lines.append(f"{self.plan.array_name(o)}[:] = _r[{k}].reshape(-1)")
         return lines
+
+
+@dataclass
+class FinishedProgram:
+    """A generated program split for the disk cache: one module per kernel, named by the
+    kernel's structure (so any program computing the same kernel reuses its machine code),
+    and one module for the driver, which calls the kernels by those names."""
+    source: str                     # everything in one readable text (``lower().source``)
+    driver_source: str
+    driver_name: str
+    kernel_modules: list            # (function name, module source)
+
+
+def finish_module(template: str, kernels: list[KernelSource], driver: str) -> FinishedProgram:
+    """Name each kernel by a hash of its structure (its source with its parameters named by
+    position) and the driver by a hash of its own source; generated names are unique per
+    content, as forked processes compiling equal names would collide."""
+    head, driver_chunk = template.rsplit("\n\n\n", 1)
+    final: dict[str, KernelSource] = {}
+    for ks in kernels:
+        if ks.name not in final:
+            kind = ks.name.split("_")[1]
+            canon = _canonical(ks.source, ks.name, ks.params)
+            name = f"{kind}_{hashlib.sha256(canon.encode()).hexdigest()[:12]}"
+            final[ks.name] = KernelSource(name, canon.replace("{NAME}", name), [])
+            driver_chunk = re.sub(rf"\b{re.escape(ks.name)}_{{H}}\(", name + "(", driver_chunk)
+        ks.name, ks.source = final[ks.name].name, final[ks.name].source
+    h = hashlib.sha256(driver_chunk.encode()).hexdigest()[:12]
+    driver_chunk = driver_chunk.replace("{H}", h)
+    imports = [f"# calls {k.name}, loaded from its own cache entry" for k in final.values()]
+    driver_source = HEADER + "\n".join(imports) + "\n\n\n" + driver_chunk + "\n"
+    text = "\n\n\n".join([HEADER] + [k.source for k in final.values()] + [driver_chunk]) + "\n"
+    modules = [(k.name, HEADER + "\n\n" + k.source + "\n") for k in final.values()]
+    return FinishedProgram(text, driver_source, driver.replace("{H}", h), modules)
+
+
+def _canonical(src: str, name: str, params) -> str:
+    """A kernel's source with its name a placeholder and its parameters ``a0, a1, ...``."""
+    table = {name + "_{H}": "{NAME}", **{p: f"a{i}" for i, p in enumerate(params)}}
+    pattern = re.compile(r"(?<![\w{])(" + "|".join(map(re.escape, table)) + r")(?!\w)")
+    return pattern.sub(lambda m: table[m.group(1)], src)
+
+
+def _structure_key(src: str, name: str, params: list) -> str:
+    """A kernel's source with its own name and its parameters' names replaced by positions."""
+    return _canonical(src, name, params)
 
 
 def _ops(step):

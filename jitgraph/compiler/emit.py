@@ -16,6 +16,10 @@ from ..core import Var
 from ..ops.layout import concat_index_map, row_major_strides
 
 
+# float op float of one type is that type in Numba's (and CUDA's) typing rules
+_FLOAT_PRESERVING = {"add", "sub", "mul", "div", "neg", "stop_gradient"}
+
+
 class CannotFuse(Exception):
     """The requested value can't be computed in this kernel at this point."""
 
@@ -137,12 +141,25 @@ class Emitter:
                 args.append(self.value(inp, idx[lead:]))
             self.ctx.in_dtype = node.inputs[0].aval.dtype
             expr = node.prim.codegen(self.ctx, *args, **node.params)
+            if self._keeps_type(node):
+                return self._new(expr)
             return self._new(self.ctx.cast(expr, out_aval.dtype))
         if kind == "layout":
             return self._layout(node, idx)
         if kind == "index":
             return self._gather(node, idx)
         raise CannotFuse(f"{node.prim.name} output must be materialized")
+
+    def _keeps_type(self, node) -> bool:
+        """Whether the expression already has the output's float type, so the cast can go:
+        each cast is a call Numba must type, a good part of compile time in long kernels."""
+        dt = node.out.aval.dtype
+        if dt.kind != "f" or any(i.aval.dtype != dt for i in node.inputs[-2:]):
+            return False
+        name = node.prim.name
+        return name in _FLOAT_PRESERVING or (
+            name == "select" and node.inputs[0].aval.dtype.kind == "b") or \
+            name in getattr(self.ctx, "type_preserving_fns", ())
 
     def _layout(self, node, idx):
         name = node.prim.name
