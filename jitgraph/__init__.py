@@ -40,6 +40,7 @@ from .custom import custom_vjp, defjvp, defprimitive, defvjp
 from .errors import ConcretizationError, LeakedTracerError, ShapeError
 from .interpreter import run as interpret
 from .jit import cache_info, clear_cache, jit
+from .profiler import BenchmarkResult, benchmark, machine_peaks, profile
 from .transforms import (grad, hessian, jacfwd, jacobian, jacrev, jvp, make_graph,
                          value_and_grad, vjp)
 from .tree import tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -48,9 +49,9 @@ stop_gradient = numpy.stop_gradient
 primitive = defprimitive
 
 __all__ = [
-    "Aval", "ConcretizationError", "Graph", "GradCheckError", "LeakedTracerError", "PRIMITIVES",
+    "Aval", "BenchmarkResult", "ConcretizationError", "Graph", "GradCheckError", "LeakedTracerError", "PRIMITIVES",
     "Primitive", "ShapeError", "cache_info", "clear_cache", "jit", "ShapedArray", "check_grads", "custom_vjp", "defjvp",
-    "defprimitive", "defvjp", "grad", "hessian", "interpret", "jacfwd", "jacobian", "jacrev",
+    "benchmark", "defprimitive", "defvjp", "grad", "hessian", "machine_peaks", "profile", "interpret", "jacfwd", "jacobian", "jacrev",
     "jvp", "make_graph", "nn", "numpy", "primitive", "scipy", "stop_gradient", "tree_flatten",
     "tree_leaves", "tree_map", "tree_unflatten", "value_and_grad", "vjp",
 ]

@@ -1,0 +1,497 @@
+"""Benchmarking and profiling from Python: ``benchmark``, ``profile``, ``machine_peaks``.
+
+Timing traps this avoids by construction: the first call (which compiles) is timed apart from
+the cached calls; each sample runs the function enough times that the clock's resolution does
+not matter; garbage collection is off while timing; results are medians with the interquartile
+range, not means. On the GPU the host clock is never put around an asynchronous launch: CUDA
+events recorded on the stream time the calls, after a synchronisation.
+
+For a ``jit`` function the result also has a per-step table: each generated kernel, BLAS call
+and host call, with its time (from a variant of the program whose driver records a timestamp
+after every step), the bytes it must move and the FLOPs it performs (from the fusion plan's
+shapes, ``compiler/cost.py``), the GB/s and GFLOP/s it reached and whether the roofline of this
+machine (``machine_peaks``) says it is memory- or compute-bound.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["BenchmarkResult", "Stats", "StepProfile", "benchmark", "machine_peaks", "profile"]
+
+
+# ---------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class Stats:
+    """Seconds per call over ``n`` samples, each the mean of ``number`` back-to-back calls."""
+    median: float
+    mean: float
+    min: float
+    max: float
+    q1: float
+    q3: float
+    n: int
+    number: int
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @classmethod
+    def from_samples(cls, per_call: list[float], number: int = 1) -> "Stats":
+        a = np.asarray(per_call, dtype=np.float64)
+        if a.size == 0:
+            raise ValueError("no timing samples")
+        q1, med, q3 = np.percentile(a, [25, 50, 75])
+        return cls(float(med), float(a.mean()), float(a.min()), float(a.max()), float(q1),
+                   float(q3), int(a.size), int(number))
+
+
+def _autorange(call: Callable[[], Any], target: float, clock) -> int:
+    """How many calls per sample make one sample last at least ``target`` seconds."""
+    number = 1
+    while True:
+        t0 = clock()
+        for _ in range(number):
+            call()
+        dt = clock() - t0
+        if dt >= target or number >= 1 << 20:
+            return number
+        number = max(number * 2, int(number * target / max(dt, 1e-9) * 1.2))
+
+
+def time_host(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
+              min_time: float = 0.2) -> Stats:
+    """Time a synchronous call with ``time.perf_counter``."""
+    clock = time.perf_counter
+    for _ in range(warmup):
+        call()
+    number = _autorange(call, max(min_time / max(reps, 1), 2e-4), clock)
+    samples = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(reps):
+            t0 = clock()
+            for _ in range(number):
+                call()
+            samples.append((clock() - t0) / number)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return Stats.from_samples(samples, number)
+
+
+def time_cuda(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
+              min_time: float = 0.2, stream=None) -> Stats:
+    """Time GPU work with CUDA events recorded on ``stream`` (the default stream if None):
+    the host clock around an asynchronous launch would time the launch, not the kernel."""
+    from numba import cuda
+    stream = stream if stream is not None else cuda.default_stream()
+    start, end = cuda.event(), cuda.event()
+
+    def timed(number: int) -> float:
+        start.record(stream)
+        for _ in range(number):
+            call()
+        end.record(stream)
+        end.synchronize()
+        return cuda.event_elapsed_time(start, end) / 1e3
+
+    for _ in range(warmup):
+        call()
+    cuda.synchronize()
+    number = 1
+    while number < 1 << 20 and timed(number) < max(min_time / max(reps, 1), 2e-4):
+        number *= 2
+    samples = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(reps):
+            samples.append(timed(number) / number)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return Stats.from_samples(samples, number)
+
+
+# ---------------------------------------------------------------- machine peaks
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        from numba import cuda
+        return cuda.get_current_device().name.decode() if isinstance(
+            cuda.get_current_device().name, bytes) else str(cuda.get_current_device().name)
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{name} ({os.cpu_count()} cpus)"
+
+
+def _measure_cpu_peaks(size: int = 1 << 24) -> dict:
+    """Best of five STREAM copy/triad runs over all cores, best of three 2048^3 matmuls."""
+    from jitgraph.kernels.stream import stream_copy, stream_triad
+    a = np.ones(size)
+    b = np.ones(size)
+    c = np.ones(size)
+    stream_copy(a, b)
+    stream_triad(a, b, c, 3.0)
+    copy = min(_wall(lambda: stream_copy(a, b)) for _ in range(5))
+    triad = min(_wall(lambda: stream_triad(a, b, c, 3.0)) for _ in range(5))
+    flops = {}
+    n = 2048
+    for dt in ("float32", "float64"):
+        x = np.ones((n, n), dt)
+        x @ x
+        best = min(_wall(lambda: x @ x) for _ in range(3))
+        flops[dt] = 2 * n ** 3 / best / 1e9
+    return {"bandwidth_GBs": {"copy": 2 * a.nbytes / copy / 1e9,
+                              "triad": 3 * a.nbytes / triad / 1e9},
+            "flops_GFs": flops}
+
+
+def _measure_cuda_peaks(size: int = 1 << 26) -> dict:
+    """Device-to-device copy bandwidth and a 4096^3 matmul (CuPy/cuBLAS when installed)."""
+    from numba import cuda
+    a = cuda.device_array(size, np.float32)
+    b = cuda.device_array(size, np.float32)
+    copy = time_cuda(lambda: b.copy_to_device(a), reps=5, min_time=0.05).min
+    flops = {}
+    try:
+        import cupy
+        n = 4096
+        for dt in ("float32", "float64"):
+            x = cupy.ones((n, n), dt)
+            t = time_cuda(lambda: x @ x, reps=3, min_time=0.05,
+                          stream=cuda.external_stream(cupy.cuda.get_current_stream().ptr)).min
+            flops[dt] = 2 * n ** 3 / t / 1e9
+    except ImportError:
+        pass
+    return {"bandwidth_GBs": {"copy": 2 * a.nbytes / copy / 1e9}, "flops_GFs": flops}
+
+
+def _wall(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+_MEASURE = {"cpu": _measure_cpu_peaks, "cuda": _measure_cuda_peaks}
+
+
+def machine_peaks(device: str = "cpu", refresh: bool = False) -> dict:
+    """Attainable memory bandwidth (GB/s) and matmul FLOP/s (GFLOP/s, per dtype) of this
+    machine's CPU or GPU, measured once and kept in the jit cache directory, keyed by the
+    device model; a damaged file is measured again."""
+    from .compiler.disk_cache import default_cache_dir
+    if device not in _MEASURE:
+        raise ValueError(f"machine_peaks: device must be 'cpu' or 'cuda', not {device!r}")
+    name = _device_name(device)
+    key = hashlib.sha256(f"{device}:{name}".encode()).hexdigest()[:16]
+    path = default_cache_dir() / "peaks" / f"{device}-{key}.json"
+    if not refresh and path.exists():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("device") == name and data["bandwidth_GBs"] and "flops_GFs" in data:
+                return data
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+        warnings.warn(f"machine_peaks: {path} is damaged; measuring again", stacklevel=2)
+    data = {"device": name, "kind": device, **_MEASURE[device]()}
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+    return data
+
+
+# ---------------------------------------------------------------- results
+@dataclass
+class StepProfile:
+    """One step of a compiled program: what it is, how long it took, what it moved."""
+    name: str
+    kind: str
+    ops: list
+    seconds: float
+    bytes: int
+    flops: int
+    bound: str = ""             # "memory" | "compute" (roofline of machine_peaks)
+    peak_fraction: float = float("nan")
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else float("nan")
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.seconds / 1e9 if self.seconds > 0 else float("nan")
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
+@dataclass
+class BenchmarkResult:
+    """What ``benchmark``/``profile`` measured; ``print`` it, or ``to_dict``/``to_json``."""
+    name: str
+    device: str
+    stats: Stats
+    first_call_s: float
+    compile_s: float | None = None
+    kernels: list = field(default_factory=list)       # StepProfile, one per program step
+    peaks: dict | None = None
+
+    @property
+    def steps_s(self) -> float:
+        return float(sum(k.seconds for k in self.kernels))
+
+    def to_dict(self) -> dict:
+        d = {"name": self.name, "device": self.device, "stats": asdict(self.stats),
+             "first_call_s": self.first_call_s, "compile_s": self.compile_s,
+             "steps_s": self.steps_s if self.kernels else None, "peaks": self.peaks,
+             "kernels": [dict(asdict(k), gbps=k.gbps, gflops=k.gflops) for k in self.kernels]}
+        d["stats"]["iqr"] = self.stats.iqr
+        return d
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), default=_json_default, **kw)
+
+    def compare(self, other: "BenchmarkResult") -> str:
+        """One line for an A/B comparison: ``other``'s median over this one's."""
+        r = other.stats.median / self.stats.median
+        faster = "faster" if r > 1 else "slower"
+        return (f"{self.name}: {_fmt_s(self.stats.median)} vs {other.name}: "
+                f"{_fmt_s(other.stats.median)} -> {self.name} is {max(r, 1 / r):.2f}x {faster}")
+
+    def plot_roofline(self, path: str) -> str:
+        """A roofline chart (log-log: FLOP/byte against GFLOP/s) with each step as a point."""
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("plot_roofline needs matplotlib: pip install matplotlib "
+                              "(or pip install -e '.[plots]')") from None
+        peaks = self.peaks or machine_peaks(self.device)
+        bw = max(peaks["bandwidth_GBs"].values())
+        fl = max(peaks["flops_GFs"].values()) if peaks["flops_GFs"] else bw
+        fig, ax = plt.subplots(figsize=(7, 5))
+        xs = np.logspace(-3, 3, 200)
+        ax.plot(xs, np.minimum(bw * xs, fl), "k-", label=f"roofline ({bw:.0f} GB/s, {fl:.0f} GFLOP/s)")
+        for k in self.kernels:
+            if k.flops and k.bytes and k.seconds > 0:
+                ax.plot(k.intensity, k.gflops, "o")
+                ax.annotate(k.name, (k.intensity, k.gflops), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(f"{self.name} on {peaks.get('device', self.device)}")
+        ax.legend(loc="lower right")
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        return path
+
+    def __str__(self) -> str:
+        s = self.stats
+        lines = [f"{self.name} ({self.device}): median {_fmt_s(s.median)}, IQR "
+                 f"{_fmt_s(s.q1)}-{_fmt_s(s.q3)}, min {_fmt_s(s.min)}, max {_fmt_s(s.max)} "
+                 f"({s.n} samples x {s.number} calls); first call {_fmt_s(self.first_call_s)}"
+                 + (f", compile {_fmt_s(self.compile_s)}" if self.compile_s is not None else "")]
+        if self.kernels:
+            lines.append(f"  {'step':<16} {'kind':<8} {'time':>10} {'%call':>6} {'MB':>9} "
+                         f"{'MFLOP':>9} {'GB/s':>7} {'GFLOP/s':>8} {'bound':>8} {'%peak':>6}  ops")
+            for k in self.kernels:
+                ops = ",".join(dict.fromkeys(k.ops))
+                lines.append(
+                    f"  {k.name:<16} {k.kind:<8} {_fmt_s(k.seconds):>10} "
+                    f"{100 * k.seconds / s.median:5.1f}% {k.bytes / 1e6:9.3f} "
+                    f"{k.flops / 1e6:9.3f} {k.gbps:7.2f} {k.gflops:8.2f} {k.bound or '-':>8} "
+                    f"{_pct(k.peak_fraction):>6}  {ops[:40]}")
+            rest = s.median - self.steps_s
+            lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(s.median)} call "
+                         f"({100 * self.steps_s / s.median:.1f}%); launch and Python overhead "
+                         f"{_fmt_s(max(rest, 0.0))}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.1f}%"
+
+
+def _fmt_s(t: float | None) -> str:
+    if t is None:
+        return "n/a"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(t) >= scale:
+            return f"{t / scale:.3g} {unit}"
+    return f"{t / 1e-9:.3g} ns"
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(type(o).__name__)
+
+
+# ---------------------------------------------------------------- entry points
+def _is_cuda(f, args) -> bool:
+    if getattr(f, "device", "cpu") == "cuda":
+        return True
+    from .tree import tree_leaves
+    return any(hasattr(x, "__cuda_array_interface__") for x in tree_leaves((args,)))
+
+
+def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time: float = 0.2,
+              device: str | None = None, profile: bool | None = None, peaks: bool = False,
+              **kwargs: Any) -> BenchmarkResult:
+    """Time ``f(*args, **kwargs)``: the first call apart (``first_call_s``, and ``compile_s``
+    when it compiled a ``jit`` program), then ``reps`` samples of enough back-to-back calls to
+    last ``min_time`` in all. For a ``jit`` function ``profile`` (default on) adds the
+    per-step table; ``peaks=True`` rates each step against ``machine_peaks`` (measured once
+    per machine). A donated argument is updated in place by every call, as in training."""
+    from .jit import JitFunction, cache_info
+    device = device or ("cuda" if _is_cuda(f, args) else "cpu")
+
+    def call():
+        return f(*args, **kwargs)
+
+    before = cache_info()["misses"]
+    sync = _cuda_sync if device == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    call()
+    sync()
+    first = time.perf_counter() - t0
+    compiled = isinstance(f, JitFunction) and cache_info()["misses"] > before
+    timer = time_cuda if device == "cuda" else time_host
+    stats = timer(call, warmup=warmup, reps=reps, min_time=min_time)
+    result = BenchmarkResult(getattr(f, "__name__", type(f).__name__), device, stats, first,
+                             max(first - stats.median, 0.0) if compiled else None)
+    if isinstance(f, JitFunction) and profile is not False and device == "cpu":
+        result.kernels = _profile_steps(f, args, kwargs, reps=max(reps, 5))
+        if peaks:
+            result.peaks = machine_peaks(device)
+            _rate(result.kernels, result.peaks)
+    return result
+
+
+def profile(f: Callable, *args: Any, reps: int = 20, peaks: bool = True,
+            **kwargs: Any) -> BenchmarkResult:
+    """``benchmark`` with the per-step table of a ``jit`` function (see ``benchmark``), each
+    step rated against this machine's peaks (measured once, then read from the cache)."""
+    from .jit import JitFunction
+    if not isinstance(f, JitFunction):
+        raise TypeError(f"profile: {getattr(f, '__name__', f)!r} is not a jit function; "
+                        "wrap it in jitgraph.jit, or use jitgraph.benchmark to time any callable")
+    return benchmark(f, *args, reps=reps, profile=True, peaks=peaks, **kwargs)
+
+
+def _cuda_sync() -> None:
+    from numba import cuda
+    cuda.synchronize()
+
+
+def _profile_steps(f, args, kwargs, reps: int) -> list[StepProfile]:
+    """Per-step medians from the profiling variant of ``f``'s program for these arguments."""
+    from .compiler.cost import step_cost
+    from .compiler.fusion import kernel_ops
+    from .compiler.runtime import compile_settings
+    entry, leaves, _ = f._entry(args, kwargs)
+    prog = entry.program.profiled()
+    run = prog.make_runner(entry.in_dtypes, entry.out_tree)
+    marks = prog.module.profile_marks
+    with compile_settings():
+        run(*leaves)
+    per_step = []
+    for _ in range(reps):
+        del marks[:]
+        run(*leaves)
+        per_step.append(np.diff(marks))
+    med = np.median(np.asarray(per_step), axis=0)
+    steps = []
+    for s, t in zip(prog.plan.steps, med):
+        c = step_cost(s, prog.plan)
+        steps.append(StepProfile(s.name, c.kind, [n.prim.name for n in kernel_ops(s)],
+                                 float(t), c.bytes, c.flops))
+    return steps
+
+
+def _rate(steps: list[StepProfile], peaks: dict) -> None:
+    """Memory- or compute-bound by the roofline's ridge point, and the fraction of that peak."""
+    bw = max(peaks["bandwidth_GBs"].values())
+    fl = max(peaks["flops_GFs"].values()) if peaks["flops_GFs"] else float("inf")
+    ridge = fl / bw
+    for s in steps:
+        if s.intensity < ridge:
+            s.bound, s.peak_fraction = "memory", s.gbps / bw
+        else:
+            s.bound, s.peak_fraction = "compute", s.gflops / fl
+
+
+# ---------------------------------------------------------------- command line
+def _load_target(target: str):
+    """``path/to/file.py:name`` or ``package.module:name``; ``name()`` returns ``(f, args)`` or
+    ``(f, args, kwargs)``."""
+    import importlib
+    import importlib.util
+    where, _, name = target.rpartition(":")
+    if not where or not name:
+        raise SystemExit(f"expected FILE.py:FUNCTION or MODULE:FUNCTION, got {target!r}")
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location("_jitgraph_bench_target", where)
+        if spec is None or not os.path.exists(where):
+            raise SystemExit(f"no such file: {where}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    made = getattr(module, name)()
+    if callable(made):
+        return made, (), {}
+    f, args, *rest = made
+    return f, tuple(args), dict(rest[0]) if rest else {}
+
+
+def main(argv=None) -> None:
+    """``python -m jitgraph.profiler FILE.py:FUNCTION [--reps N] [--json OUT] [--roofline PNG]``:
+    FUNCTION() returns ``(f, args[, kwargs])``; prints the benchmark (and, for a jit function,
+    the per-step profile)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m jitgraph.profiler", description=main.__doc__)
+    ap.add_argument("target")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--min-time", type=float, default=0.2)
+    ap.add_argument("--no-peaks", action="store_true", help="do not rate steps against peaks")
+    ap.add_argument("--json", help="write the result as JSON to this file")
+    ap.add_argument("--roofline", help="draw a roofline chart to this file (needs matplotlib)")
+    a = ap.parse_args(argv)
+    f, args, kwargs = _load_target(a.target)
+    r = benchmark(f, *args, reps=a.reps, min_time=a.min_time, peaks=not a.no_peaks, **kwargs)
+    print(r)
+    if a.json:
+        with open(a.json, "w") as fh:
+            fh.write(r.to_json(indent=1))
+    if a.roofline:
+        print("roofline:", r.plot_roofline(a.roofline))
+
+
+if __name__ == "__main__":
+    main()

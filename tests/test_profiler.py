@@ -1,0 +1,195 @@
+"""jitgraph.benchmark / profile / machine_peaks: statistics on known timings, exact byte and
+FLOP counts of known kernels, the profiling driver, the peaks file. No timing thresholds."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import jitgraph
+import jitgraph.numpy as jnp
+from jitgraph import profiler
+from jitgraph.compiler.cost import step_cost
+from jitgraph.profiler import Stats
+
+
+# ------------------------------------------------------------------ statistics
+def test_stats_of_known_samples():
+    s = Stats.from_samples([float(v) for v in range(10, 0, -1)], number=7)
+    assert (s.median, s.min, s.max, s.mean) == (5.5, 1.0, 10.0, 5.5)
+    assert (s.q1, s.q3, s.iqr) == (3.25, 7.75, 4.5)           # linear interpolation, as NumPy
+    assert (s.n, s.number) == (10, 7)
+    with pytest.raises(ValueError):
+        Stats.from_samples([])
+
+
+def test_time_host_uses_inner_repetitions_and_counts_calls():
+    calls = []
+    st = profiler.time_host(lambda: calls.append(1), warmup=2, reps=5, min_time=0.01)
+    assert st.n == 5 and st.number > 1                      # a ~100 ns call: many per sample
+    assert st.min <= st.median <= st.max
+    # warm-up, the autorange probes and the samples all really called the function
+    assert len(calls) >= 2 + 5 * st.number
+
+
+def test_benchmark_any_callable():
+    r = jitgraph.benchmark(lambda a: a.sum(), np.ones(100), reps=4, min_time=0.01)
+    assert r.compile_s is None and r.kernels == [] and r.device == "cpu"
+    assert r.stats.n == 4 and r.first_call_s > 0
+    d = json.loads(r.to_json())
+    assert d["stats"]["median"] == r.stats.median and d["stats"]["iqr"] == r.stats.iqr
+    assert "median" in str(r)
+
+
+# ------------------------------------------------------------------ bytes and FLOPs
+def _single_step(f, *args):
+    lo = jitgraph.jit(f).lower(*args)
+    assert len(lo.plan.steps) == 1, lo.plan.steps
+    return step_cost(lo.plan.steps[0], lo.plan)
+
+
+def test_cost_of_a_fused_elementwise_kernel_is_exact():
+    x = np.ones(1 << 20, np.float32)
+    c = _single_step(lambda x: jnp.tanh(x) * 2.0 + 1.0, x)
+    assert c.kind == "loop"
+    assert c.bytes == 2 * x.nbytes                          # read x once, write the result once
+    assert c.flops == 3 * x.size                            # tanh, mul, add per element
+
+
+def test_cost_of_a_softmax_row_kernel_is_exact():
+    x = np.ones((8, 16), np.float32)
+    c = _single_step(lambda x: jnp.exp(x - jnp.max(x, axis=1, keepdims=True)), x)
+    # reads x once (the row pass and the second pass read the same array: counted once),
+    # writes the result; per element: max, sub, exp
+    assert c.bytes == 2 * x.nbytes
+    assert c.flops == 3 * x.size
+
+
+def test_cost_of_a_matmul_is_exact():
+    a = np.ones((128, 784), np.float32)
+    b = np.ones((784, 512), np.float32)
+    c = _single_step(lambda a, b: a @ b, a, b)
+    assert c.kind == "matmul"
+    assert c.flops == 2 * 128 * 784 * 512
+    assert c.bytes == a.nbytes + b.nbytes + 128 * 512 * 4
+
+
+def test_cost_of_a_gemm_epilogue_counts_c():
+    w = np.ones((8, 4), np.float32)
+    x = np.ones((16, 8), np.float32)
+    d = np.ones((16, 4), np.float32)
+    c = _single_step(lambda w, x, d: w - 0.5 * (x.T @ d), w, x, d)
+    assert c.flops == 2 * 8 * 4 * 16 + 8 * 4 + 2 * 8 * 4     # product, alpha, beta*c + ...
+    assert c.bytes == x.nbytes + d.nbytes + 2 * w.nbytes
+
+
+# ------------------------------------------------------------------ profile
+def mlp_step(params, x, y):
+    def loss(p):
+        h = jnp.tanh(x @ p[0] + p[1])
+        return -jnp.mean(jnp.sum(jitgraph.nn.log_softmax(h @ p[2] + p[3]) * y, axis=1))
+    v, g = jitgraph.value_and_grad(loss)(params)
+    return [p - 0.1 * gp for p, gp in zip(params, g)], v
+
+
+def test_profile_names_every_step_of_the_program():
+    r = np.random.default_rng(0)
+    params = [r.standard_normal((6, 5)).astype(np.float32), np.zeros(5, np.float32),
+              r.standard_normal((5, 3)).astype(np.float32), np.zeros(3, np.float32)]
+    x = r.standard_normal((4, 6)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[[0, 1, 2, 0]]
+    f = jitgraph.jit(mlp_step)
+    res = jitgraph.profile(f, params, x, y, reps=3, min_time=0.005, peaks=False)
+    lo = f.lower(params, x, y)
+    assert [k.name for k in res.kernels] == [s.name for s in lo.plan.steps]
+    assert {k.kind for k in res.kernels} == {"loop", "matmul"}
+    for k, s in zip(res.kernels, lo.plan.steps):
+        c = step_cost(s, lo.plan)
+        assert (k.bytes, k.flops) == (c.bytes, c.flops)
+        assert k.seconds >= 0
+    assert res.compile_s is not None                        # the first call compiled
+    text = str(res)
+    assert "steps total" in text and all(k.name in text for k in res.kernels)
+    # the profiled variant computes what the program computes
+    np.testing.assert_allclose(f(params, x, y)[1], mlp_step(params, x, y)[1], rtol=1e-5)
+
+
+def test_profile_rates_steps_against_peaks(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(profiler._MEASURE, "cpu", lambda: {
+        "bandwidth_GBs": {"copy": 10.0, "triad": 12.0}, "flops_GFs": {"float32": 120.0}})
+    f = jitgraph.jit(lambda a, b: a @ b + 1.0)
+    a = np.ones((64, 64), np.float32)
+    res = jitgraph.profile(f, a, a, reps=2, min_time=0.005)
+    ridge = 120.0 / 12.0
+    for k in res.kernels:
+        assert k.bound == ("memory" if k.intensity < ridge else "compute")
+        assert k.peak_fraction == pytest.approx(k.gbps / 12.0 if k.bound == "memory"
+                                                else k.gflops / 120.0)
+    assert res.peaks["flops_GFs"] == {"float32": 120.0}
+
+
+def test_profile_of_a_plain_function_is_a_clear_error():
+    with pytest.raises(TypeError, match="not a jit function"):
+        jitgraph.profile(lambda x: x, np.ones(2))
+
+
+# ------------------------------------------------------------------ machine peaks
+def test_peaks_are_measured_once_and_remeasured_when_damaged(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def fake():
+        calls.append(1)
+        return {"bandwidth_GBs": {"copy": 20.0 + len(calls)}, "flops_GFs": {"float64": 50.0}}
+    monkeypatch.setitem(profiler._MEASURE, "cpu", fake)
+    p1 = jitgraph.machine_peaks("cpu")
+    p2 = jitgraph.machine_peaks("cpu")
+    assert len(calls) == 1 and p1 == p2 and p1["bandwidth_GBs"]["copy"] == 21.0
+    (path,) = list((tmp_path / "peaks").glob("cpu-*.json"))
+    path.write_text('{"device": ')                           # truncated
+    with pytest.warns(UserWarning, match="damaged"):
+        p3 = jitgraph.machine_peaks("cpu")
+    assert len(calls) == 2 and p3["bandwidth_GBs"]["copy"] == 22.0
+    assert json.loads(path.read_text()) == p3
+    with pytest.raises(ValueError, match="device"):
+        jitgraph.machine_peaks("tpu")
+
+
+def test_real_cpu_peaks_are_plausible(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    real = profiler._measure_cpu_peaks
+    monkeypatch.setitem(profiler._MEASURE, "cpu", lambda: real(size=1 << 16))
+    p = jitgraph.machine_peaks("cpu")
+    assert p["kind"] == "cpu" and p["device"]
+    assert all(v > 0 for v in p["bandwidth_GBs"].values())
+    assert set(p["flops_GFs"]) == {"float32", "float64"} and all(
+        v > 0 for v in p["flops_GFs"].values())
+
+
+# ------------------------------------------------------------------ output
+def test_compare_and_roofline(tmp_path):
+    a = profiler.BenchmarkResult("a", "cpu", Stats.from_samples([1e-3]), 1e-3)
+    b = profiler.BenchmarkResult("b", "cpu", Stats.from_samples([2e-3]), 2e-3)
+    assert re.search(r"a is 2\.00x faster", a.compare(b))
+    assert re.search(r"b is 2\.00x slower", b.compare(a))
+    pytest.importorskip("matplotlib")
+    a.peaks = {"bandwidth_GBs": {"copy": 10.0}, "flops_GFs": {"float32": 100.0}}
+    a.kernels = [profiler.StepProfile("k0", "loop", ["add"], 1e-4, 10 ** 6, 10 ** 6)]
+    out = a.plot_roofline(str(tmp_path / "roof.png"))
+    assert (tmp_path / "roof.png").stat().st_size > 0 and out.endswith("roof.png")
+
+
+def test_command_line(tmp_path, capsys):
+    script = tmp_path / "target.py"
+    script.write_text("import numpy as np\nimport jitgraph, jitgraph.numpy as jnp\n"
+                      "def make():\n"
+                      "    return jitgraph.jit(lambda x: jnp.exp(x) + 1.0), (np.ones(8),)\n")
+    out = tmp_path / "r.json"
+    profiler.main([f"{script}:make", "--reps", "2", "--min-time", "0.001", "--no-peaks",
+                   "--json", str(out)])
+    text = capsys.readouterr().out
+    assert "median" in text and "steps total" in text
+    assert json.loads(out.read_text())["stats"]["n"] == 2
