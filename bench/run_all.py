@@ -28,6 +28,7 @@ BENCHES = [
     ("w3", "w3_elementwise_grad.py"),
     ("w5", "w5_call_overhead.py"),
     ("trace", "trace_time.py"),
+    ("cold", "cold_start.py"),
 ]
 
 
@@ -74,6 +75,11 @@ def print_report(results: dict, walls: dict) -> None:
             ])
         else:
             print_kv("W1 jitgraph start-up in a new process", [("warm start", "unavailable")])
+        sizes = w1.get("new_batch_sizes")
+        if sizes:
+            print_kv("W1 first call at a new batch size, after batch 128 (s)", [
+                (name, "  ".join(f"batch {b}: {t:.3f}" for b, t in row))
+                for name, row in sizes.items()])
         print()
     elif "w1" in walls:
         print("W1: no results (see its output above)\n")
@@ -93,6 +99,13 @@ def print_report(results: dict, walls: dict) -> None:
             print()
         elif key in walls:
             print(f"{name}: no results (see its output above)\n")
+
+    cold = (results.get("cold") or {}).get("cold_start")
+    if cold:
+        warm = cold["median_s"]["warm"]
+        print_kv("digits example, process wall time (s)", [
+            (k, f"{v:.2f}  ({v / warm:.2f}x warm)") for k, v in cold["median_s"].items()])
+        print()
 
     print_kv("process wall time (s)", [(k, f"{v:.1f}") for k, v in walls.items()]
              + [("total", f"{sum(walls.values()):.1f}")])

@@ -285,3 +285,24 @@ def test_matmul_operands_that_are_views_of_computed_values(name):
     lo = jf.lower(*args)
     copies = [k for k in lo.kernels if all(op.prim.kind == "layout" for op in k.ops)]
     assert copies == [], [k.source for k in copies]
+
+
+def test_max_subtracted_cross_entropy_gradient_is_one_row_kernel():
+    """Written out as users do (the max not stopped), the gradient needs per-row values from
+    three passes; it is a last loop stage of the row kernel, which reads the softmax the kernel
+    stored earlier at the same index, so the logits come from memory in one kernel only."""
+    def loss(z, y):
+        m = jnp.max(z, axis=1, keepdims=True)
+        lse = m + jnp.log(jnp.sum(jnp.exp(z - m), axis=1, keepdims=True))
+        return -jnp.mean(jnp.sum((z - lse) * y, axis=1))
+    z = rng.standard_normal((16, 7)).astype(np.float32)
+    y = np.eye(7, dtype=np.float32)[rng.integers(0, 7, 16)]
+    vg = jitgraph.value_and_grad(loss)
+    jf = jitgraph.jit(vg)
+    lo = jf.lower(z, y)
+    rows = [s for s in lo.plan.steps if s.shape == (16, 7)]
+    assert len(rows) == 1 and len(lo.plan.steps) == 2, lo.source      # + the mean
+    assert sum(1 for s in rows[0].stages if s.kind == "loop") == 4
+    (v, g), (v0, g0) = jf(z, y), vg(z, y)
+    np.testing.assert_allclose(v, v0, rtol=1e-5)
+    np.testing.assert_allclose(g, g0, rtol=1e-5, atol=1e-7)

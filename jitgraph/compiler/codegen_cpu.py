@@ -163,7 +163,9 @@ class CpuCodegen:
         loads = sorted(body.loads, key=lambda v: plan.array_name(v))
         stores = [v for s in body.stages for (v, _, _) in s.stores if v in plan.needed]
         stores += [r[0].out for s in body.stages for r in s.reductions if r[0].out in plan.needed]
-        params = [plan.array_name(v) for v in loads] + [plan.array_name(v) for v in stores]
+        # a value a later stage reads back is both loaded and stored: one parameter
+        params = list(dict.fromkeys([plan.array_name(v) for v in loads] +
+                                    [plan.array_name(v) for v in stores]))
         params += [name for name, _, _ in self.symbols]
         lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.python_driver),
                  f"def {k.name}_{{H}}({', '.join(params)}):"]

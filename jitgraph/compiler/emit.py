@@ -57,7 +57,7 @@ class Emitter:
 
     def __init__(self, plan, step_pos: int, full_idx: Sequence[str] | None,
                  o_vars: Sequence[str], o_shape: Sequence[int], aligned_locals: dict,
-                 full_locals: dict, ctx, prefix: str):
+                 full_locals: dict, ctx, prefix: str, stored_here: frozenset = frozenset()):
         self.plan = plan
         self.step_pos = step_pos
         self.full_idx = None if full_idx is None else tuple(full_idx)
@@ -65,6 +65,9 @@ class Emitter:
         self.o_nonunit_vars = [o for o, d in zip(o_vars, o_shape) if d != 1]
         self.aligned_locals = aligned_locals      # var -> local, valid at the outer index
         self.full_locals = full_locals            # var -> local, valid at the full index
+        # values an earlier loop stage of this kernel stored: readable at this stage's own
+        # index (the same outer index, so the same thread wrote it, and it is still in cache)
+        self.stored_here = stored_here
         self.ctx = ctx
         self.prefix = prefix
         self.lines: list[str] = []
@@ -110,7 +113,9 @@ class Emitter:
             raise CannotFuse(f"{v} read at {idx}, not at the outer index")
         if v in self.plan.materialized or v in self.plan.graph.consts or v in self.plan.input_set:
             pos = self.plan.available_at(v)
-            if pos >= self.step_pos:
+            if pos >= self.step_pos and not (
+                    v in self.stored_here and self.full_idx is not None
+                    and idx == norm_idx(self.full_idx, v.aval.shape)):
                 raise CannotFuse(f"{v} is produced by step {pos}, not before step {self.step_pos}")
             self.loads.add(v)
             off = offset(idx, v.aval.shape)

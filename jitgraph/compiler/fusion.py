@@ -308,10 +308,12 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
     ops: set = set()
     load_offsets: dict = {}
     stages = []
+    stored_full: set = set()       # values earlier loop stages of this kernel wrote to memory
     for si, st in enumerate(k.stages):
         full_locals: dict[Var, str] = {}
         em = Emitter(plan, pos, full if st.kind == "loop" else None, o_vars, o_shape,
-                     dict(aligned), full_locals, ctx, prefix=f"s{si}_")
+                     dict(aligned), full_locals, ctx, prefix=f"s{si}_",
+                     stored_here=frozenset(stored_full))
         reds, stores, new_aligned = [], [], {}
         for n in st.items:
             v = n.out
@@ -348,6 +350,8 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
         for v, offs in em.load_offsets.items():
             load_offsets.setdefault(v, set()).update(offs)
         stages.append(StageBody(st.kind, em.lines, reds, stores))
+        if st.kind == "loop":
+            stored_full.update(v for v, _, where in stores if where == "full")
     return KernelBody(o_vars, r_vars, full, stages, loads, ops, load_offsets)
 
 
