@@ -95,6 +95,10 @@ def _leaf_sig(x: Any):
         return None
     if isinstance(x, (list, tuple, dict)) or x is None:
         return None
+    if hasattr(x, "__cuda_array_interface__"):
+        raise TypeError("a CUDA device array was passed to a function jitted for the CPU; "
+                        "copy it to the host first (jitgraph.device_get(x)) or compile for the "
+                        "GPU: jit(f, device='cuda')")
     if isinstance(x, str):
         raise TypeError("a string is not an array; mark the argument static "
                         "(jit(f, static_argnums=...)) to pass non-array values")
@@ -103,6 +107,13 @@ def _leaf_sig(x: Any):
         return (a.shape, a.dtype.char)
     raise TypeError(f"expected an array or a scalar, got {type(x).__name__}; mark the "
                     "argument static (jit(f, static_argnums=...)) to pass other Python values")
+
+
+def _device_leaf_sig(x: Any):
+    """Signature entry of a leaf for a GPU-jitted function: device arrays as host ones."""
+    from .device import leaf_signature
+    sig = leaf_signature(x)
+    return sig if sig is not None else _leaf_sig(x)
 
 
 class JitFunction:
@@ -116,10 +127,16 @@ class JitFunction:
                                            else set(static_argnums)))
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
-        if device not in ("cpu",):
-            raise ValueError(f"jit: device {device!r} is not available; the code generator in "
-                             "this version targets 'cpu' (the fusion plan is backend-neutral; "
-                             "the CUDA backend is not written yet)")
+        if device in ("cuda", "gpu", "cuda:0"):
+            from .device import DeviceArray, cuda_api
+            cuda_api(f"jit({getattr(fun, '__name__', 'f')})")   # clear error if unusable
+            device = "cuda"
+            self._fast_types = (np.ndarray, DeviceArray)
+        elif device != "cpu":
+            raise ValueError(f"jit: unknown device {device!r}; use 'cpu' or 'cuda' "
+                             "(jitgraph.devices() lists what is usable here)")
+        else:
+            self._fast_types = (np.ndarray,)
         self.device = device
         self.fastmath = fastmath
         self._cache: dict = {}
@@ -136,7 +153,7 @@ class JitFunction:
         if not kwargs and not self.static_argnums:
             key = []
             for a in args:
-                if type(a) is not np.ndarray:
+                if type(a) not in self._fast_types:
                     break
                 key.append((a.shape, a.dtype.char))
             else:
@@ -196,7 +213,8 @@ class JitFunction:
             return self.fun(*args, **kwargs)   # inside another transformation: trace through
         if hit:
             _STATS.hits += 1
-        elif not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args):
+        elif not kwargs and not self.static_argnums and \
+                all(type(a) in self._fast_types for a in args):
             self._fast[tuple((a.shape, a.dtype.char) for a in args)] = entry
         return self._run(entry, leaves)
 
@@ -208,9 +226,10 @@ class JitFunction:
         if any(isinstance(x, Tracer) for x in leaves):
             return None, leaves, False
         sig = []
+        leaf_sig = _leaf_sig if self.device == "cpu" else _device_leaf_sig
         for i, x in enumerate(leaves):
             try:
-                sig.append(_leaf_sig(x))
+                sig.append(leaf_sig(x))
             except TypeError as e:   # names are only worked out for the error message
                 raise TypeError(f"jit({self.__name__}): "
                                 f"{self._leaf_names(dyn_args, dyn_kwargs)[i]}: {e}") from None
@@ -280,7 +299,11 @@ class JitFunction:
         reason = self._miss_reason(key)
         graph, out_tree = self._trace(args, kwargs, statics, dyn_args, dyn_kwargs)
         donated = self._donated_leaves(dyn_args)
-        program = compile_graph(graph, fastmath=self.fastmath, donate=donated)
+        if self.device == "cuda":
+            from .compiler.runtime_cuda import compile_graph_cuda
+            program = compile_graph_cuda(graph, donate=donated, name=self.__name__)
+        else:
+            program = compile_graph(graph, fastmath=self.fastmath, donate=donated)
         _STATS.compile_seconds += program.compile_seconds
         if program.was_on_disk:
             _STATS.disk_hits += 1
