@@ -6,10 +6,28 @@ variants keep float32 arithmetic (a Python literal would promote the expression 
 """
 from __future__ import annotations
 
-import math
+import math as _math
+import os
+import types
 
 import numpy as np
 from numba import cuda
+
+
+def _ieee(fn):
+    def f(*xs):
+        with np.errstate(all="ignore"):
+            return fn(*xs)
+    return f
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    # The simulator evaluates ``math.log(0.0)`` with Python's math module, which raises where
+    # the GPU returns -inf: generated kernels get IEEE semantics from NumPy instead.
+    math = types.SimpleNamespace(erf=_math.erf, **{n: _ieee(getattr(np, n)) for n in (
+        "exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "sqrt", "fmod")})
+else:
+    math = _math            # libdevice on the GPU
 
 _device = cuda.jit(device=True)   # NVVM inlines small device functions itself
 
