@@ -270,6 +270,17 @@ def leaf_signature(x):
     return None
 
 
+def host_placeholders(tree: Any) -> Any:
+    """The pytree with each device-array leaf replaced by a host array of its shape and dtype
+    that holds no memory (what tracing needs; the values are never read)."""
+    def sub(x):
+        sig = leaf_signature(x)
+        if sig is None:
+            return x
+        return np.broadcast_to(np.zeros((), np.dtype(sig[1])), sig[0])
+    return tree_map(sub, tree)
+
+
 # ---------------------------------------------------------------- moving pytrees
 def device_put(x: Any, device: str = "cuda") -> Any:
     """Copy a pytree of arrays to ``device`` ("cuda" gives DeviceArrays, "cpu" NumPy arrays)."""

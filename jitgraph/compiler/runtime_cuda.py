@@ -31,9 +31,11 @@ class CudaProgram:
     """A compiled graph for the GPU: plan, generated source, kernels and the Python driver."""
 
     def __init__(self, graph: Graph, plan, source: str, kernels, driver, const_values, info,
-                 was_on_disk: bool, module, compile_seconds: float, name: str = "f"):
+                 was_on_disk: bool, module, compile_seconds: float, name: str = "f",
+                 donate: Sequence[int] = ()):
         cuda = cuda_api()
         self.name = name
+        self.donate = set(donate)
         self.graph = graph
         self.plan = plan
         self.source = source
@@ -89,8 +91,9 @@ class CudaProgram:
         if sc:
             lines.append("        pool.append(s)")
         lines += ["    except Exception as e:", "        raise fail(e) from e"]
-        for i in donated:   # JAX semantics: a donated device array is deleted by the call
-            lines.append(f"    if x{i}.__class__ is DA: x{i}.delete()")
+        for i in sorted(self.donate):   # JAX semantics: a donated device array is deleted
+            if i < n_in:                # by the call, whether or not its memory was reused
+                lines.append(f"    if x{i}.__class__ is DA: x{i}.delete()")
         res = []
         for (kind, j), v in zip(self.sources, self.graph.outputs):
             shp = v.aval.shape
@@ -170,4 +173,4 @@ def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (),
     driver = getattr(module, driver_name)
     consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
     return CudaProgram(graph, plan, source, kernels, driver, consts, info, was_on_disk, module,
-                       time.perf_counter() - t0, name)
+                       time.perf_counter() - t0, name, donate)
