@@ -248,3 +248,17 @@ def test_no_gpu_and_no_simulator_says_what_to_do():
                          timeout=120).stdout
     assert out.startswith("ERR"), out
     assert "NUMBA_ENABLE_CUDASIM=1" in out and "jitgraph[cuda]" in out
+
+
+def test_column_reduction_over_leading_axes():
+    """A bias gradient (sum over the batch) with >= 32 outputs: coalesced column blocks."""
+    def f(x, b):
+        return jnp.sum(jnp.tanh(x + b), axis=0) * 2.0 + b
+    x = np.linspace(-2, 2, 5 * 40).reshape(5, 40)
+    b = np.linspace(0, 1, 40)
+    jf = jitgraph.jit(f, device="cuda")
+    assert "sm_acc0_0[ty, tx]" in jf.lower(x, b).source
+    np.testing.assert_allclose(np.asarray(jf(x, b)), f(x, b), rtol=1e-12)
+    g = jitgraph.jit(lambda x: jnp.max(x, axis=(0, 1)), device="cuda")
+    y = np.random.default_rng(3).standard_normal((3, 2, 33))
+    np.testing.assert_array_equal(np.asarray(g(y)), y.max(axis=(0, 1)))

@@ -32,6 +32,8 @@ MAX_BLOCKS = 4096          # grid-stride loops cover the rest
 SPLIT_MIN_INNER = 1 << 15  # a reduction row at least this long is split over many blocks...
 SPLIT_MAX_OUTER = 64       # ...when there are this few rows (else one block per row suffices)
 SPLIT_CHUNK = 1 << 13      # elements per block in a split reduction (32 per thread at 256)
+COLUMN_MIN_OUTER = 32     # leading-axis reductions with at least this many outputs: columns
+COLUMN_ROWS = 8           # reduced-dim slices per column block (block = 32 x COLUMN_ROWS)
 _SHUFFLE_DTYPES = {"float32", "float64", "int32", "int64"}
 
 _CUDA_FN = {"max": "maximum", "min": "minimum", "sign": "sign", "floor": "floor", "erf": "erf",
@@ -120,6 +122,10 @@ class CudaCodegen(CpuCodegen):
             return self._elementwise(k, params), params
         if self._split(k):
             return self._split_reduction(k, params)
+        has_arg = any(r[3].startswith("arg") for s in body.stages for r in s.reductions)
+        if self._column_order(k, False, has_arg) and \
+                int(np.prod(k.outer_shape, dtype=np.int64)) >= COLUMN_MIN_OUTER:
+            return self._columns(k, params), params
         return self._rows(k, params), params
 
     def _kernel_head(self, name: str, params) -> list[str]:
@@ -271,6 +277,58 @@ class CudaCodegen(CpuCodegen):
         grid = min(MAX_BLOCKS, o_size)
         return "\n".join(lines + ["", ""] + self._launcher(k.name, params, [(kern, grid, t)]))
 
+    # ------------------------------------------------------------ column reductions
+    def _columns(self, k: LoopKernel, params) -> str:
+        """Reductions over leading axes (bias gradients): a block covers 32 adjacent kept
+        elements (``threadIdx.x``, so reads are coalesced) and ``ry`` slices of the reduced
+        dims (``threadIdx.y``); the ``ry`` partials are combined in shared memory, then row
+        ``ty == 0`` runs the scalar stage and stores."""
+        body = k.body
+        o_size = int(np.prod(k.outer_shape, dtype=np.int64))
+        r_size = int(np.prod(k.inner_shape, dtype=np.int64))
+        ry = min(COLUMN_ROWS, 1 << max(0, (r_size - 1).bit_length()))
+        loop = body.stages[0]
+        kern = f"{k.name}_kernel_{{H}}"
+        pad = "        "
+        lines = self._kernel_head(kern, params)
+        lines += ["    tx = cuda.threadIdx.x", "    ty = cuda.threadIdx.y"]
+        for (n, acc, _, _) in loop.reductions:
+            dt = np.dtype(n.inputs[0].aval.dtype)
+            lines.append(f"    sm_{acc} = cuda.shared.array(({ry}, 33), np.{dt.name})")
+        lines.append(f"    for cb in range(cuda.blockIdx.x * 32, {o_size}, cuda.gridDim.x * 32):")
+        lines.append(pad + "ob = cb + tx")
+        lines.append(pad + f"live = ob < {o_size}")
+        lines += _decompose("ob", body.o_vars, k.outer_shape, pad)
+        lines += self._init_accs(loop, pad)
+        lines.append(pad + "if live:")
+        lines.append(pad + f"    for rl in range(ty, {r_size}, {ry}):")
+        inner = pad + "        "
+        lines += _decompose("rl", body.r_vars, k.inner_shape, inner)
+        lines += [inner + l for l in loop.lines]
+        lines += self._accumulate(loop, "rl", inner)
+        lines += self._stores(loop, k, inner)
+        _close_block(lines, inner)
+        for (n, acc, _, monoid) in loop.reductions:
+            sm = f"sm_{acc}"
+            lines += [pad + f"{sm}[ty, tx] = {acc}", pad + "cuda.syncthreads()"]
+            s = ry // 2
+            while s >= 1:
+                lines += [pad + f"if ty < {s}:",
+                          pad + f"    {sm}[ty, tx] = {_combine(monoid, f'{sm}[ty, tx]', f'{sm}[ty + {s}, tx]')}",
+                          pad + "cuda.syncthreads()"]
+                s //= 2
+            lines += [pad + f"{acc} = {sm}[0, tx]", pad + "cuda.syncthreads()"]
+        lines.append(pad + "if ty == 0 and live:")
+        for (n, acc, _, _) in loop.reductions:
+            if n.out in self.plan.needed:
+                lines.append(pad + f"    {self.plan.array_name(n.out)}[{self._outer_offset(n.out, k)}] = {acc}")
+        for st in body.stages[1:]:
+            lines += [pad + "    " + l for l in st.lines]
+            lines += self._stores(st, k, pad + "    ")
+        _close_block(lines, pad + "    ")
+        grid = min(MAX_BLOCKS, -(-o_size // 32))
+        return "\n".join(lines + ["", ""] + self._launcher(k.name, params, [(kern, grid, (32, ry))]))
+
     # ------------------------------------------------------------ split reductions
     def _split(self, k: LoopKernel) -> bool:
         st = k.body.stages
@@ -288,9 +346,9 @@ class CudaCodegen(CpuCodegen):
         body = k.body
         o_size = int(np.prod(k.outer_shape, dtype=np.int64))
         r_size = int(np.prod(k.inner_shape, dtype=np.int64))
-        t = MAX_THREADS
         chunks = min(-(-r_size // SPLIT_CHUNK), max(1, 2 * MAX_BLOCKS // o_size))
         chunk = -(-r_size // chunks)
+        t = threads_for(chunk)
         loop = body.stages[0]
         parts = []
         for (n, acc, _, _) in loop.reductions:
