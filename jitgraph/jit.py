@@ -304,7 +304,8 @@ class JitFunction:
         donated = self._donated_leaves(dyn_args)
         if self.device == "cuda":
             from .compiler.runtime_cuda import compile_graph_cuda
-            program = compile_graph_cuda(graph, donate=donated, name=self.__name__)
+            program = compile_graph_cuda(graph, donate=donated, name=self.__name__,
+                                         fastmath=self.fastmath)
         else:
             program = compile_graph(graph, fastmath=self.fastmath, donate=donated)
         _STATS.compile_seconds += program.compile_seconds

@@ -171,6 +171,40 @@ def _ptr(x) -> int:
 
 
 def gemm_cublas(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c) -> None:
+    """cuBLAS through CuPy's raw bindings; if those differ in this CuPy version, the same
+    product through ``cupy.matmul`` on zero-copy views (one warning)."""
+    global _RAW_OK
+    if _RAW_OK:
+        try:
+            _gemm_raw(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c)
+            return
+        except (TypeError, AttributeError) as e:
+            import warnings
+            warnings.warn(f"jitgraph: CuPy's raw cuBLAS bindings failed ({e}); using cupy.matmul")
+            _RAW_OK = False
+    _gemm_cupy(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c)
+
+
+_RAW_OK = True
+
+
+def _gemm_cupy(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c) -> None:
+    cupy, _ = _cupy()
+
+    def op(x, spec):
+        v = cupy.asarray(x).reshape(batch, spec[0], spec[1])
+        return v.transpose(0, 2, 1) if spec[2] else v
+    o = cupy.asarray(out).reshape(batch, m, n)
+    prod = cupy.matmul(op(a, a_spec), op(b, b_spec))
+    if c is not None and beta != 0:
+        o[...] = alpha * prod + beta * cupy.asarray(c).reshape(batch, m, n)
+    elif alpha != 1:
+        o[...] = alpha * prod
+    else:
+        o[...] = prod
+
+
+def _gemm_raw(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c) -> None:
     """One cuBLAS GEMM per batch entry on the device pointers (zero-copy; CuPy supplies the
     handle, on the default stream Numba also launches on)."""
     cupy, cublas = _cupy()
@@ -184,6 +218,7 @@ def gemm_cublas(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c) -> No
     al = np.array(alpha, dt)
     be = np.array(beta if c is not None else 0.0, dt)
     handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)   # alpha, beta: host scalars
     size = dt.itemsize
     pa, pb, pc = _ptr(a), _ptr(b), _ptr(out)
     sa, sb = a_spec[0] * a_spec[1] * size, b_spec[0] * b_spec[1] * size

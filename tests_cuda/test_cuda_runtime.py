@@ -268,3 +268,68 @@ def test_column_reduction_over_leading_axes():
     g = jitgraph.jit(lambda x: jnp.max(x, axis=(0, 1)), device="cuda")
     y = np.random.default_rng(3).standard_normal((3, 2, 33))
     np.testing.assert_array_equal(np.asarray(g(y)), y.max(axis=(0, 1)))
+
+
+class _HostCAI:
+    """A host array posing as device memory (its pointer is a host address)."""
+
+    def __init__(self, a):
+        self.a, self.dtype, self.shape = a, a.dtype, a.shape
+        self.__cuda_array_interface__ = {"data": (a.ctypes.data, False), "shape": a.shape,
+                                         "typestr": a.dtype.str, "version": 3}
+
+
+def _host_view(ptr, n, dtype):
+    import ctypes
+    raw = (ctypes.c_char * (n * np.dtype(dtype).itemsize)).from_address(ptr)
+    return np.frombuffer(raw, dtype=dtype)
+
+
+class _FakeCublas:
+    """The raw ``dgemm`` binding, evaluated with NumPy on host pointers."""
+    CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_POINTER_MODE_HOST = 0, 1, 0
+
+    def setPointerMode(self, handle, mode):
+        pass
+
+    def dgemm(self, handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        t = {0: "N", 1: "T"}
+        big = 10_000
+        _colmajor_gemm(t[ta], t[tb], m, n, k, _host_view(alpha, 1, np.float64)[0],
+                       _host_view(A, big, np.float64), lda, _host_view(B, big, np.float64), ldb,
+                       _host_view(beta, 1, np.float64)[0], _host_view(C, big, np.float64), ldc)
+    sgemm = dgemm
+
+
+class _FakeCupy:
+    asarray = staticmethod(lambda x: np.asarray(x.a if isinstance(x, _HostCAI) else x))
+    matmul = staticmethod(np.matmul)
+
+    class cuda:
+        class device:
+            get_cublas_handle = staticmethod(lambda: 0)
+
+
+@pytest.mark.parametrize("path", ["raw", "cupy.matmul"])
+def test_cublas_paths_batched_epilogue(monkeypatch, path):
+    """Both cuBLAS-side paths (raw bindings with pointer offsets per batch entry, and
+    cupy.matmul on views) compute alpha * op(A) @ op(B) + beta * C, against NumPy fakes."""
+    monkeypatch.setattr(cuda_matmul, "_cupy", lambda: (_FakeCupy, _FakeCublas()))
+    rng = np.random.default_rng(4)
+    batch, m, n, k = 2, 3, 4, 5
+    a = rng.standard_normal((batch, k, m))          # stored transposed
+    b = rng.standard_normal((batch, k, n))
+    c = rng.standard_normal((batch, m, n))
+    want = 0.5 * a.transpose(0, 2, 1) @ b - 1.0 * c
+    out = np.zeros(batch * m * n)
+    fn = cuda_matmul._gemm_raw if path == "raw" else cuda_matmul._gemm_cupy
+    c_flat = c.reshape(-1).copy()
+    if path == "raw":
+        out[:] = c_flat          # the raw path expects c in out (in place), as the driver passes
+        args = [_HostCAI(a.reshape(-1)), _HostCAI(b.reshape(-1)), _HostCAI(out)]
+        fn(args[0], (k, m, True), args[1], (k, n, False), args[2], m, n, k, batch, 0.5, -1.0,
+           args[2])
+    else:
+        fn(a.reshape(-1), (k, m, True), b.reshape(-1), (k, n, False), out, m, n, k, batch,
+           0.5, -1.0, c_flat)
+    np.testing.assert_allclose(out.reshape(batch, m, n), want, rtol=1e-12)

@@ -106,8 +106,8 @@ def _combine(monoid: str, a: str, b: str) -> str:
 class CudaCodegen(CpuCodegen):
     """Generates the CUDA module; the memory plan (buffer reuse, donation) is the CPU one."""
 
-    def __init__(self, plan: Plan, ctx: CudaContext, shuffle: bool = True):
-        super().__init__(plan, ctx, fastmath=False)
+    def __init__(self, plan: Plan, ctx: CudaContext, shuffle: bool = True, fastmath: bool = False):
+        super().__init__(plan, ctx, fastmath=fastmath)
         self.shuffle = shuffle
         self.extra_scratch: list = []     # (name, size, dtype): partial sums of split reductions
 
@@ -129,7 +129,8 @@ class CudaCodegen(CpuCodegen):
         return self._rows(k, params), params
 
     def _kernel_head(self, name: str, params) -> list[str]:
-        return ["@cuda.jit(cache=True)", f"def {name}({', '.join(params)}):"]
+        fm = ", fastmath=True" if self.fastmath else ""     # approximate intrinsics (__expf)
+        return [f"@cuda.jit(cache=True{fm})", f"def {name}({', '.join(params)}):"]
 
     def _launcher(self, name: str, params, launches) -> list[str]:
         lines = [f"def {name}_{{H}}({', '.join(params)}):"]

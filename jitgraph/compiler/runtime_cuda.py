@@ -139,7 +139,7 @@ def _fail(e: Exception, name: str) -> Exception:
     """CUDA driver errors (out of memory, launch failures) get a message saying what to do;
     anything else (a jitgraph or Numba error) is passed through unchanged."""
     mod = type(e).__module__ or ""
-    if "cuda" in mod and "simulator" not in mod:
+    if "cudadrv" in mod and "simulator" not in mod:     # driver errors, not typing errors
         return device_error(e, f"jit({name})")
     if isinstance(e, MemoryError):
         return device_error(e, f"jit({name})")
@@ -149,8 +149,8 @@ def _fail(e: Exception, name: str) -> Exception:
 _FINGERPRINT: str | None = None
 
 
-def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (),
-                       name: str = "f") -> CudaProgram:
+def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (), name: str = "f",
+                       fastmath: bool = False) -> CudaProgram:
     """Fuse, generate CUDA source, load it through the disk cache and wrap it."""
     global _FINGERPRINT
     from .runtime import _codegen_fingerprint
@@ -161,7 +161,7 @@ def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (),
     plan = make_plan(graph, ctx)
     sim = simulator()
     shuffle = shuffle_default(sim)
-    gen = CudaCodegen(plan, ctx, shuffle=shuffle)
+    gen = CudaCodegen(plan, ctx, shuffle=shuffle, fastmath=fastmath)
     source, kernels, driver_name, info = gen.module(set(donate))
     if _FINGERPRINT is None:
         _FINGERPRINT = _codegen_fingerprint()
