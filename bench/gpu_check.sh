@@ -14,9 +14,12 @@ if [ "${1:-}" = "--sim" ]; then SIM=1; shift; fi
 OUT="${1:-bench/gpu_results.md}"
 START=$(date +%s)
 
-# jitgraph itself from this checkout, without touching dependencies.
-pip install --no-deps --no-build-isolation -e . >/dev/null 2>&1 \
-    || echo "note: editable install failed; using the checkout through PYTHONPATH"
+# jitgraph itself from this checkout, without touching dependencies
+# (JITGRAPH_SKIP_INSTALL=1: leave the environment alone, use the checkout via PYTHONPATH).
+if [ "${JITGRAPH_SKIP_INSTALL:-0}" != 1 ]; then
+    pip install --no-deps --no-build-isolation -e . >/dev/null 2>&1 \
+        || echo "note: editable install failed; using the checkout through PYTHONPATH"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export JITGRAPH_CACHE_DIR="${JITGRAPH_CACHE_DIR:-$(mktemp -d)}"
 

@@ -50,12 +50,15 @@ def tiled_kernel(dtype_name: str, tile: Tile):
     NT = TX * TY
     A_LOADS = (BM * BK + NT - 1) // NT
     B_LOADS = (BK * BN + NT - 1) // NT
+    A_TILE = (BK, BM + 1)      # shapes must be compile-time constants (closure values)
+    B_TILE = (BK, BN + 1)
+    ACC = (TM, TN)
 
     @cuda.jit
     def gemm_tiled(a, a_bs, a_rs, a_cs, b, b_bs, b_rs, b_cs, out, c, alpha, beta, m, n, kk):
-        As = cuda.shared.array((BK, BM + 1), dt)
-        Bs = cuda.shared.array((BK, BN + 1), dt)
-        acc = cuda.local.array((TM, TN), dt)
+        As = cuda.shared.array(A_TILE, dt)
+        Bs = cuda.shared.array(B_TILE, dt)
+        acc = cuda.local.array(ACC, dt)
         ar = cuda.local.array(TM, dt)
         br = cuda.local.array(TN, dt)
         tx = cuda.threadIdx.x
