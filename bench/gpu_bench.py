@@ -171,6 +171,10 @@ def elementwise():
         run(w, "torch eager", lambda: _time_torch(w, "torch eager", torch_vg(ft), ref_g, gbs))
         run(w, "torch.compile", lambda: _time_torch(w, "torch.compile",
                                                   torch_vg(torch.compile(ft)), ref_g, gbs))
+    copy_s = [r["s"] for r in ROWS if r["workload"] == w and r["impl"].startswith("device") and r["s"]]
+    for r in ROWS:
+        if r["workload"] == w and r["impl"] == "jitgraph" and r["s"] and copy_s:
+            r["metric"] += f" ({100 * copy_s[0] / r['s']:.0f}% of copy)"
     if jax is not None:
         fj = jax.jit(jax.value_and_grad(f(jax.numpy, jax.nn.sigmoid)))
         xj = jax.device_put(x)

@@ -32,7 +32,7 @@ if [ "$SIM" = 1 ]; then
 else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     echo "== CUDA tests on the GPU"
-    JITGRAPH_CUDA_REAL=1 timeout 200 python -m pytest tests_cuda -q -p no:cacheprovider -x \
+    JITGRAPH_CUDA_REAL=1 timeout 200 python -m pytest tests_cuda -q -p no:cacheprovider \
         --durations=5 || status=1
     echo "== GPU benchmarks"
     timeout 260 python bench/gpu_bench.py --out "$OUT" || status=1

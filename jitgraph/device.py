@@ -109,13 +109,22 @@ def _check_device(device: str) -> str:
 class DeviceArray:
     """An array in GPU memory (see the module docstring)."""
 
-    __slots__ = ("_buf", "shape", "dtype", "__weakref__")
+    __slots__ = ("_buf", "shape", "dtype", "_owned", "__weakref__")
     __array_priority__ = 100
 
-    def __init__(self, buf, shape):
+    def __init__(self, buf, shape, owned: bool = False):
         self._buf = buf                   # flat contiguous numba device array, or None if deleted
         self.shape = tuple(shape)
         self.dtype = np.dtype(buf.dtype)
+        self._owned = owned               # from ``alloc``: its memory returns to the pool
+
+    def __del__(self):
+        buf = self._buf
+        if buf is not None and self._owned:
+            try:
+                release(buf)
+            except Exception:         # interpreter shutdown: the pool may be gone
+                pass
 
     # -- metadata
     @property
@@ -152,6 +161,7 @@ class DeviceArray:
         return self._buf
 
     def delete(self) -> None:
+        """Forget the memory (it was donated: a result now owns it)."""
         self._buf = None
 
     # -- host transfer
@@ -201,6 +211,31 @@ class DeviceArray:
 
     def __dlpack_device__(self):
         return (1, 0) if simulator() else (2, 0)     # kDLCPU / kDLCUDA, device 0
+
+
+# ---------------------------------------------------------------- memory pool
+# Device memory of dead DeviceArrays, by (size, dtype), for the next output of that size: a
+# training step then allocates nothing (cuMemAlloc is slow and Numba's deferred cuMemFree
+# synchronises the device). Reuse is safe without events: everything runs on one stream, so
+# the kernels that wrote or read a buffer finish before the next user's kernels start.
+_POOL: dict = {}
+
+
+def alloc(n: int, dtype):
+    """A flat device buffer of ``n`` elements (recycled when one is free)."""
+    free = _POOL.get((n, dtype))
+    if free:
+        return free.pop()
+    return cuda_api().device_array(n, dtype)
+
+
+def release(buf) -> None:
+    _POOL.setdefault((buf.shape[0], np.dtype(buf.dtype)), []).append(buf)
+
+
+def empty_cache() -> None:
+    """Give the pooled device memory of dead arrays back to the driver."""
+    _POOL.clear()
 
 
 def buffer_pointer(buf) -> int:

@@ -249,7 +249,8 @@ def test_no_gpu_and_no_simulator_says_what_to_do():
             "except jitgraph.device.CudaUnavailableError as e:\n    print('ERR', e)\n"
             "else:\n    print('OK')\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["NUMBA_CUDA_DRIVER"] = "/nonexistent/libcuda.so"   # no driver even on a GPU machine
+    env["NUMBA_CUDA_DRIVER"] = "/nonexistent/libcuda.so"   # no driver or device, even on a
+    env["CUDA_VISIBLE_DEVICES"] = ""                          # GPU machine
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120).stdout
     assert out.startswith("ERR"), out
@@ -333,3 +334,22 @@ def test_cublas_paths_batched_epilogue(monkeypatch, path):
         fn(a.reshape(-1), (k, m, True), b.reshape(-1), (k, n, False), out, m, n, k, batch,
            0.5, -1.0, c_flat)
     np.testing.assert_allclose(out.reshape(batch, m, n), want, rtol=1e-12)
+
+
+def test_dead_outputs_are_recycled_and_duplicates_own_their_memory():
+    from jitgraph import device
+    device.empty_cache()
+    f = jitgraph.jit(lambda v: (v * 2.0, v + 1.0), device="cuda")
+    x = np.arange(3.0)
+    a, b = f(x)
+    ptrs = {buffer_pointer(a.buffer()), buffer_pointer(b.buffer())}
+    del a, b
+    c, d = f(x)                             # the two freed buffers are reused
+    assert {buffer_pointer(c.buffer()), buffer_pointer(d.buffer())} == ptrs
+    np.testing.assert_array_equal(np.asarray(c), x * 2.0)
+    g = jitgraph.jit(lambda v: (v * 3.0, v * 3.0), device="cuda")   # one value, two outputs
+    p, q = g(x)
+    assert buffer_pointer(p.buffer()) != buffer_pointer(q.buffer())
+    del p
+    r, _ = f(x)                             # may reuse p's memory: q must not change
+    np.testing.assert_array_equal(np.asarray(q), x * 3.0)

@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..core import Graph
-from ..device import (DeviceArray, as_device_buffer, buffer_pointer, compute_capability,
-                      cuda_api, device_error, simulator)
+from ..device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
+                      compute_capability, cuda_api, device_error, simulator)
 from .codegen_cuda import CudaCodegen, CudaContext, shuffle_default
 from .fusion import HostStep, make_plan
 from .runtime import _host_impl, disk_cache, inline_calls
@@ -57,7 +57,7 @@ class CudaProgram:
         cuda = cuda_api()
         n_in = len(in_dtypes)
         xs = [f"x{i}" for i in range(n_in)]
-        ns: dict = {"DA": DeviceArray, "buf": as_device_buffer, "empty": cuda.device_array,
+        ns: dict = {"DA": DeviceArray, "buf": as_device_buffer, "empty": alloc, "nd": np.ndarray,
                     "pool": self._scratch_pool, "driver": self.driver,
                     "unflatten": out_tree.unflatten, "overlaps": _overlaps, "copy": _copy,
                     "new_scratch": lambda: [cuda.device_array(n, d)
@@ -94,17 +94,23 @@ class CudaProgram:
         for i in sorted(self.donate):   # JAX semantics: a donated device array is deleted
             if i < n_in:                # by the call, whether or not its memory was reused
                 lines.append(f"    if x{i}.__class__ is DA: x{i}.delete()")
-        res = []
+        res, seen = [], set()
         for (kind, j), v in zip(self.sources, self.graph.outputs):
             shp = v.aval.shape
+            if (kind, j) in seen:     # the same buffer twice: each array owns its memory
+                src = f"o{j}" if kind == "out" else (f"b{j}" if kind == "input" else f"C{j}")
+                res.append(f"DA(copy({src}), {shp!r}, True)")
+                continue
+            seen.add((kind, j))
             if kind == "out":
-                res.append(f"DA(o{j}, {shp!r})")
-            elif kind == "input" and j in donated:
-                res.append(f"DA(b{j}, {shp!r})")
+                res.append(f"DA(o{j}, {shp!r}, True)")
+            elif kind == "input" and j in donated:   # ours if it was ours (or a host copy)
+                res.append(f"DA(b{j}, {shp!r}, x{j}._owned if x{j}.__class__ is DA "
+                           f"else x{j}.__class__ is nd)")
             elif kind == "input":
-                res.append(f"DA(copy(b{j}), {shp!r})")
+                res.append(f"DA(copy(b{j}), {shp!r}, True)")
             else:
-                res.append(f"DA(copy(C{j}), {shp!r})")
+                res.append(f"DA(copy(C{j}), {shp!r}, True)")
         if out_tree.node == "*":
             lines.append(f"    return {res[0]}")
         else:
@@ -130,7 +136,7 @@ def _overlaps(b, others) -> bool:
 
 def _copy(b):
     from ..kernels.cuda_util import copy_into   # type: ignore[import-not-found]
-    out = cuda_api().device_array(b.shape[0], b.dtype)
+    out = alloc(b.shape[0], np.dtype(b.dtype))
     copy_into(out, b)
     return out
 
