@@ -33,6 +33,10 @@ _ARGS.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath
                                                  "gpu_results.md"))
 _ARGS.add_argument("--sim", action="store_true", help="tiny sizes under the CUDA simulator")
 _ARGS.add_argument("--quick", action="store_true", help="fewer repeats")
+_ARGS.add_argument("--only", default="", help="comma-separated workloads: elementwise, xent, "
+                   "mlp_small, mlp_large, overhead, matmul")
+_ARGS.add_argument("--peers-cpu", action="store_true",
+                   help="with --sim: run the PyTorch and JAX rows on the CPU (checks their code)")
 ARGS = _ARGS.parse_args()
 if ARGS.sim:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
@@ -47,6 +51,8 @@ import jitgraph.numpy as jnp  # noqa: E402
 from jitgraph import nn  # noqa: E402
 
 SIM = ARGS.sim
+PEERS_CPU = SIM and ARGS.peers_cpu
+DEV = "cpu" if PEERS_CPU else "cuda"          # where the PyTorch rows run
 REPS = 3 if SIM else (10 if ARGS.quick else 30)
 SIZES = {
     "elementwise": 2 ** 10 if SIM else 2 ** 26,
@@ -61,15 +67,15 @@ ERRORS: list[str] = []
 
 # ---------------------------------------------------------------- optional peers
 def _import(name):
-    if SIM and name in ("torch", "jax", "cupy"):
+    if SIM and (name == "cupy" or not PEERS_CPU):
         return None                  # no GPU: peers can't run
     try:
         mod = __import__(name)
         if name == "jax":
             import jax.numpy  # noqa: F401
-            if not any(d.platform == "gpu" for d in mod.devices()):
+            if not PEERS_CPU and not any(d.platform == "gpu" for d in mod.devices()):
                 raise RuntimeError(f"jax sees no GPU ({mod.devices()})")
-        if name == "torch" and not mod.cuda.is_available():
+        if name == "torch" and not PEERS_CPU and not mod.cuda.is_available():
             raise RuntimeError("torch.cuda is not available")
         return mod
     except Exception as e:
@@ -84,7 +90,7 @@ cupy = _import("cupy")
 
 def sync_all():
     jitgraph.device.cuda_api().synchronize()
-    if torch is not None:
+    if torch is not None and DEV == "cuda":
         torch.cuda.synchronize()
 
 
@@ -158,7 +164,7 @@ def elementwise():
         record(w, "jitgraph", sec, gbs(sec), close(vg(xd)[1], ref_g))
     run(w, "jitgraph", jg)
     if torch is not None:
-        xt = torch.from_numpy(x).cuda()
+        xt = torch.tensor(x, device=DEV)
 
         def torch_vg(fn):
             def step():
@@ -218,7 +224,7 @@ def softmax_xent():
         record(w, "jitgraph", sec, f"{b * c * 8 / sec / 1e9:.0f} GB/s", close(vg(zd, ld)[1], ref))
     run(w, "jitgraph", jg)
     if torch is not None:
-        zt, lt = torch.from_numpy(z).cuda(), torch.from_numpy(labels).cuda()
+        zt, lt = torch.tensor(z, device=DEV), torch.tensor(labels, device=DEV)
 
         def step_of(fn):
             def step():
@@ -294,11 +300,11 @@ def mlp(key):
                close(float(first["loss"]), ref_loss, rtol=1e-4))
     run(w, "jitgraph", jg)
     if torch is not None:
-        xt, yt = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
+        xt, yt = torch.tensor(x, device=DEV), torch.tensor(y, device=DEV)
 
         def torch_rows(compiled):
-            ps = [(torch.from_numpy(a).cuda().requires_grad_(True),
-                   torch.from_numpy(b).cuda().requires_grad_(True)) for a, b in params]
+            ps = [(torch.tensor(a, device=DEV).requires_grad_(True),
+                   torch.tensor(b, device=DEV).requires_grad_(True)) for a, b in params]
             flat = [t for p in ps for t in p]
 
             def fwd(xx, yy):
@@ -356,7 +362,7 @@ def call_overhead():
     run(w, "jitgraph", jg)
     if torch is not None:
         def tr():
-            at = torch.from_numpy(a).cuda()
+            at = torch.tensor(a, device=DEV)
             f = (lambda p, q: (p * q + p).sum())
             sec = median_seconds(lambda: f(at, at), inner=inner)
             record(w, "torch eager", sec, f"{sec * 1e6:.1f} µs", close(float(f(at, at)), ref))
@@ -409,7 +415,7 @@ def matmul():
         run(w, "CuPy", cr)
     if torch is not None:
         def tr():
-            at, bt = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+            at, bt = torch.tensor(a, device=DEV), torch.tensor(b, device=DEV)
             sec = median_seconds(lambda: at @ bt, reps=max(3, REPS // 3))
             record(w, "PyTorch", sec, gf(sec), check((at @ bt).cpu().numpy()))
         run(w, "PyTorch", tr)
@@ -445,8 +451,17 @@ def header() -> str:
 
 def main() -> int:
     t0 = time.perf_counter()
-    for fn in (elementwise, softmax_xent, lambda: mlp("mlp_small"), lambda: mlp("mlp_large"),
-               call_overhead, matmul):
+    work = {"elementwise": elementwise, "xent": softmax_xent,
+            "mlp_small": lambda: mlp("mlp_small"), "mlp_large": lambda: mlp("mlp_large"),
+            "overhead": call_overhead, "matmul": matmul}
+    only = [w for w in ARGS.only.split(",") if w]
+    unknown = [w for w in only if w not in work]
+    if unknown:
+        print(f"unknown workloads {unknown}; choose from {list(work)}", file=sys.stderr)
+        return 2
+    for name, fn in work.items():
+        if only and name not in only:
+            continue
         fn()
         print(f"  ... {len(ROWS)} rows after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     text = header() + "\n\n" + table() + "\n"
