@@ -72,7 +72,7 @@ def _import(name):
     try:
         mod = __import__(name)
         if name == "jax":
-            import jax.numpy  # noqa: F401
+            import jax.numpy  # noqa: F401  (jax.numpy is a submodule: import it)
             if not PEERS_CPU and not any(d.platform == "gpu" for d in mod.devices()):
                 raise RuntimeError(f"jax sees no GPU ({mod.devices()})")
         if name == "torch" and not PEERS_CPU and not mod.cuda.is_available():

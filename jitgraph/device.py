@@ -41,6 +41,12 @@ def _cuda_or_reason():
         return None, f"numba.cuda cannot be imported ({type(e).__name__}: {e})"
     if simulator():
         return cuda, None
+    if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
+        try:   # small launches are the point of small programs: no warning on each one
+            from numba.cuda import config as _config
+        except ImportError:
+            from numba.core import config as _config
+        _config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     try:
         ok = cuda.is_available()
     except Exception as e:

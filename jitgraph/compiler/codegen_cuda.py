@@ -237,7 +237,7 @@ class CudaCodegen(CpuCodegen):
         out = []
         for (n, acc, _, _) in st.reductions:
             if n.out in self.plan.needed:
-                out.append(pad + f"if tid == 0:")
+                out.append(pad + "if tid == 0:")
                 out.append(pad + f"    {self.plan.array_name(n.out)}[{self._outer_offset(n.out, k)}] = {acc}")
         return out
 

@@ -73,8 +73,6 @@ class CudaProgram:
             others = ", ".join(f"b{j}" for j in range(n_in) if j != i)
             if others:   # updated in place: it must not also be read through another argument
                 lines.append(f"        if overlaps(b{i}, ({others},)): b{i} = copy(b{i})")
-        out_shapes = {j: v.aval.shape for (kind, j), v in zip(self.sources, self.graph.outputs)
-                      if kind == "out"}
         outs = []
         for j, (n, d) in enumerate(self.out_specs):
             ns[f"OD{j}"] = d
