@@ -299,7 +299,8 @@ class JitFunction:
         reason = self._miss_reason(key)
         if self.device == "cuda":    # trace device arrays by shape and dtype: no host copy
             from .device import host_placeholders
-            args, kwargs, dyn_args, dyn_kwargs = host_placeholders((args, kwargs, dyn_args, dyn_kwargs))
+            args, kwargs, dyn_args, dyn_kwargs = host_placeholders(
+                (args, kwargs, dyn_args, dyn_kwargs))
         graph, out_tree = self._trace(args, kwargs, statics, dyn_args, dyn_kwargs)
         donated = self._donated_leaves(dyn_args)
         if self.device == "cuda":
