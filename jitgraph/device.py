@@ -196,6 +196,50 @@ class DeviceArray:
         body = np.array2string(np.asarray(self), separator=", ", prefix="DeviceArray(")
         return f"DeviceArray({body}, dtype={self.dtype}, device={self.device})"
 
+    def __getitem__(self, idx):
+        """Indexing copies to the host (as ``np.asarray(a)[idx]``)."""
+        return np.asarray(self)[idx]
+
+    def tolist(self):
+        return np.asarray(self).tolist()
+
+    # -- arithmetic runs on the device (one small jitted kernel per operator and signature)
+    def __neg__(self):
+        return _op("neg")(self)
+
+    def __add__(self, o):
+        return _op("add")(self, o)
+
+    def __radd__(self, o):
+        return _op("add")(o, self)
+
+    def __sub__(self, o):
+        return _op("sub")(self, o)
+
+    def __rsub__(self, o):
+        return _op("sub")(o, self)
+
+    def __mul__(self, o):
+        return _op("mul")(self, o)
+
+    def __rmul__(self, o):
+        return _op("mul")(o, self)
+
+    def __truediv__(self, o):
+        return _op("truediv")(self, o)
+
+    def __rtruediv__(self, o):
+        return _op("truediv")(o, self)
+
+    def __pow__(self, o):
+        return _op("pow")(self, o)
+
+    def __matmul__(self, o):
+        return _op("matmul")(self, o)
+
+    def __rmatmul__(self, o):
+        return _op("matmul")(o, self)
+
     # -- zero-copy protocols
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -242,6 +286,15 @@ def release(buf) -> None:
 def empty_cache() -> None:
     """Give the pooled device memory of dead arrays back to the driver."""
     _POOL.clear()
+
+
+@functools.lru_cache(maxsize=None)
+def _op(name: str):
+    import operator
+
+    from .jit import jit
+    fn = getattr(operator, name)
+    return jit(lambda *xs: fn(*xs), device="cuda")
 
 
 def buffer_pointer(buf) -> int:

@@ -353,3 +353,14 @@ def test_dead_outputs_are_recycled_and_duplicates_own_their_memory():
     del p
     r, _ = f(x)                             # may reuse p's memory: q must not change
     np.testing.assert_array_equal(np.asarray(q), x * 3.0)
+
+
+def test_device_array_arithmetic_stays_on_the_device():
+    a = jitgraph.device_put(np.arange(4, dtype=F32))
+    b = jitgraph.device_put(np.ones(4, F32))
+    c = (a + b) * 2.0 - 1.0 / (b + 1.0)
+    assert isinstance(c, jitgraph.DeviceArray) and c.dtype == F32
+    np.testing.assert_allclose(np.asarray(c), (np.arange(4) + 1) * 2.0 - 0.5, rtol=1e-6)
+    m = jitgraph.device_put(np.eye(2, 4, dtype=F32))
+    np.testing.assert_allclose(np.asarray(m @ a), [0.0, 1.0])
+    assert (-a)[3] == -3.0 and a.tolist() == [0.0, 1.0, 2.0, 3.0]
