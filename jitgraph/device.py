@@ -203,42 +203,8 @@ class DeviceArray:
     def tolist(self):
         return np.asarray(self).tolist()
 
-    # -- arithmetic runs on the device (one small jitted kernel per operator and signature)
     def __neg__(self):
         return _op("neg")(self)
-
-    def __add__(self, o):
-        return _op("add")(self, o)
-
-    def __radd__(self, o):
-        return _op("add")(o, self)
-
-    def __sub__(self, o):
-        return _op("sub")(self, o)
-
-    def __rsub__(self, o):
-        return _op("sub")(o, self)
-
-    def __mul__(self, o):
-        return _op("mul")(self, o)
-
-    def __rmul__(self, o):
-        return _op("mul")(o, self)
-
-    def __truediv__(self, o):
-        return _op("truediv")(self, o)
-
-    def __rtruediv__(self, o):
-        return _op("truediv")(o, self)
-
-    def __pow__(self, o):
-        return _op("pow")(self, o)
-
-    def __matmul__(self, o):
-        return _op("matmul")(self, o)
-
-    def __rmatmul__(self, o):
-        return _op("matmul")(o, self)
 
     # -- zero-copy protocols
     @property
@@ -286,6 +252,19 @@ def release(buf) -> None:
 def empty_cache() -> None:
     """Give the pooled device memory of dead arrays back to the driver."""
     _POOL.clear()
+
+
+def _binary(name: str, reflected: bool = False):
+    if reflected:
+        return lambda self, o: _op(name)(o, self)
+    return lambda self, o: _op(name)(self, o)
+
+
+# Arithmetic runs on the device: one small jitted kernel per operator and signature.
+for _name in ("add", "sub", "mul", "truediv", "matmul"):
+    setattr(DeviceArray, f"__{_name}__", _binary(_name))
+    setattr(DeviceArray, f"__r{_name}__", _binary(_name, reflected=True))
+DeviceArray.__pow__ = _binary("pow")
 
 
 @functools.lru_cache(maxsize=None)
