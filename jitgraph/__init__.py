@@ -45,6 +45,8 @@ from .transforms import (grad, hessian, jacfwd, jacobian, jacrev, jvp, make_grap
                          value_and_grad, vjp)
 from .tree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
+from .device import DeviceArray, device_get, device_put, devices  # noqa: E402
+
 stop_gradient = numpy.stop_gradient
 primitive = defprimitive
 
@@ -54,4 +56,5 @@ __all__ = [
     "benchmark", "defprimitive", "defvjp", "grad", "hessian", "machine_peaks", "profile", "interpret", "jacfwd", "jacobian", "jacrev",
     "jvp", "make_graph", "nn", "numpy", "primitive", "scipy", "stop_gradient", "tree_flatten",
     "tree_leaves", "tree_map", "tree_unflatten", "value_and_grad", "vjp",
+    "DeviceArray", "device_get", "device_put", "devices",
 ]

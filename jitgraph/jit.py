@@ -102,6 +102,10 @@ def _leaf_sig(x: Any):
         return None
     if isinstance(x, (list, tuple, dict)) or x is None:
         return None
+    if hasattr(x, "__cuda_array_interface__"):
+        raise TypeError("a CUDA device array was passed to a function jitted for the CPU; "
+                        "copy it to the host first (jitgraph.device_get(x)) or compile for the "
+                        "GPU: jit(f, device='cuda')")
     if isinstance(x, str):
         raise TypeError("a string is not an array; mark the argument static "
                         "(jit(f, static_argnums=...)) to pass non-array values")
@@ -191,6 +195,13 @@ def _signature_text(graph, symbols) -> str:
         for i, v in enumerate(graph.inputs))
 
 
+def _device_leaf_sig(x: Any):
+    """Signature entry of a leaf for a GPU-jitted function: device arrays as host ones."""
+    from .device import leaf_signature
+    sig = leaf_signature(x)
+    return sig if sig is not None else _leaf_sig(x)
+
+
 class JitFunction:
     """A jitted function; call it like the original. See ``jit``."""
 
@@ -203,10 +214,16 @@ class JitFunction:
                                            else set(static_argnums)))
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
-        if device not in ("cpu",):
-            raise ValueError(f"jit: device {device!r} is not available; the code generator in "
-                             "this version targets 'cpu' (the fusion plan is backend-neutral; "
-                             "the CUDA backend is not written yet)")
+        if device in ("cuda", "gpu", "cuda:0"):
+            from .device import DeviceArray, cuda_api
+            cuda_api(f"jit({getattr(fun, '__name__', 'f')})")   # clear error if unusable
+            device = "cuda"
+            self._fast_types = (np.ndarray, DeviceArray)
+        elif device != "cpu":
+            raise ValueError(f"jit: unknown device {device!r}; use 'cpu' or 'cuda' "
+                             "(jitgraph.devices() lists what is usable here)")
+        else:
+            self._fast_types = (np.ndarray,)
         self.device = device
         self.fastmath = fastmath
         self._cache: dict = {}
@@ -226,7 +243,7 @@ class JitFunction:
         if not kwargs and not self.static_argnums:
             key = []
             for a in args:
-                if type(a) is not np.ndarray:
+                if type(a) not in self._fast_types:
                     break
                 key.append((a.shape, a.dtype.char))
             else:
@@ -241,7 +258,7 @@ class JitFunction:
             from .compiler.runtime import compile_settings
             t0 = time.perf_counter()
             try:
-                with compile_settings():
+                with compile_settings(self.device):
                     out = entry.run(*leaves)
             except Exception as e:
                 from numba.core.errors import NumbaError
@@ -288,7 +305,8 @@ class JitFunction:
             return self.fun(*args, **kwargs)   # inside another transformation: trace through
         if hit:
             _STATS.hits += 1
-        elif not kwargs and not self.static_argnums and all(type(a) is np.ndarray for a in args):
+        elif not kwargs and not self.static_argnums and \
+                all(type(a) in self._fast_types for a in args):
             self._fast[tuple((a.shape, a.dtype.char) for a in args)] = entry
         return self._run(entry, leaves)
 
@@ -300,9 +318,10 @@ class JitFunction:
         if any(isinstance(x, Tracer) for x in leaves):
             return None, leaves, False
         sig = []
+        leaf_sig = _leaf_sig if self.device == "cpu" else _device_leaf_sig
         for i, x in enumerate(leaves):
             try:
-                sig.append(_leaf_sig(x))
+                sig.append(leaf_sig(x))
             except TypeError as e:   # names are only worked out for the error message
                 raise TypeError(f"jit({self.__name__}): "
                                 f"{self._leaf_names(dyn_args, dyn_kwargs)[i]}: {e}") from None
@@ -386,7 +405,13 @@ class JitFunction:
                       f"compiled {self.__name__}({served.signature}) (sizes are runtime "
                       f"arguments): {reason}", file=sys.stderr)
             return served
-        dims = self._dynamic_dims_for(dyn_args, dyn_kwargs, shapes, pattern)
+        if self.device == "cuda":    # trace device arrays by shape and dtype: no host copy
+            from .device import host_placeholders
+            args, kwargs, dyn_args, dyn_kwargs = host_placeholders(
+                (args, kwargs, dyn_args, dyn_kwargs))
+            dims = []                # the CUDA backend launches from static shapes
+        else:
+            dims = self._dynamic_dims_for(dyn_args, dyn_kwargs, shapes, pattern)
         graph, out_tree = self._trace(args, kwargs, statics, dyn_args, dyn_kwargs)
         donated = self._donated_leaves(dyn_args)
         symbols = program = None
@@ -394,7 +419,11 @@ class JitFunction:
             symbols = _symbols(dims, shapes)
             program = self._compile_dynamic(graph, out_tree, statics, dyn_args, dyn_kwargs,
                                             leaves, symbols, donated, pattern, dims)
-        if program is None:
+        if self.device == "cuda":
+            from .compiler.runtime_cuda import compile_graph_cuda
+            program = compile_graph_cuda(graph, donate=donated, name=self.__name__,
+                                         fastmath=self.fastmath)
+        elif program is None:
             symbols = None
             program = compile_graph(graph, fastmath=self.fastmath, donate=donated,
                                     single_output=out_tree.node == "*")
@@ -493,7 +522,7 @@ class JitFunction:
         rows = []
         for key, e in self._cache.items():
             rows.append({"shapes": _shapes_text(key[1]), "program": e.signature,
-                         "dynamic": bool(e.program.symbols)})
+                         "dynamic": bool(getattr(e.program, "symbols", ()))})
         return rows
 
     def _miss_reason(self, key) -> str:

@@ -26,12 +26,13 @@ COMPILE_OPT_LEVEL = 1
 
 
 @contextmanager
-def compile_settings():
+def compile_settings(device: str = "cpu"):
     """Numba settings while a generated program compiles (its first call: Numba compiles
-    lazily). Holds Numba's compiler lock, so other threads' compiles keep their settings."""
+    lazily). Holds Numba's compiler lock, so other threads' compiles keep their settings.
+    CUDA kernels keep NVVM's own optimization level."""
     from numba.core import config
     from numba.core.compiler_lock import global_compiler_lock
-    if "NUMBA_OPT" in os.environ:
+    if "NUMBA_OPT" in os.environ or device != "cpu":
         yield
         return
     with global_compiler_lock:

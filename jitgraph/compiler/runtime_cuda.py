@@ -1,0 +1,180 @@
+"""CUDA runtime: compile a graph to a module of CUDA kernels and call it on device memory.
+
+Mirrors ``runtime.py``: the same plan and memory plan, a specialised straight-line call path
+per signature, outputs allocated per call (or a donated input's buffer, updated in place),
+intermediates in device scratch buffers pooled between calls. A call copies nothing between
+host and device unless an argument is a host array.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..core import Graph
+from ..device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
+                      compute_capability, cuda_api, device_error, simulator)
+from .codegen_cuda import CudaCodegen, CudaContext, shuffle_default
+from .fusion import HostStep, make_plan
+from .runtime import _host_impl, disk_cache, inline_calls
+
+
+def cache_key(fingerprint: str, cc: tuple, sim: bool, shuffle: bool) -> str:
+    """The disk-cache key of a CUDA module: generator fingerprint, target compute capability
+    (Numba keeps one machine-code entry per capability), simulator or not, reduction flavour."""
+    target = "cudasim" if sim else f"sm_{cc[0]}{cc[1]}"
+    return f"{fingerprint}|cuda|{target}|shuffle={int(shuffle)}"
+
+
+class CudaProgram:
+    """A compiled graph for the GPU: plan, generated source, kernels and the Python driver."""
+
+    def __init__(self, graph: Graph, plan, source: str, kernels, driver, const_values, info,
+                 was_on_disk: bool, module, compile_seconds: float, name: str = "f",
+                 donate: Sequence[int] = ()):
+        cuda = cuda_api()
+        self.name = name
+        self.donate = set(donate)
+        self.graph = graph
+        self.plan = plan
+        self.source = source
+        self.kernels = kernels
+        self.driver = driver
+        self.module = module
+        self.was_on_disk = was_on_disk
+        self.compile_seconds = compile_seconds
+        self.donated = info["donated"]
+        self.const_values = tuple(cuda.to_device(c) for c in const_values)   # uploaded once
+        self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
+        self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
+        self.sources = info["output_sources"]
+        self._scratch_pool: list = []
+
+    def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
+        """The call path: arguments to device buffers, outputs allocated, one driver call,
+        results wrapped as DeviceArrays (no synchronisation: launches are asynchronous)."""
+        cuda = cuda_api()
+        n_in = len(in_dtypes)
+        xs = [f"x{i}" for i in range(n_in)]
+        ns: dict = {"DA": DeviceArray, "buf": as_device_buffer, "empty": alloc, "nd": np.ndarray,
+                    "pool": self._scratch_pool, "driver": self.driver,
+                    "unflatten": out_tree.unflatten, "overlaps": _overlaps, "copy": _copy,
+                    "new_scratch": lambda: [cuda.device_array(n, d)
+                                            for n, d in self.scratch_specs],
+                    "fail": lambda e: _fail(e, self.name)}
+        lines = [f"def run({', '.join(xs)}):", "    try:"]
+        for i, (d, v) in enumerate(zip(in_dtypes, self.graph.inputs)):
+            ns[f"D{i}"] = np.dtype(d)
+            ns[f"S{i}"] = v.aval.shape
+            lines.append(f"        b{i} = buf(x{i}, D{i}, S{i})")
+        donated = sorted(set(self.donated.values()))
+        for i in donated:
+            others = ", ".join(f"b{j}" for j in range(n_in) if j != i)
+            if others:   # updated in place: it must not also be read through another argument
+                lines.append(f"        if overlaps(b{i}, ({others},)): b{i} = copy(b{i})")
+        outs = []
+        for j, (n, d) in enumerate(self.out_specs):
+            ns[f"OD{j}"] = d
+            lines.append(f"        o{j} = empty({n}, OD{j})")
+            outs.append(f"o{j}")
+        for j, c in enumerate(self.const_values):
+            ns[f"C{j}"] = c
+        cs = [f"C{j}" for j in range(len(self.const_values))]
+        sc = [f"s[{j}]" for j in range(len(self.scratch_specs))]
+        if sc:
+            lines.append("        s = pool.pop() if pool else new_scratch()")
+        bs = [f"b{i}" for i in range(n_in)]
+        lines.append(f"        driver({', '.join(bs + cs + outs + sc)})")
+        if sc:
+            lines.append("        pool.append(s)")
+        lines += ["    except Exception as e:", "        raise fail(e) from e"]
+        for i in sorted(self.donate):   # JAX semantics: a donated device array is deleted
+            if i < n_in:                # by the call, whether or not its memory was reused
+                lines.append(f"    if x{i}.__class__ is DA: x{i}.delete()")
+        res, seen = [], set()
+        for (kind, j), v in zip(self.sources, self.graph.outputs):
+            shp = v.aval.shape
+            if (kind, j) in seen:     # the same buffer twice: each array owns its memory
+                src = f"o{j}" if kind == "out" else (f"b{j}" if kind == "input" else f"C{j}")
+                res.append(f"DA(copy({src}), {shp!r}, True)")
+                continue
+            seen.add((kind, j))
+            if kind == "out":
+                res.append(f"DA(o{j}, {shp!r}, True)")
+            elif kind == "input" and j in donated:   # ours if it was ours (or a host copy)
+                res.append(f"DA(b{j}, {shp!r}, x{j}._owned if x{j}.__class__ is DA "
+                           f"else x{j}.__class__ is nd)")
+            elif kind == "input":
+                res.append(f"DA(copy(b{j}), {shp!r}, True)")
+            else:
+                res.append(f"DA(copy(C{j}), {shp!r}, True)")
+        if out_tree.node == "*":
+            lines.append(f"    return {res[0]}")
+        else:
+            lines.append(f"    return unflatten([{', '.join(res)}])")
+        exec("\n".join(lines), ns)
+        run = ns["run"]
+        run.source = "\n".join(lines)
+        return run
+
+    def numba_compiles(self) -> int:
+        return 0     # CUDA kernels compile on first launch; not counted per module
+
+
+def _overlaps(b, others) -> bool:
+    lo = buffer_pointer(b)
+    hi = lo + b.shape[0] * b.dtype.itemsize
+    for o in others:
+        p = buffer_pointer(o)
+        if p < hi and lo < p + o.shape[0] * o.dtype.itemsize:
+            return True
+    return False
+
+
+def _copy(b):
+    from ..kernels.cuda_util import copy_into   # type: ignore[import-not-found]
+    out = alloc(b.shape[0], np.dtype(b.dtype))
+    copy_into(out, b)
+    return out
+
+
+def _fail(e: Exception, name: str) -> Exception:
+    """CUDA driver errors (out of memory, launch failures) get a message saying what to do;
+    anything else (a jitgraph or Numba error) is passed through unchanged."""
+    mod = type(e).__module__ or ""
+    if "cudadrv" in mod and "simulator" not in mod:     # driver errors, not typing errors
+        return device_error(e, f"jit({name})")
+    if isinstance(e, MemoryError):
+        return device_error(e, f"jit({name})")
+    return e
+
+
+_FINGERPRINT: str | None = None
+
+
+def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (), name: str = "f",
+                       fastmath: bool = False) -> CudaProgram:
+    """Fuse, generate CUDA source, load it through the disk cache and wrap it."""
+    global _FINGERPRINT
+    from .runtime import _codegen_fingerprint
+    t0 = time.perf_counter()
+    cuda_api("jit(device='cuda')")
+    graph = inline_calls(graph)
+    ctx = CudaContext()
+    plan = make_plan(graph, ctx)
+    sim = simulator()
+    shuffle = shuffle_default(sim)
+    gen = CudaCodegen(plan, ctx, shuffle=shuffle, fastmath=fastmath)
+    source, kernels, driver_name, info = gen.module(set(donate))
+    if _FINGERPRINT is None:
+        _FINGERPRINT = _codegen_fingerprint()
+    key = cache_key(_FINGERPRINT, compute_capability(), sim, shuffle)
+    module, was_on_disk = disk_cache().load_module(source, key_extra=key)
+    for s in plan.steps:
+        if isinstance(s, HostStep):
+            setattr(module, f"host_{s.name}", _host_impl(s.node))
+    driver = getattr(module, driver_name)
+    consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
+    return CudaProgram(graph, plan, source, kernels, driver, consts, info, was_on_disk, module,
+                       time.perf_counter() - t0, name, donate)
