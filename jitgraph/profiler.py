@@ -93,25 +93,28 @@ def time_host(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
 
 def time_cuda(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
               min_time: float = 0.2, stream=None) -> Stats:
-    """Time GPU work with CUDA events recorded on ``stream`` (the default stream if None):
-    the host clock around an asynchronous launch would time the launch, not the kernel."""
+    """Time GPU work with CUDA events recorded on ``stream`` (the default stream, where
+    jitgraph's kernels run, if None): the host clock around an asynchronous launch would time
+    the launch, not the kernel."""
     from numba import cuda
-    stream = stream if stream is not None else cuda.default_stream()
     start, end = cuda.event(), cuda.event()
 
     def timed(number: int) -> float:
-        start.record(stream)
+        start.record(*(() if stream is None else (stream,)))
         for _ in range(number):
             call()
-        end.record(stream)
+        end.record(*(() if stream is None else (stream,)))
         end.synchronize()
-        return cuda.event_elapsed_time(start, end) / 1e3
+        return start.elapsed_time(end) / 1e3
 
     for _ in range(warmup):
         call()
     cuda.synchronize()
-    number = 1
-    while number < 1 << 20 and timed(number) < max(min_time / max(reps, 1), 2e-4):
+    number, target = 1, max(min_time / max(reps, 1), 2e-4)
+    while number < 1 << 20:
+        t0 = time.perf_counter()            # timed() synchronises: the host time bounds it
+        if max(timed(number), time.perf_counter() - t0) >= target:
+            break
         number *= 2
     samples = []
     was_enabled = gc.isenabled()
