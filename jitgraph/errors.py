@@ -19,13 +19,23 @@ class LeakedTracerError(RuntimeError):
     """A traced value escaped the function being traced and was used later."""
 
 
+_INTERNAL_CODE: dict = {}   # code object -> whether it belongs to jitgraph (or frozen imports)
+
+
 def user_frame(skip: int = 1) -> tuple[str, int, str] | None:
-    """(filename, lineno, function) of the innermost frame outside the jitgraph package."""
+    """(filename, lineno, function) of the innermost frame outside the jitgraph package.
+
+    Every traced operation records one, so the package test is memoized per code object."""
     f = sys._getframe(skip)
+    internal = _INTERNAL_CODE
     while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR) and not fn.startswith("<frozen"):
-            return fn, f.f_lineno, f.f_code.co_name
+        code = f.f_code
+        inside = internal.get(code)
+        if inside is None:
+            fn = code.co_filename
+            inside = internal[code] = fn.startswith(_PKG_DIR) or fn.startswith("<frozen")
+        if not inside:
+            return code.co_filename, f.f_lineno, code.co_name
         f = f.f_back
     return None
 

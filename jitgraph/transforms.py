@@ -15,7 +15,7 @@ import numpy as np
 
 from . import dtypes
 from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eval_graph
+from .autodiff import build_jvp, build_vjp, eval_graph, vjp_values
 from .core import Graph, Trace, Tracer, aval_of
 from .passes import optimize
 from .tree import tree_flatten
@@ -30,10 +30,18 @@ def _leaf_operand(x: Any, name: str) -> Any:
 
 def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
                    arg_names: Sequence[str] | None = None):
-    """Trace ``fun(*args)``. Returns (graph, captured outer tracers, output leaves, out_tree).
+    """Trace ``fun(*args)``. Returns (graph, captured outer tracers, argument leaves, output
+    values, out_tree).
 
     Graph inputs are the argument leaves followed by captured outer tracers.
     """
+    return _trace(fun, args, abstract=abstract, what=what, arg_names=arg_names)[1:]
+
+
+def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
+           arg_names: Sequence[str] | None = None):
+    """``trace_to_graph`` that also returns the ``Trace`` (first), whose ``values`` hold every
+    var's concrete value when ``concrete_forward`` says so."""
     leaves, in_tree = tree_flatten(tuple(args))
     names = _leaf_names(args, arg_names)
     leaves = [_leaf_operand(x, n) for x, n in zip(leaves, names)]
@@ -47,7 +55,13 @@ def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: 
         graph = t.to_graph(out_leaves, in_tree, out_tree)
         out_vals = [o.val if isinstance(o, Tracer) and o.trace is t else o for o in out_leaves]
         captured = t.captured_values()
-    return graph, captured, leaves, out_vals, out_tree
+    return t, graph, captured, leaves, out_vals, out_tree
+
+
+def concrete_forward(t: Trace, call_args: Sequence[Any]) -> bool:
+    """The trace ran on concrete arrays only, outside any other transformation: its derivative
+    can be evaluated eagerly (``vjp_values``) instead of built as a graph."""
+    return t.concrete and not any(isinstance(a, Tracer) for a in call_args)
 
 
 def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
@@ -107,7 +121,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
             return r
         return r, None
 
-    graph, captured, in_leaves, out_vals, out_tree = trace_to_graph(
+    t, graph, captured, in_leaves, out_vals, out_tree = _trace(
         wrapped, primals, abstract=False, what="vjp")
     n_in = len(in_leaves)
     out_treedef = out_tree.node[2][0]   # tuple(out, aux)
@@ -116,7 +130,10 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     main_td = TreeDef(out_treedef, n_out)
     aux_td = TreeDef(out_tree.node[2][1], out_tree.num_leaves - n_out)
     call_args = list(in_leaves) + captured
-    if any(isinstance(a, Tracer) for a in call_args) or any(v is None for v in out_vals):
+    eager = concrete_forward(t, call_args)
+    if eager:
+        outs = [t.values[v] for v in graph.outputs]
+    elif any(isinstance(a, Tracer) for a in call_args) or any(v is None for v in out_vals):
         outs = eval_graph(graph, call_args)
     else:
         outs = [np.asarray(v) for v in out_vals]
@@ -137,12 +154,14 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
                                  f"shape {o_shape}")
         ct_leaves = [jnp.astype(c, aval_of(o).dtype) if dtypes.is_float(aval_of(o).dtype) else c
                      for c, o in zip(ct_leaves, outs[:n_out])]
-        g2 = cache.get("g")
-        if g2 is None:
-            g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
-            g2 = optimize(build_vjp(g_main, list(range(n_in))))   # built once, reused per call
-            cache["g"] = g2
-        grads = eval_graph(g2, call_args + list(ct_leaves))
+        g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
+        if eager and not any(isinstance(c, Tracer) for c in ct_leaves):
+            grads = vjp_values(g_main, t.values, range(n_in), ct_leaves)
+        else:
+            g2 = cache.get("g")
+            if g2 is None:   # built once, reused per call
+                g2 = cache["g"] = optimize(build_vjp(g_main, list(range(n_in))))
+            grads = eval_graph(g2, call_args + list(ct_leaves))
         return tuple(in_tree.unflatten(grads))
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
@@ -188,12 +207,16 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                                 f"{_describe_fn(fun)}")
             return out, aux
 
-        graph, captured, leaves, _, out_tree = trace_to_graph(
+        t, graph, captured, leaves, _, out_tree = _trace(
             scalar_f, diff, abstract=False, what="grad")
         n_in = len(leaves)
         ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
-        g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
-        res = eval_graph(g2, list(leaves) + captured)
+        if concrete_forward(t, list(leaves) + captured):
+            res = [t.values[v] for v in graph.outputs] + vjp_values(
+                graph, t.values, range(n_in), ct)
+        else:
+            g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
+            res = eval_graph(g2, list(leaves) + captured)
         n_out = len(graph.outputs)
         outs, grads = res[:n_out], res[n_out:]
         value, aux = out_tree.unflatten(outs)
