@@ -12,7 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import dtypes
-from .core import Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, bind, top_trace
+from .core import Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, bind, params_key, top_trace
+from .passes import optimize
 from . import numpy as jnp
 
 
@@ -30,7 +31,8 @@ def eval_graph(graph: Graph, args: Sequence[Any]) -> list:
 def _const_tracers(graph: Graph, trace: Trace, env: dict) -> None:
     """Constants enter the new trace as tracers, so rules can read ``.aval`` on every operand."""
     for v, c in graph.consts.items():
-        env[v] = Tracer(trace, trace.const_var(c))
+        cv = trace.const_var(c)
+        env[v] = Tracer(trace, cv, None if trace.abstract else c)
 
 
 def _replay(graph: Graph, trace: Trace, env: dict) -> None:
@@ -142,6 +144,109 @@ def vjp_values(graph: Graph, values: dict, wrt: Sequence[int],
                   for c, o in zip(ct_values, graph.outputs)]
         grads = _input_grads(graph, wrt, _backward(graph, env, active, cts_in))
     return [g.val if isinstance(g, Tracer) else g for g in grads]
+
+
+# ------------------------------------------------------------------ eager backward, cached
+# Un-jitted grad traces the user's function on every call (its Python control flow may take
+# another path each time), but a program usually records the same graph call after call. A
+# backward graph depends only on the forward graph's *structure* -- primitives, parameters,
+# wiring, shapes and dtypes -- when every forward value it reads (constants included) is one of
+# its inputs. So the second time a structure is seen, its backward graph is built, optimized
+# once and kept; later calls interpret it on the forward values, which skips the derivative
+# rules' Python (promotion, shape rules, tracers) and runs fewer, simplified operations.
+_BACKWARD_CACHE: dict = {}     # structure key -> (graph, forward-var positions) | None (seen once)
+BACKWARD_CACHE_SIZE = 512
+
+
+def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any]):
+    """(key, forward vars in key order), or (None, None) if a node's parameters are not plain
+    values (then the graph is not cached: e.g. custom_vjp calls, which carry graphs)."""
+    index: dict = {}
+    for v in graph.inputs:
+        index[v] = len(index)
+    for v in graph.consts:
+        index[v] = len(index)
+    parts = [tuple(wrt), tuple(v.aval for v in index),
+             tuple(None if c is None else o.aval for c, o in zip(ct_values, graph.outputs))]
+    for n in graph.nodes:
+        pk = params_key(n.params) if n.params else ()
+        if pk is None:
+            return None, None
+        parts.append((n.prim, pk, *[index[v] for v in n.inputs]))
+        for o in n.outs:
+            index[o] = len(index)
+    parts.append(tuple(index[v] for v in graph.outputs))
+    return tuple(parts), list(index)
+
+
+def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any]):
+    """Optimized graph ``(*forward values it reads, *cotangents) -> input cotangents``, and the
+    positions in ``order`` of the forward values it reads."""
+    active = _active_vars(graph, wrt)
+    with Trace(abstract=True, what="the backward pass") as t:
+        env = {v: t.new_input(v.aval) for v in order}
+        n_fwd = len(order)
+        cts_in = [None if c is None else t.new_input(o.aval.strong())
+                  for c, o in zip(ct_values, graph.outputs)]
+        g = t.to_graph(_input_grads(graph, wrt, _backward(graph, env, active, cts_in)))
+    g = optimize(g)
+    read = set(g.outputs)
+    for n in g.nodes:
+        read.update(n.inputs)
+    keep = [i for i in range(n_fwd) if g.inputs[i] in read]
+    g.inputs = [g.inputs[i] for i in keep] + g.inputs[n_fwd:]
+    return g, keep
+
+
+def eager_values(trace: Trace, graph: Graph, call_args: Sequence[Any]) -> dict | None:
+    """The value of every var of ``graph`` (traced by ``trace`` from ``call_args``) for
+    ``eager_vjp``: ``trace.values`` when it ran on concrete arrays outside any transformation;
+    tracers of the enclosing trace, into which the forward nodes are re-emitted, when it ran
+    inside another un-jitted transformation (grad of grad). None under jit or make_graph,
+    where values are abstract: there the backward pass is built as a graph."""
+    if not trace.concrete:
+        return None
+    if not any(isinstance(a, Tracer) for a in call_args):
+        return trace.values
+    outer = top_trace(call_args)
+    env: dict = {}
+    for v, a in zip(graph.inputs, call_args):   # rules read .aval: arrays enter as tracers
+        if not isinstance(a, Tracer):
+            cv = outer.const_var(a)
+            a = Tracer(outer, cv, outer.values.get(cv))
+        env[v] = a
+    _replay(graph, outer, env)
+    return env
+
+
+def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequence[Any],
+              key=None) -> list:
+    """Cotangents of ``graph.inputs[wrt]`` given ``eager_values``, through the structural cache:
+    the first time a structure is seen the derivative rules run directly on the values
+    (``vjp_values``, or on the enclosing trace's tracers); from the second time, a cached,
+    optimized backward graph is evaluated on them. ``key``: ``structure_key``'s result, when
+    the caller has it already (a ``vjp_fn`` called many times)."""
+    nested = any(isinstance(x, Tracer) for x in values.values()) or \
+        any(isinstance(c, Tracer) for c in ct_values)
+    key, order = key or structure_key(graph, wrt, ct_values)
+    hit = None if key is None else _BACKWARD_CACHE.get(key, False)
+    if hit is False:                          # first sighting: remember it
+        if len(_BACKWARD_CACHE) >= BACKWARD_CACHE_SIZE:
+            del _BACKWARD_CACHE[next(iter(_BACKWARD_CACHE))]
+        _BACKWARD_CACHE[key] = None
+    elif hit is None and key is not None:     # second: build and keep the backward graph
+        hit = _BACKWARD_CACHE[key] = _build_backward(graph, order, wrt, ct_values)
+    if not hit:
+        if not nested:
+            return vjp_values(graph, values, wrt, ct_values)
+        cts_in = [c if c is None or isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
+                  for c, o in zip(ct_values, graph.outputs)]
+        return _input_grads(graph, wrt, _backward(graph, values, _active_vars(graph, wrt), cts_in))
+    g, keep = hit
+    args = [values[order[i]] for i in keep]
+    args += [c if isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
+             for c, o in zip(ct_values, graph.outputs) if c is not None]
+    return eval_graph(g, args)
 
 
 def build_jvp(graph: Graph, wrt: Sequence[int]) -> Graph:

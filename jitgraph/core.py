@@ -478,21 +478,32 @@ _SHAPE_RULE_CACHE_MAX = 8192
 _PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple}) | _DTYPE_TYPES
 
 
-def _abstract_eval(prim: Primitive, avals: list[Aval], params: dict) -> Any:
-    """``prim.abstract_eval``, memoized when the parameters are plain values (axes, shapes,
-    dtypes: nearly always), since eager code applies the same ops to the same shapes over and
-    over. Parameter types are part of the key (``1`` and ``True`` hash alike)."""
-    key = [prim, *avals]
+def params_key(params: dict) -> tuple | None:
+    """A hashable key equal for equal parameter dicts, or None when a parameter is not a plain
+    value (a graph, an array, a callable). Types are part of the key (``1`` and ``True``
+    hash alike)."""
+    key = []
     for k, v in params.items():
         tv = type(v)
-        if tv not in _PARAM_TYPES:           # a graph, an array, a callable: not cached
-            return prim.abstract_eval(*avals, **params)
+        if tv not in _PARAM_TYPES:
+            return None
         key += (k, tv, v)
+    key = tuple(key)
     try:
-        key = tuple(key)
-        out = _SHAPE_RULE_CACHE.get(key)
-    except TypeError:                        # an unhashable tuple
+        hash(key)
+    except TypeError:                        # a tuple holding something unhashable
+        return None
+    return key
+
+
+def _abstract_eval(prim: Primitive, avals: list[Aval], params: dict) -> Any:
+    """``prim.abstract_eval``, memoized: eager code applies the same ops to the same shapes
+    over and over, and shape rules are pure."""
+    pk = params_key(params) if params else ()
+    if pk is None:
         return prim.abstract_eval(*avals, **params)
+    key = (prim, pk, *avals)
+    out = _SHAPE_RULE_CACHE.get(key)
     if out is None:
         out = prim.abstract_eval(*avals, **params)
         if len(_SHAPE_RULE_CACHE) < _SHAPE_RULE_CACHE_MAX:

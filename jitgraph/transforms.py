@@ -15,7 +15,7 @@ import numpy as np
 
 from . import dtypes
 from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eval_graph, vjp_values
+from .autodiff import build_jvp, build_vjp, eager_values, eager_vjp, eval_graph, structure_key
 from .core import Graph, Trace, Tracer, aval_of
 from .passes import optimize
 from .tree import tree_flatten
@@ -40,8 +40,7 @@ def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: 
 
 def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
            arg_names: Sequence[str] | None = None):
-    """``trace_to_graph`` that also returns the ``Trace`` (first), whose ``values`` hold every
-    var's concrete value when ``concrete_forward`` says so."""
+    """``trace_to_graph`` that also returns the ``Trace`` (first), for ``eager_values``."""
     leaves, in_tree = tree_flatten(tuple(args))
     names = _leaf_names(args, arg_names)
     leaves = [_leaf_operand(x, n) for x, n in zip(leaves, names)]
@@ -56,12 +55,6 @@ def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
         out_vals = [o.val if isinstance(o, Tracer) and o.trace is t else o for o in out_leaves]
         captured = t.captured_values()
     return t, graph, captured, leaves, out_vals, out_tree
-
-
-def concrete_forward(t: Trace, call_args: Sequence[Any]) -> bool:
-    """The trace ran on concrete arrays only, outside any other transformation: its derivative
-    can be evaluated eagerly (``vjp_values``) instead of built as a graph."""
-    return t.concrete and not any(isinstance(a, Tracer) for a in call_args)
 
 
 def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
@@ -130,9 +123,9 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     main_td = TreeDef(out_treedef, n_out)
     aux_td = TreeDef(out_tree.node[2][1], out_tree.num_leaves - n_out)
     call_args = list(in_leaves) + captured
-    eager = concrete_forward(t, call_args)
-    if eager:
-        outs = [t.values[v] for v in graph.outputs]
+    values = eager_values(t, graph, call_args)
+    if values is not None:
+        outs = [values[v] for v in graph.outputs]
     elif any(isinstance(a, Tracer) for a in call_args) or any(v is None for v in out_vals):
         outs = eval_graph(graph, call_args)
     else:
@@ -155,8 +148,11 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
         ct_leaves = [jnp.astype(c, aval_of(o).dtype) if dtypes.is_float(aval_of(o).dtype) else c
                      for c, o in zip(ct_leaves, outs[:n_out])]
         g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
-        if eager and not any(isinstance(c, Tracer) for c in ct_leaves):
-            grads = vjp_values(g_main, t.values, range(n_in), ct_leaves)
+        if values is not None:
+            key = cache.get("key")
+            if key is None:   # the same structure for every cotangent of this vjp_fn
+                key = cache["key"] = structure_key(g_main, range(n_in), ct_leaves)
+            grads = eager_vjp(g_main, values, range(n_in), ct_leaves, key)
         else:
             g2 = cache.get("g")
             if g2 is None:   # built once, reused per call
@@ -211,9 +207,9 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             scalar_f, diff, abstract=False, what="grad")
         n_in = len(leaves)
         ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
-        if concrete_forward(t, list(leaves) + captured):
-            res = [t.values[v] for v in graph.outputs] + vjp_values(
-                graph, t.values, range(n_in), ct)
+        values = eager_values(t, graph, list(leaves) + captured)
+        if values is not None:
+            res = [values[v] for v in graph.outputs] + eager_vjp(graph, values, range(n_in), ct)
         else:
             g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
             res = eval_graph(g2, list(leaves) + captured)
