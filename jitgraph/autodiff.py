@@ -13,6 +13,7 @@ import numpy as np
 
 from . import dtypes
 from .core import Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, bind, params_key, top_trace
+from .errors import user_frame, where
 from .passes import optimize
 from . import numpy as jnp
 
@@ -44,6 +45,12 @@ def _replay(graph: Graph, trace: Trace, env: dict) -> None:
             outs = (outs,)
         for v, o in zip(n.outs, outs):
             env[v] = o
+
+
+def _node_location(n: Node) -> str:
+    if n.source is not None:
+        return "node created at %s:%s" % n.source[:2]
+    return f"differentiated at {where(user_frame(3))}"
 
 
 def _differentiable(aval: Aval) -> bool:
@@ -88,7 +95,7 @@ def _backward(graph: Graph, env: dict, active: set, cts_in: Sequence[Any]) -> di
         if n.prim.vjp is None:
             raise NotImplementedError(
                 f"{n.prim.name} has no VJP rule, so it cannot be differentiated in reverse "
-                f"mode (node created at {n.source and '%s:%s' % n.source[:2]})")
+                f"mode ({_node_location(n)})")
         ins = [env[v] for v in n.inputs]
         outs = [env[o] for o in n.outs]
         if n.prim.multiple_results:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from typing import Any, Callable, Sequence
 
@@ -41,7 +42,7 @@ class Aval:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __eq__(self, other: object) -> bool:
         return self is other or (isinstance(other, Aval) and self.shape == other.shape
@@ -295,18 +296,30 @@ class Trace:
 
     def emit(self, prim: Primitive, args: Sequence[Any], out_avals: list[Aval],
              params: dict) -> list["Tracer"]:
-        in_vars = [x.gvar if type(x) is Tracer and x.trace is self else self.to_var(x)
-                   for x in args]
+        in_vars = []
+        in_vals = []
+        for x in args:
+            if type(x) is Tracer:
+                in_vars.append(x.gvar if x.trace is self else self.to_var(x))
+                in_vals.append(x.val)
+            else:
+                in_vars.append(self.to_var(x))
+                in_vals.append(x)
         outs = [Var(a) for a in out_avals]
-        self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
-        if not self.abstract:
-            in_vals = [x.val if type(x) is Tracer else x for x in args]
-            if all(v is not None for v in in_vals):
-                vals = run_impl(prim, in_vals, params, out_avals)
-                self.values.update(zip(outs, vals))
-                return [Tracer(self, o, v) for o, v in zip(outs, vals)]
-            self.concrete = False
-        return [Tracer(self, o) for o in outs]
+        if self.abstract:
+            # graphs of abstract traces (jit, make_graph) live on: their nodes name the user's
+            # line. Un-jitted transforms evaluate or re-emit their graphs at once, and skip
+            # the stack walk (an error about a node names where it was differentiated).
+            self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
+            return [Tracer(self, o) for o in outs]
+        self.nodes.append(Node(prim, in_vars, params, outs))
+        for v in in_vals:
+            if v is None:
+                self.concrete = False
+                return [Tracer(self, o) for o in outs]
+        vals = run_impl(prim, in_vals, params, out_avals)
+        self.values.update(zip(outs, vals))
+        return [Tracer(self, o, v) for o, v in zip(outs, vals)]
 
     def to_graph(self, out_values: Sequence[Any], in_tree=None, out_tree=None) -> Graph:
         """Close the trace: outputs may be tracers of this trace, outer tracers or constants."""
@@ -360,6 +373,22 @@ def _fp_error_state():
 _FP_IGNORE = _fp_error_state()
 
 
+class _FpErrorsIgnored:
+    """``with fp_errors_ignored():`` is ``with np.errstate(all='ignore'):``, cheaper."""
+
+    __slots__ = ("token",)
+
+    def __enter__(self):
+        self.token = _FP_IGNORE[0].set(_FP_IGNORE[1])
+
+    def __exit__(self, *exc):
+        _FP_IGNORE[0].reset(self.token)
+
+
+def fp_errors_ignored():
+    return _FpErrorsIgnored() if _FP_IGNORE is not None else np.errstate(all="ignore")
+
+
 def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
              out_avals: list[Aval]) -> list[np.ndarray]:
     """Run the reference implementation and pin results to the dtypes the shape rule promised."""
@@ -377,7 +406,7 @@ def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
         res = (res,)
     out = []
     for r, a in zip(res, out_avals):
-        if type(r) is not np.ndarray or r.dtype != a.dtype or r.shape != a.shape:
+        if type(r) is not np.ndarray or r.dtype is not a.dtype or r.shape != a.shape:
             r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
         out.append(r)
     return out

@@ -39,11 +39,14 @@ def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: 
 
 
 def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
-           arg_names: Sequence[str] | None = None):
-    """``trace_to_graph`` that also returns the ``Trace`` (first), for ``eager_values``."""
-    leaves, in_tree = tree_flatten(tuple(args))
-    names = _leaf_names(args, arg_names)
-    leaves = [_leaf_operand(x, n) for x, n in zip(leaves, names)]
+           arg_names: Sequence[str] | None = None, flat=None):
+    """``trace_to_graph`` that also returns the ``Trace`` (first), for ``eager_values``.
+    ``flat``: ``(leaves, in_tree)`` of ``tuple(args)``, already validated by the caller."""
+    if flat is None:
+        leaves, in_tree = tree_flatten(tuple(args))
+        leaves = _leaf_operands(args, leaves, arg_names)
+    else:
+        leaves, in_tree = flat
     with Trace(abstract=abstract, what=what) as t:
         tracers = [t.new_input(aval_of(x) if not isinstance(x, Tracer) else x.aval,
                                x.val if isinstance(x, Tracer) else np.asarray(x, aval_of(x).dtype))
@@ -55,6 +58,21 @@ def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
         out_vals = [o.val if isinstance(o, Tracer) and o.trace is t else o for o in out_leaves]
         captured = t.captured_values()
     return t, graph, captured, leaves, out_vals, out_tree
+
+
+def _plain_leaves(leaves: Sequence[Any]) -> bool:
+    """All leaves are already valid operands (tracers, floats, arrays of supported dtypes), so
+    ``_leaf_operand`` (and the names it needs for error messages) can be skipped."""
+    return all(type(x) is Tracer or type(x) is float
+               or type(x) is np.ndarray and x.dtype in dtypes.SUPPORTED for x in leaves)
+
+
+def _leaf_operands(args: Sequence[Any], leaves: list, arg_names=None) -> list:
+    """Validate argument leaves with ``_leaf_operand``."""
+    if _plain_leaves(leaves):
+        return leaves
+    names = _leaf_names(args, arg_names)
+    return [_leaf_operand(x, n) for x, n in zip(leaves, names)]
 
 
 def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
@@ -175,13 +193,21 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     def vg(*args, **kwargs):
         single, nums = _split_args(args, argnums)
         diff = [args[i] for i in nums]
-        for i, d in zip(nums, diff):
-            if not tree_flatten(d)[0]:
+        leaves, in_tree = tree_flatten(tuple(diff))
+        for i, d, node in zip(nums, diff, in_tree.node[2]):
+            if not _count_leaves(node):
                 raise TypeError(f"grad: argument {i} has no arrays to differentiate (got "
                                 f"{d!r:.60}); pass an array, a scalar or a pytree of them, or "
                                 "choose other arguments with argnums=...")
-            _check_float_leaves([_leaf_operand(x, f"argument {i}") for x in tree_flatten(d)[0]],
-                                "grad", i)
+        plain = _plain_leaves(leaves)
+        pos = 0
+        for i, node in zip(nums, in_tree.node[2]):
+            n = _count_leaves(node)
+            if not plain:
+                leaves[pos:pos + n] = [_leaf_operand(x, f"argument {i}")
+                                       for x in leaves[pos:pos + n]]
+            _check_float_leaves(leaves[pos:pos + n], "grad", i)
+            pos += n
         f = _partial(fun, args, nums, kwargs)
 
         def scalar_f(*xs):
@@ -204,7 +230,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             return out, aux
 
         t, graph, captured, leaves, _, out_tree = _trace(
-            scalar_f, diff, abstract=False, what="grad")
+            scalar_f, diff, abstract=False, what="grad", flat=(leaves, in_tree))
         n_in = len(leaves)
         ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
         values = eager_values(t, graph, list(leaves) + captured)
@@ -216,7 +242,6 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         n_out = len(graph.outputs)
         outs, grads = res[:n_out], res[n_out:]
         value, aux = out_tree.unflatten(outs)
-        in_tree = tree_flatten(tuple(diff))[1]
         g = in_tree.unflatten(grads)
         g = g[0] if single else tuple(g)
         return ((value, aux), g) if has_aux else (value, g)
