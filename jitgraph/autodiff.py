@@ -174,7 +174,7 @@ def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any]):
     for v in graph.consts:
         index[v] = len(index)
     parts = [tuple(wrt), tuple(v.aval for v in index),
-             tuple(None if c is None else o.aval for c, o in zip(ct_values, graph.outputs))]
+             tuple(_ct_kind(c, o) for c, o in zip(ct_values, graph.outputs))]
     for n in graph.nodes:
         pk = params_key(n.params) if n.params else ()
         if pk is None:
@@ -186,6 +186,16 @@ def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any]):
     return tuple(parts), list(index)
 
 
+def _ct_kind(c, o):
+    """How a cotangent enters a cached backward graph: not at all (None: zero), as the
+    constant 1 ("one": grad's scalar seed, which then folds away), or as an input."""
+    if c is None:
+        return None
+    if o.aval.shape == () and type(c) is np.ndarray and c.shape == () and c == 1:
+        return "one"
+    return o.aval
+
+
 def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any]):
     """Optimized graph ``(*forward values it reads, *cotangents) -> input cotangents``, and the
     positions in ``order`` of the forward values it reads."""
@@ -193,8 +203,12 @@ def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Se
     with Trace(abstract=True, what="the backward pass") as t:
         env = {v: t.new_input(v.aval) for v in order}
         n_fwd = len(order)
-        cts_in = [None if c is None else t.new_input(o.aval.strong())
-                  for c, o in zip(ct_values, graph.outputs)]
+        cts_in = []
+        for c, o in zip(ct_values, graph.outputs):
+            kind = _ct_kind(c, o)
+            cts_in.append(None if kind is None else
+                          Tracer(t, t.const_var(np.ones((), o.aval.dtype))) if kind == "one"
+                          else t.new_input(o.aval.strong()))
         g = t.to_graph(_input_grads(graph, wrt, _backward(graph, env, active, cts_in)))
     g = optimize(g)
     read = set(g.outputs)
@@ -252,7 +266,7 @@ def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequenc
     g, keep = hit
     args = [values[order[i]] for i in keep]
     args += [c if isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
-             for c, o in zip(ct_values, graph.outputs) if c is not None]
+             for c, o in zip(ct_values, graph.outputs) if _ct_kind(c, o) not in (None, "one")]
     return eval_graph(g, args)
 
 
