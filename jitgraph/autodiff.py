@@ -165,16 +165,18 @@ _BACKWARD_CACHE: dict = {}     # structure key -> (graph, forward-var positions)
 BACKWARD_CACHE_SIZE = 512
 
 
-def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any]):
+def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any],
+                  seeded: bool = False):
     """(key, forward vars in key order), or (None, None) if a node's parameters are not plain
-    values (then the graph is not cached: e.g. custom_vjp calls, which carry graphs)."""
+    values (then the graph is not cached: e.g. custom_vjp calls, which carry graphs).
+    ``seeded``: the cotangents that are not None are all 1 (``grad``'s scalar seed)."""
     index: dict = {}
     for v in graph.inputs:
         index[v] = len(index)
     for v in graph.consts:
         index[v] = len(index)
     parts = [tuple(wrt), tuple(v.aval for v in index),
-             tuple(_ct_kind(c, o) for c, o in zip(ct_values, graph.outputs))]
+             tuple(_ct_kind(c, o, seeded) for c, o in zip(ct_values, graph.outputs))]
     for n in graph.nodes:
         pk = params_key(n.params) if n.params else ()
         if pk is None:
@@ -186,17 +188,17 @@ def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any]):
     return tuple(parts), list(index)
 
 
-def _ct_kind(c, o):
+def _ct_kind(c, o, seeded: bool):
     """How a cotangent enters a cached backward graph: not at all (None: zero), as the
-    constant 1 ("one": grad's scalar seed, which then folds away), or as an input."""
+    constant 1 ("one": ``seeded``, grad's scalar seed, which then folds away), or as an input
+    (its aval)."""
     if c is None:
         return None
-    if o.aval.shape == () and type(c) is np.ndarray and c.shape == () and c == 1:
-        return "one"
-    return o.aval
+    return "one" if seeded else o.aval
 
 
-def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any]):
+def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any],
+                    seeded: bool):
     """Optimized graph ``(*forward values it reads, *cotangents) -> input cotangents``, and the
     positions in ``order`` of the forward values it reads."""
     active = _active_vars(graph, wrt)
@@ -205,7 +207,7 @@ def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Se
         n_fwd = len(order)
         cts_in = []
         for c, o in zip(ct_values, graph.outputs):
-            kind = _ct_kind(c, o)
+            kind = _ct_kind(c, o, seeded)
             cts_in.append(None if kind is None else
                           Tracer(t, t.const_var(np.ones((), o.aval.dtype))) if kind == "one"
                           else t.new_input(o.aval.strong()))
@@ -241,22 +243,22 @@ def eager_values(trace: Trace, graph: Graph, call_args: Sequence[Any]) -> dict |
 
 
 def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequence[Any],
-              key=None) -> list:
+              key=None, seeded: bool = False) -> list:
     """Cotangents of ``graph.inputs[wrt]`` given ``eager_values``, through the structural cache:
     the first time a structure is seen the derivative rules run directly on the values
     (``vjp_values``, or on the enclosing trace's tracers); from the second time, a cached,
     optimized backward graph is evaluated on them. ``key``: ``structure_key``'s result, when
-    the caller has it already (a ``vjp_fn`` called many times)."""
+    the caller has it already (a ``vjp_fn`` called many times); ``seeded``: as there."""
     nested = any(isinstance(x, Tracer) for x in values.values()) or \
         any(isinstance(c, Tracer) for c in ct_values)
-    key, order = key or structure_key(graph, wrt, ct_values)
+    key, order = key or structure_key(graph, wrt, ct_values, seeded)
     hit = None if key is None else _BACKWARD_CACHE.get(key, False)
     if hit is False:                          # first sighting: remember it
-        if len(_BACKWARD_CACHE) >= BACKWARD_CACHE_SIZE:
-            del _BACKWARD_CACHE[next(iter(_BACKWARD_CACHE))]
+        if len(_BACKWARD_CACHE) >= BACKWARD_CACHE_SIZE:   # drop the oldest entry
+            _BACKWARD_CACHE.pop(next(iter(_BACKWARD_CACHE), None), None)
         _BACKWARD_CACHE[key] = None
     elif hit is None and key is not None:     # second: build and keep the backward graph
-        hit = _BACKWARD_CACHE[key] = _build_backward(graph, order, wrt, ct_values)
+        hit = _BACKWARD_CACHE[key] = _build_backward(graph, order, wrt, ct_values, seeded)
     if not hit:
         if not nested:
             return vjp_values(graph, values, wrt, ct_values)
@@ -266,7 +268,7 @@ def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequenc
     g, keep = hit
     args = [values[order[i]] for i in keep]
     args += [c if isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
-             for c, o in zip(ct_values, graph.outputs) if _ct_kind(c, o) not in (None, "one")]
+             for c, o in zip(ct_values, graph.outputs) if c is not None and not seeded]
     return eval_graph(g, args)
 
 

@@ -235,7 +235,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
         values = eager_values(t, graph, list(leaves) + captured)
         if values is not None:
-            res = [values[v] for v in graph.outputs] + eager_vjp(graph, values, range(n_in), ct)
+            res = [values[v] for v in graph.outputs] + eager_vjp(
+                graph, values, range(n_in), ct, seeded=True)
         else:
             g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
             res = eval_graph(g2, list(leaves) + captured)

@@ -165,3 +165,13 @@ def test_no_floating_point_warnings_and_no_leaked_state():
             assert g[1] == 0.5
     with pytest.warns(RuntimeWarning):     # the user's own NumPy still warns afterwards
         np.log(np.array([0.0]))
+
+
+def test_vjp_fn_of_a_scalar_output_takes_each_cotangent():
+    """The cotangent of a vjp_fn is an input of the cached backward graph, even when the first
+    one equals the 1 that grad seeds with."""
+    x = np.array([0.2, 0.7])
+    for _ in range(CALLS):
+        _, f_vjp = vjp(lambda x: jnp.sum(jnp.sin(x)), x)
+        for ct in [1.0, 2.0, -0.5, 1.0]:
+            np.testing.assert_allclose(f_vjp(np.float64(ct))[0], ct * np.cos(x), rtol=1e-14)
