@@ -528,10 +528,13 @@ def params_key(params: dict) -> tuple | None:
 def _abstract_eval(prim: Primitive, avals: list[Aval], params: dict) -> Any:
     """``prim.abstract_eval``, memoized: eager code applies the same ops to the same shapes
     over and over, and shape rules are pure."""
-    pk = params_key(params) if params else ()
-    if pk is None:
-        return prim.abstract_eval(*avals, **params)
-    key = (prim, pk, *avals)
+    if params:
+        pk = params_key(params)
+        if pk is None:
+            return prim.abstract_eval(*avals, **params)
+        key = (prim, pk, *avals)
+    else:
+        key = (prim, *avals)
     out = _SHAPE_RULE_CACHE.get(key)
     if out is None:
         out = prim.abstract_eval(*avals, **params)
@@ -542,7 +545,15 @@ def _abstract_eval(prim: Primitive, avals: list[Aval], params: dict) -> Any:
 
 def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
     """Apply ``prim``: record a node if any argument is traced, else evaluate with NumPy."""
-    avals = [a.gvar.aval if type(a) is Tracer else aval_of(a) for a in args]
+    avals = []
+    trace = None
+    for a in args:      # one pass: operand avals, and the innermost trace involved
+        if type(a) is Tracer:
+            avals.append(a.gvar.aval)
+            if trace is None or a.trace.level > trace.level:
+                trace = a.trace
+        else:
+            avals.append(aval_of(a))
     try:
         out = _abstract_eval(prim, avals, params)
     except (ShapeError, TypeError, ValueError, IndexError) as e:
@@ -551,10 +562,6 @@ def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
                f"  at {where(frame)}")
         raise type(e)(msg) from None
     out_avals = list(out) if prim.multiple_results else [out]
-    trace = None
-    for a in args:
-        if type(a) is Tracer and (trace is None or a.trace.level > trace.level):
-            trace = a.trace
     if trace is None:
         res = run_impl(prim, args, params, out_avals)
     else:
