@@ -4,6 +4,10 @@
 forward nodes into a new trace, then walks them in reverse calling each primitive's VJP rule on
 traced values, so the backward pass is itself a graph of primitives (and can be differentiated
 again). ``build_jvp`` does the same forward, with each primitive's JVP rule.
+
+``eager_vjp`` is reverse mode for un-jitted transforms, whose forward trace carries values: the
+same VJP rules run on those values (or on the enclosing trace's tracers, for grad of grad), and
+a program that records the same graph again reuses a cached, optimized backward graph.
 """
 from __future__ import annotations
 

@@ -5,6 +5,11 @@ where the inputs have them, so Python control flow works outside ``jit``), expan
 (``autodiff``), optimize it (``passes``), then evaluate it with ``eval_graph`` — which runs the
 reference interpreter on arrays, or inlines the graph into an enclosing trace, which is what
 makes the transforms compose to any order.
+
+Reverse mode outside ``jit`` (``grad``, ``value_and_grad``, ``vjp``) takes a shortcut with the
+same numbers: the forward pass already computed every value while tracing, so the derivative
+rules run on those values (``autodiff.eager_vjp``) instead of a backward graph being built,
+optimized and interpreted anew on every call.
 """
 from __future__ import annotations
 
