@@ -11,7 +11,11 @@ series with first and second derivatives at 20 points (Python control flow on va
 a sinusoid fit with a 1-10-10-1 tanh net, tanh's first six elementwise derivatives on
 200 points, and a logsumexp with a custom VJP.
 
-    python bench/eager_grad.py [--quick] [--json out.json]
+Samples alternate between the libraries (one of each, again and again), so a change in the
+machine's load hits both alike; ``--cpu-time`` times with the thread's CPU time instead of the
+wall clock, which leaves out the time other processes hold the CPU (on a busy, shared machine).
+
+    python bench/eager_grad.py [--quick] [--cpu-time] [--json out.json]
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from __future__ import annotations
 import common  # noqa: I001  (first: sets thread limits before numpy/torch/jax load)
 
 import sys
+import time
 
 import numpy as np
 
 from common import (ResultTable, check_close, guarded, import_error, import_jitgraph,
-                    print_kv, timeit, _try_import)
+                    print_kv, _try_import)
 
 
 class Lib:
@@ -241,40 +246,73 @@ PROGRAMS = [
 ]
 
 
+def interleaved(fns: dict, *, warmup: int, max_time: float, repeats: int, min_repeats: int,
+                clock) -> dict:
+    """Per-call ``Timing`` of each callable, sampled in turns (one sample of each, again and
+    again), so a change in the machine's load hits every library alike. A sample times
+    enough back-to-back calls to last about 2 ms."""
+    number = {}
+    for name, fn in fns.items():
+        for _ in range(warmup):
+            fn()
+        t0 = clock()
+        fn()
+        number[name] = max(1, int(0.002 / max(clock() - t0, 1e-6)))
+    samples = {name: [] for name in fns}
+    probe = common._LoadProbe()
+    end = time.perf_counter() + max_time
+    while True:
+        for name, fn in fns.items():
+            n = number[name]
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            samples[name].append((clock() - t0) / n)
+        k = len(samples[name])
+        if k >= repeats or (k >= min_repeats and time.perf_counter() > end):
+            break
+    load = probe.stop()
+    out = {}
+    for name in fns:
+        out[name] = common.Timing(samples[name], number[name])
+        out[name].other_load = load
+    return out
+
+
 def run(args) -> dict:
     reps = dict(warmup=1 if args.quick else 3, repeats=5 if args.quick else 25,
-                max_time=1.0 if args.quick else 4.0, min_repeats=3)
+                max_time=1.0 if args.quick else 4.0, min_repeats=3,
+                clock=time.thread_time if args.cpu_time else time.perf_counter)
     libs = {}
     for name, make in (("autograd", autograd_lib), ("jitgraph", jitgraph_lib)):
         lib = guarded(name, make)
         if lib is not None:
             libs[name] = lib
+    unit = "CPU ms" if args.cpu_time else "ms"
     tables, ratios = [], []
     for title, program in PROGRAMS:
-        table = ResultTable(f"Eager: {title} (ms)", unit="ms")
-        results, medians = {}, {}
+        table = ResultTable(f"Eager: {title} ({unit} per run)", unit="ms")
+        fns, results = {}, {}
+        for name, lib in libs.items():
+            fn = guarded(f"{name} {title}", program, lib)
+            if fn is not None and guarded(f"{name} {title}", lambda: results.update({name: fn()})
+                                          or True):
+                fns[name] = fn
+        timings = interleaved(fns, **reps) if fns else {}
         for name in ("autograd", "jitgraph"):
-            if name not in libs:
+            if name not in timings:
                 table.add_unavailable(name, "unavailable")
                 continue
-
-            def row(name=name):
-                fn = program(libs[name])
-                results[name] = fn()
-                t = timeit(fn, sync=lambda r: r, **reps)
-                medians[name] = t.median
-                note = ""
-                if name == "jitgraph" and "autograd" in results:
-                    note = check_close(title, results["jitgraph"], results["autograd"],
-                                       rtol=1e-6, atol=1e-9)
-                table.add(name, t, note)
-            if guarded(f"{name} {title}", lambda: row() or True) is None:
-                table.add_unavailable(name, "unavailable")
+            note = ""
+            if name == "jitgraph" and "autograd" in results:
+                note = check_close(title, results["jitgraph"], results["autograd"],
+                                   rtol=1e-6, atol=1e-9)
+            table.add(name, timings[name], note)
         table.print()
         print()
         tables.append(table.as_dict())
-        if len(medians) == 2:
-            ratios.append((title, medians["jitgraph"] / medians["autograd"]))
+        if len(timings) == 2:
+            ratios.append((title, timings["jitgraph"].median / timings["autograd"].median))
     if ratios:
         geo = float(np.exp(np.mean(np.log([r for _, r in ratios]))))
         print_kv("jitgraph / autograd (median time ratio; <= 1: jitgraph as fast or faster)",
@@ -283,8 +321,15 @@ def run(args) -> dict:
     return {"tables": tables, "ratios": dict(ratios)}
 
 
+def _extra_args(p) -> None:
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time with this thread's CPU time instead of the wall clock (on a "
+                        "shared, busy machine: leaves out the time other processes hold the CPU)")
+
+
 def main(argv=None) -> dict:
-    return common.run_main(__doc__, "Eager gradients vs autograd", "eager_grad", run, argv)
+    return common.run_main(__doc__, "Eager gradients vs autograd", "eager_grad", run, argv,
+                           extra=_extra_args)
 
 
 if __name__ == "__main__":
