@@ -1,7 +1,7 @@
 """Run every jitgraph comparison benchmark, one fresh process each, then print one
 combined report.
 
-    python bench/run_all.py [--quick] [--json all.json] [--only w1,w3,w5,trace]
+    python bench/run_all.py [--quick] [--json all.json] [--only w1,w3,w5,trace,eager]
 
 Each benchmark runs as its own process (``python bench/<script>.py --json ...``) so that
 compile caches, thread pools and torch.compile/JAX state do not leak between them; their
@@ -29,6 +29,7 @@ BENCHES = [
     ("w5", "w5_call_overhead.py"),
     ("trace", "trace_time.py"),
     ("cold", "cold_start.py"),
+    ("eager", "eager_grad.py"),
 ]
 
 
@@ -106,6 +107,18 @@ def print_report(results: dict, walls: dict) -> None:
         print_kv("digits example, process wall time (s)", [
             (k, f"{v:.2f}  ({v / warm:.2f}x warm)") for k, v in cold["median_s"].items()])
         print()
+
+    eager = (results.get("eager") or {}).get("eager_grad")
+    if eager:
+        for table in eager["tables"]:
+            ResultTable.from_dict(table).print()
+            print()
+        if eager.get("ratios"):
+            print_kv("eager grad: jitgraph / autograd (median time ratio)",
+                     [(k, f"{v:.2f}") for k, v in eager["ratios"].items()])
+            print()
+    elif "eager" in walls:
+        print("eager grad: no results (see its output above)\n")
 
     print_kv("process wall time (s)", [(k, f"{v:.1f}") for k, v in walls.items()]
              + [("total", f"{sum(walls.values()):.1f}")])

@@ -4,6 +4,10 @@
 forward nodes into a new trace, then walks them in reverse calling each primitive's VJP rule on
 traced values, so the backward pass is itself a graph of primitives (and can be differentiated
 again). ``build_jvp`` does the same forward, with each primitive's JVP rule.
+
+``eager_vjp`` is reverse mode for un-jitted transforms, whose forward trace carries values: the
+same VJP rules run on those values (or on the enclosing trace's tracers, for grad of grad), and
+a program that records the same graph again reuses a cached, optimized backward graph.
 """
 from __future__ import annotations
 
@@ -12,7 +16,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import dtypes
-from .core import Aval, Graph, Node, Trace, Tracer, bind, top_trace
+from .core import Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, bind, params_key, top_trace
+from .errors import user_frame, where
+from .passes import optimize
 from . import numpy as jnp
 
 
@@ -30,7 +36,8 @@ def eval_graph(graph: Graph, args: Sequence[Any]) -> list:
 def _const_tracers(graph: Graph, trace: Trace, env: dict) -> None:
     """Constants enter the new trace as tracers, so rules can read ``.aval`` on every operand."""
     for v, c in graph.consts.items():
-        env[v] = Tracer(trace, trace.const_var(c))
+        cv = trace.const_var(c)
+        env[v] = Tracer(trace, cv, None if trace.abstract else c)
 
 
 def _replay(graph: Graph, trace: Trace, env: dict) -> None:
@@ -42,6 +49,12 @@ def _replay(graph: Graph, trace: Trace, env: dict) -> None:
             outs = (outs,)
         for v, o in zip(n.outs, outs):
             env[v] = o
+
+
+def _node_location(n: Node) -> str:
+    if n.source is not None:
+        return "node created at %s:%s" % n.source[:2]
+    return f"differentiated at {where(user_frame(3))}"
 
 
 def _differentiable(aval: Aval) -> bool:
@@ -64,6 +77,50 @@ def _active_vars(graph: Graph, wrt: Sequence[int]) -> set:
     return active
 
 
+def _backward(graph: Graph, env: dict, active: set, cts_in: Sequence[Any]) -> dict:
+    """Walk ``graph``'s nodes in reverse calling each VJP rule on the values in ``env`` (tracers
+    of the current trace); ``cts_in`` holds one output cotangent each (``None``: zero).
+    Returns the cotangents of the active vars that reached the graph's inputs."""
+    ct_env: dict = {}
+
+    def accumulate(v, ct):
+        if ct is None or v not in active:
+            return
+        prev = ct_env.get(v)
+        ct_env[v] = ct if prev is None else prev + ct
+
+    for o, ct in zip(graph.outputs, cts_in):
+        if ct is not None and _differentiable(o.aval):
+            accumulate(o, jnp.astype(jnp.asarray(ct), o.aval.dtype) if not isinstance(ct, Tracer) else ct)
+    for n in reversed(graph.nodes):
+        cts = [ct_env.pop(o, None) for o in n.outs]
+        if all(c is None for c in cts):
+            continue
+        if n.prim.vjp is None:
+            raise NotImplementedError(
+                f"{n.prim.name} has no VJP rule, so it cannot be differentiated in reverse "
+                f"mode ({_node_location(n)})")
+        ins = [env[v] for v in n.inputs]
+        outs = [env[o] for o in n.outs]
+        if n.prim.multiple_results:
+            res = n.prim.vjp(cts, outs, *ins, **n.params)
+        else:
+            res = n.prim.vjp(cts[0], outs[0], *ins, **n.params)
+        for v, r in zip(n.inputs, res):
+            if r is not None and v in active:
+                accumulate(v, _fit(r, v.aval, n))
+    return ct_env
+
+
+def _input_grads(graph: Graph, wrt: Sequence[int], ct_env: dict) -> list:
+    grads = []
+    for i in wrt:
+        v = graph.inputs[i]
+        g = ct_env.get(v)
+        grads.append(g if g is not None else np.zeros(v.aval.shape, v.aval.dtype))
+    return grads
+
+
 def build_vjp(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any] | None = None,
               keep_outputs: bool = False) -> Graph:
     """Graph of ``(*outputs if keep_outputs, *cotangents of inputs[wrt])``.
@@ -80,41 +137,143 @@ def build_vjp(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any] | None 
             cts_in = [None if c is None or isinstance(c, Tracer) else Tracer(t, t.const_var(c))
                       for c in ct_values]
         _replay(graph, t, env)
-        ct_env: dict = {}
-
-        def accumulate(v, ct):
-            if ct is None or v not in active:
-                return
-            prev = ct_env.get(v)
-            ct_env[v] = ct if prev is None else prev + ct
-
-        for o, ct in zip(graph.outputs, cts_in):
-            if ct is not None and _differentiable(o.aval):
-                accumulate(o, jnp.astype(jnp.asarray(ct), o.aval.dtype) if not isinstance(ct, Tracer) else ct)
-        for n in reversed(graph.nodes):
-            cts = [ct_env.pop(o, None) for o in n.outs]
-            if all(c is None for c in cts):
-                continue
-            if n.prim.vjp is None:
-                raise NotImplementedError(
-                    f"{n.prim.name} has no VJP rule, so it cannot be differentiated in reverse "
-                    f"mode (node created at {n.source and '%s:%s' % n.source[:2]})")
-            ins = [env[v] for v in n.inputs]
-            outs = [env[o] for o in n.outs]
-            if n.prim.multiple_results:
-                res = n.prim.vjp(cts, outs, *ins, **n.params)
-            else:
-                res = n.prim.vjp(cts[0], outs[0], *ins, **n.params)
-            for v, r in zip(n.inputs, res):
-                if r is not None and v in active:
-                    accumulate(v, _fit(r, v.aval, n))
-        grads = []
-        for i in wrt:
-            v = graph.inputs[i]
-            g = ct_env.get(v)
-            grads.append(g if g is not None else np.zeros(v.aval.shape, v.aval.dtype))
+        grads = _input_grads(graph, wrt, _backward(graph, env, active, cts_in))
         outs = [env[o] for o in graph.outputs] if keep_outputs else []
         return t.to_graph(outs + grads)
+
+
+def vjp_values(graph: Graph, values: dict, wrt: Sequence[int],
+               ct_values: Sequence[Any]) -> list[np.ndarray]:
+    """Cotangents of ``graph.inputs[wrt]`` as arrays, computed eagerly: the VJP rules run on the
+    forward pass's concrete ``values`` (one per var of ``graph``) and evaluate at once, with no
+    backward graph to build, simplify and interpret. Outside any transformation this gives
+    what ``eval_graph(build_vjp(graph, wrt, ct_values), ...)`` gives, at a fraction of the cost."""
+    active = _active_vars(graph, wrt)
+    with EvalTrace() as t:
+        env = {v: Tracer(t, v, x) for v, x in values.items()}
+        cts_in = [None if c is None else Tracer(t, Var(o.aval.strong()), np.asarray(c, o.aval.dtype))
+                  for c, o in zip(ct_values, graph.outputs)]
+        grads = _input_grads(graph, wrt, _backward(graph, env, active, cts_in))
+    return [g.val if isinstance(g, Tracer) else g for g in grads]
+
+
+# ------------------------------------------------------------------ eager backward, cached
+# Un-jitted grad traces the user's function on every call (its Python control flow may take
+# another path each time), but a program usually records the same graph call after call. A
+# backward graph depends only on the forward graph's *structure* -- primitives, parameters,
+# wiring, shapes and dtypes -- when every forward value it reads (constants included) is one of
+# its inputs. So the second time a structure is seen, its backward graph is built, optimized
+# once and kept; later calls interpret it on the forward values, which skips the derivative
+# rules' Python (promotion, shape rules, tracers) and runs fewer, simplified operations.
+_BACKWARD_CACHE: dict = {}     # structure key -> (graph, forward-var positions) | None (seen once)
+BACKWARD_CACHE_SIZE = 512
+
+
+def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any],
+                  seeded: bool = False):
+    """(key, forward vars in key order), or (None, None) if a node's parameters are not plain
+    values (then the graph is not cached: e.g. custom_vjp calls, which carry graphs).
+    ``seeded``: the cotangents that are not None are all 1 (``grad``'s scalar seed)."""
+    index: dict = {}
+    for v in graph.inputs:
+        index[v] = len(index)
+    for v in graph.consts:
+        index[v] = len(index)
+    parts = [tuple(wrt), tuple(v.aval for v in index),
+             tuple(_ct_kind(c, o, seeded) for c, o in zip(ct_values, graph.outputs))]
+    for n in graph.nodes:
+        pk = params_key(n.params) if n.params else ()
+        if pk is None:
+            return None, None
+        parts.append((n.prim, pk, *[index[v] for v in n.inputs]))
+        for o in n.outs:
+            index[o] = len(index)
+    parts.append(tuple(index[v] for v in graph.outputs))
+    return tuple(parts), list(index)
+
+
+def _ct_kind(c, o, seeded: bool):
+    """How a cotangent enters a cached backward graph: not at all (None: zero), as the
+    constant 1 ("one": ``seeded``, grad's scalar seed, which then folds away), or as an input
+    (its aval)."""
+    if c is None:
+        return None
+    return "one" if seeded else o.aval
+
+
+def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any],
+                    seeded: bool):
+    """Optimized graph ``(*forward values it reads, *cotangents) -> input cotangents``, and the
+    positions in ``order`` of the forward values it reads."""
+    active = _active_vars(graph, wrt)
+    with Trace(abstract=True, what="the backward pass") as t:
+        env = {v: t.new_input(v.aval) for v in order}
+        n_fwd = len(order)
+        cts_in = []
+        for c, o in zip(ct_values, graph.outputs):
+            kind = _ct_kind(c, o, seeded)
+            cts_in.append(None if kind is None else
+                          Tracer(t, t.const_var(np.ones((), o.aval.dtype))) if kind == "one"
+                          else t.new_input(o.aval.strong()))
+        g = t.to_graph(_input_grads(graph, wrt, _backward(graph, env, active, cts_in)))
+    g = optimize(g)
+    read = set(g.outputs)
+    for n in g.nodes:
+        read.update(n.inputs)
+    keep = [i for i in range(n_fwd) if g.inputs[i] in read]
+    g.inputs = [g.inputs[i] for i in keep] + g.inputs[n_fwd:]
+    return g, keep
+
+
+def eager_values(trace: Trace, graph: Graph, call_args: Sequence[Any]) -> dict | None:
+    """The value of every var of ``graph`` (traced by ``trace`` from ``call_args``) for
+    ``eager_vjp``: ``trace.values`` when it ran on concrete arrays outside any transformation;
+    tracers of the enclosing trace, into which the forward nodes are re-emitted, when it ran
+    inside another un-jitted transformation (grad of grad). None under jit or make_graph,
+    where values are abstract: there the backward pass is built as a graph."""
+    if not trace.concrete:
+        return None
+    if not any(isinstance(a, Tracer) for a in call_args):
+        return trace.values
+    outer = top_trace(call_args)
+    env: dict = {}
+    for v, a in zip(graph.inputs, call_args):   # rules read .aval: arrays enter as tracers
+        if not isinstance(a, Tracer):
+            cv = outer.const_var(a)
+            a = Tracer(outer, cv, outer.values.get(cv))
+        env[v] = a
+    _replay(graph, outer, env)
+    return env
+
+
+def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequence[Any],
+              key=None, seeded: bool = False) -> list:
+    """Cotangents of ``graph.inputs[wrt]`` given ``eager_values``, through the structural cache:
+    the first time a structure is seen the derivative rules run directly on the values
+    (``vjp_values``, or on the enclosing trace's tracers); from the second time, a cached,
+    optimized backward graph is evaluated on them. ``key``: ``structure_key``'s result, when
+    the caller has it already (a ``vjp_fn`` called many times); ``seeded``: as there."""
+    nested = any(isinstance(x, Tracer) for x in values.values()) or \
+        any(isinstance(c, Tracer) for c in ct_values)
+    key, order = key or structure_key(graph, wrt, ct_values, seeded)
+    hit = None if key is None else _BACKWARD_CACHE.get(key, False)
+    if hit is False:                          # first sighting: remember it
+        if len(_BACKWARD_CACHE) >= BACKWARD_CACHE_SIZE:   # drop the oldest entry
+            _BACKWARD_CACHE.pop(next(iter(_BACKWARD_CACHE), None), None)
+        _BACKWARD_CACHE[key] = None
+    elif hit is None and key is not None:     # second: build and keep the backward graph
+        hit = _BACKWARD_CACHE[key] = _build_backward(graph, order, wrt, ct_values, seeded)
+    if not hit:
+        if not nested:
+            return vjp_values(graph, values, wrt, ct_values)
+        cts_in = [c if c is None or isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
+                  for c, o in zip(ct_values, graph.outputs)]
+        return _input_grads(graph, wrt, _backward(graph, values, _active_vars(graph, wrt), cts_in))
+    g, keep = hit
+    args = [values[order[i]] for i in keep]
+    args += [c if isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
+             for c, o in zip(ct_values, graph.outputs) if c is not None and not seeded]
+    return eval_graph(g, args)
 
 
 def build_jvp(graph: Graph, wrt: Sequence[int]) -> Graph:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from typing import Any, Callable, Sequence
 
@@ -26,12 +27,14 @@ from .errors import ConcretizationError, LeakedTracerError, ShapeError, user_fra
 class Aval:
     """Shape and dtype of a value; ``weak`` marks values that came from Python scalars."""
 
-    __slots__ = ("shape", "dtype", "weak")
+    __slots__ = ("shape", "dtype", "weak", "_hash")
 
     def __init__(self, shape: Sequence[int], dtype, weak: bool = False):
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = shape if type(shape) is tuple and all(type(s) is int for s in shape) \
+            else tuple(int(s) for s in shape)
+        self.dtype = dtype if type(dtype) in _DTYPE_TYPES else np.dtype(dtype)
         self.weak = weak
+        self._hash = None
 
     @property
     def ndim(self) -> int:
@@ -39,14 +42,17 @@ class Aval:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Aval) and self.shape == other.shape
-                and self.dtype == other.dtype and self.weak == other.weak)
+        return self is other or (isinstance(other, Aval) and self.shape == other.shape
+                                 and self.dtype == other.dtype and self.weak == other.weak)
 
     def __hash__(self) -> int:
-        return hash((self.shape, self.dtype, self.weak))
+        h = self._hash
+        if h is None:
+            h = self._hash = hash((self.shape, self.dtype, self.weak))
+        return h
 
     def strong(self) -> "Aval":
         return Aval(self.shape, self.dtype) if self.weak else self
@@ -55,6 +61,7 @@ class Aval:
         return short_dtype(self.dtype) + "[" + ",".join(map(str, self.shape)) + "]"
 
 
+_DTYPE_TYPES = frozenset(type(np.dtype(t)) for t in ("bool", "int32", "int64", "float32", "float64"))
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
 
 
@@ -62,8 +69,27 @@ def short_dtype(dtype) -> str:
     return _SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
 
 
+_ARRAY_AVALS: dict = {}   # (shape, dtype) -> Aval: arrays of one shape share their Aval
+_WEAK_AVALS = {bool: Aval((), dtypes.bool_, weak=True), int: Aval((), dtypes.int64, weak=True),
+               float: Aval((), dtypes.float64, weak=True)}
+
+
 def aval_of(x: Any) -> Aval:
     """Abstract value of a tracer, an array or a Python scalar (weak)."""
+    t = type(x)
+    if t is Tracer:
+        return x.gvar.aval
+    if t is np.ndarray:
+        key = (x.shape, x.dtype)
+        a = _ARRAY_AVALS.get(key)
+        if a is None:
+            a = Aval(x.shape, dtypes.canonical(x.dtype))
+            if len(_ARRAY_AVALS) < 4096:
+                _ARRAY_AVALS[key] = a
+        return a
+    a = _WEAK_AVALS.get(t)
+    if a is not None:
+        return a
     if isinstance(x, Tracer):
         return x.gvar.aval
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
@@ -207,6 +233,8 @@ class Trace:
         self.consts: dict[Var, np.ndarray] = {}
         self.captured: dict[int, tuple["Tracer", Var]] = {}
         self._const_cache: dict[int, tuple[Any, Var]] = {}
+        self.values: dict[Var, Any] = {}   # concrete value of each var (non-abstract traces)
+        self.concrete = not abstract        # every var so far has a value in ``values``
         self.active = False
 
     def __enter__(self) -> "Trace":
@@ -223,7 +251,13 @@ class Trace:
     def new_input(self, aval: Aval, val: Any = None) -> "Tracer":
         v = Var(aval)
         self.inputs.append(v)
-        return Tracer(self, v, None if self.abstract else val)
+        if self.abstract:
+            val = None
+        elif val is not None:
+            self.values[v] = val
+        else:
+            self.concrete = False
+        return Tracer(self, v, val)
 
     def const_var(self, value: Any) -> Var:
         key = id(value)
@@ -234,6 +268,8 @@ class Trace:
         arr = np.asarray(value, dtype=aval.dtype)
         v = Var(aval)
         self.consts[v] = arr
+        if not self.abstract:
+            self.values[v] = arr
         self._const_cache[key] = (value, v)
         return v
 
@@ -260,14 +296,29 @@ class Trace:
 
     def emit(self, prim: Primitive, args: Sequence[Any], out_avals: list[Aval],
              params: dict) -> list["Tracer"]:
-        in_vars = [self.to_var(a) for a in args]
+        in_vars = []
+        in_vals = []
+        for x in args:
+            if type(x) is Tracer:
+                in_vars.append(x.gvar if x.trace is self else self.to_var(x))
+                in_vals.append(x.val)
+            else:
+                in_vars.append(self.to_var(x))
+                in_vals.append(x)
         outs = [Var(a) for a in out_avals]
-        self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
-        vals: list[Any] = [None] * len(outs)
-        if not self.abstract:
-            in_vals = [x.val if isinstance(x, Tracer) else x for x in args]
-            if all(v is not None for v in in_vals):
-                vals = run_impl(prim, in_vals, params, out_avals)
+        if self.abstract:
+            # graphs of abstract traces (jit, make_graph) live on: their nodes name the user's
+            # line. Un-jitted transforms evaluate or re-emit their graphs at once, and skip
+            # the stack walk (an error about a node names where it was differentiated).
+            self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
+            return [Tracer(self, o) for o in outs]
+        self.nodes.append(Node(prim, in_vars, params, outs))
+        for v in in_vals:
+            if v is None:
+                self.concrete = False
+                return [Tracer(self, o) for o in outs]
+        vals = run_impl(prim, in_vals, params, out_avals)
+        self.values.update(zip(outs, vals))
         return [Tracer(self, o, v) for o, v in zip(outs, vals)]
 
     def to_graph(self, out_values: Sequence[Any], in_tree=None, out_tree=None) -> Graph:
@@ -280,15 +331,85 @@ class Trace:
         return [t for t, _ in self.captured.values()]
 
 
+class EvalTrace(Trace):
+    """Evaluates primitives on concrete values without recording nodes: eager derivative rules.
+
+    Its tracers carry their ``Var`` (so rules read ``.aval``, and weak types promote as in a
+    graph) and their value; ``bind`` on them runs the reference implementation at once.
+    """
+
+    def __init__(self, what: str = "an eager backward pass"):
+        super().__init__(abstract=False, what=what)
+
+    def emit(self, prim: Primitive, args: Sequence[Any], out_avals: list[Aval],
+             params: dict) -> list["Tracer"]:
+        in_vals = []
+        for x in args:
+            if isinstance(x, Tracer):
+                if x.trace is not self:
+                    raise LeakedTracerError(
+                        f"{prim.name}: a traced value of {x.trace.what} reached "
+                        f"{self.what}, which evaluates concrete values only")
+                x = x.val
+            in_vals.append(x)
+        vals = run_impl(prim, in_vals, params, out_avals)
+        return [Tracer(self, Var(a), v) for a, v in zip(out_avals, vals)]
+
+
+def _fp_error_state():
+    """(context variable, value) that silence NumPy floating-point warnings, as
+    ``np.errstate(all='ignore')`` does, or None on a NumPy without them. NumPy 2 keeps that
+    state in a context variable; setting it directly costs a fraction of building an
+    ``np.errstate`` per operation, which is as much as the small operations eager gradients
+    run."""
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar as var
+        with np.errstate(all="ignore"):
+            return var, var.get()
+    except (ImportError, AttributeError):   # another NumPy: the public way
+        return None
+
+
+_FP_IGNORE = _fp_error_state()
+
+
+class _FpErrorsIgnored:
+    """``with fp_errors_ignored():`` is ``with np.errstate(all='ignore'):``, cheaper."""
+
+    __slots__ = ("token",)
+
+    def __enter__(self):
+        self.token = _FP_IGNORE[0].set(_FP_IGNORE[1])
+
+    def __exit__(self, *exc):
+        _FP_IGNORE[0].reset(self.token)
+
+
+def fp_errors_ignored():
+    return _FpErrorsIgnored() if _FP_IGNORE is not None else np.errstate(all="ignore")
+
+
 def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
              out_avals: list[Aval]) -> list[np.ndarray]:
     """Run the reference implementation and pin results to the dtypes the shape rule promised."""
-    arrays = [np.asarray(v) for v in in_vals]
-    with np.errstate(all="ignore"):
-        res = prim.impl(*arrays, **params)
+    arrays = [v if type(v) is np.ndarray else np.asarray(v) for v in in_vals]
+    if _FP_IGNORE is None:
+        with np.errstate(all="ignore"):
+            res = prim.impl(*arrays, **params)
+    else:
+        token = _FP_IGNORE[0].set(_FP_IGNORE[1])
+        try:
+            res = prim.impl(*arrays, **params)
+        finally:
+            _FP_IGNORE[0].reset(token)
     if not prim.multiple_results:
         res = (res,)
-    return [np.asarray(r, dtype=a.dtype).reshape(a.shape) for r, a in zip(res, out_avals)]
+    out = []
+    for r, a in zip(res, out_avals):
+        if type(r) is not np.ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+            r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
+        out.append(r)
+    return out
 
 
 class Tracer:
@@ -379,18 +500,68 @@ def _format_operands(avals: Sequence[Aval]) -> str:
     return ", ".join(repr(a) for a in avals)
 
 
+_SHAPE_RULE_CACHE: dict = {}   # (prim, avals, params) -> output aval(s): rules are pure
+_SHAPE_RULE_CACHE_MAX = 8192
+
+
+_PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple}) | _DTYPE_TYPES
+
+
+def params_key(params: dict) -> tuple | None:
+    """A hashable key equal for equal parameter dicts, or None when a parameter is not a plain
+    value (a graph, an array, a callable). Types are part of the key (``1`` and ``True``
+    hash alike)."""
+    key = []
+    for k, v in params.items():
+        tv = type(v)
+        if tv not in _PARAM_TYPES:
+            return None
+        key += (k, tv, v)
+    key = tuple(key)
+    try:
+        hash(key)
+    except TypeError:                        # a tuple holding something unhashable
+        return None
+    return key
+
+
+def _abstract_eval(prim: Primitive, avals: list[Aval], params: dict) -> Any:
+    """``prim.abstract_eval``, memoized: eager code applies the same ops to the same shapes
+    over and over, and shape rules are pure."""
+    if params:
+        pk = params_key(params)
+        if pk is None:
+            return prim.abstract_eval(*avals, **params)
+        key = (prim, pk, *avals)
+    else:
+        key = (prim, *avals)
+    out = _SHAPE_RULE_CACHE.get(key)
+    if out is None:
+        out = prim.abstract_eval(*avals, **params)
+        if len(_SHAPE_RULE_CACHE) < _SHAPE_RULE_CACHE_MAX:
+            _SHAPE_RULE_CACHE[key] = out
+    return out
+
+
 def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
     """Apply ``prim``: record a node if any argument is traced, else evaluate with NumPy."""
-    avals = [aval_of(a) for a in args]
+    avals = []
+    trace = None
+    for a in args:      # one pass: operand avals, and the innermost trace involved
+        if type(a) is Tracer:
+            avals.append(a.gvar.aval)
+            if trace is None or a.trace.level > trace.level:
+                trace = a.trace
+        else:
+            avals.append(aval_of(a))
     try:
-        out = prim.abstract_eval(*avals, **params)
+        out = _abstract_eval(prim, avals, params)
     except (ShapeError, TypeError, ValueError, IndexError) as e:
         frame = user_frame(2)
         msg = (f"{prim.name}: {e}\n  operands: {_format_operands(avals)}\n"
                f"  at {where(frame)}")
         raise type(e)(msg) from None
     out_avals = list(out) if prim.multiple_results else [out]
-    trace = top_trace(args)
     if trace is None:
         res = run_impl(prim, args, params, out_avals)
     else:

@@ -19,13 +19,24 @@ class LeakedTracerError(RuntimeError):
     """A traced value escaped the function being traced and was used later."""
 
 
+_INTERNAL_CODE: dict = {}   # id(code) -> (code, whether it belongs to jitgraph or frozen imports)
+
+
 def user_frame(skip: int = 1) -> tuple[str, int, str] | None:
-    """(filename, lineno, function) of the innermost frame outside the jitgraph package."""
+    """(filename, lineno, function) of the innermost frame outside the jitgraph package.
+
+    Every traced operation records one, so the package test is memoized per code object (by
+    id: hashing a code object hashes its bytecode)."""
     f = sys._getframe(skip)
+    internal = _INTERNAL_CODE
     while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR) and not fn.startswith("<frozen"):
-            return fn, f.f_lineno, f.f_code.co_name
+        code = f.f_code
+        hit = internal.get(id(code))
+        if hit is None or hit[0] is not code:
+            fn = code.co_filename
+            hit = internal[id(code)] = (code, fn.startswith(_PKG_DIR) or fn.startswith("<frozen"))
+        if not hit[1]:
+            return code.co_filename, f.f_lineno, code.co_name
         f = f.f_back
     return None
 

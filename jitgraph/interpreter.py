@@ -5,19 +5,31 @@ from typing import Sequence
 
 import numpy as np
 
-from .core import Graph, run_impl
+from .core import Graph, fp_errors_ignored
 
 
 def run(graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Evaluate ``graph`` on concrete arrays, node by node, with each primitive's NumPy rule."""
+    """Evaluate ``graph`` on concrete arrays, node by node, with each primitive's NumPy rule.
+
+    Each result is pinned to the dtype and shape the shape rule promised (as ``run_impl``
+    does); floating-point warnings are silenced once for the whole graph, not per node, since
+    eager gradients interpret many small graphs."""
     if len(args) != len(graph.inputs):
         raise TypeError(f"graph takes {len(graph.inputs)} inputs, got {len(args)}")
     env: dict = {}
     for v, a in zip(graph.inputs, args):
-        env[v] = np.asarray(a, dtype=v.aval.dtype)
+        dt = v.aval.dtype
+        env[v] = a if type(a) is np.ndarray and a.dtype is dt else np.asarray(a, dtype=dt)
     env.update(graph.consts)
-    for n in graph.nodes:
-        outs = run_impl(n.prim, [env[v] for v in n.inputs], n.params, [o.aval for o in n.outs])
-        for v, o in zip(n.outs, outs):
-            env[v] = o
+    ndarray = np.ndarray
+    with fp_errors_ignored():
+        for n in graph.nodes:
+            res = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
+            if not n.prim.multiple_results:
+                res = (res,)
+            for v, r in zip(n.outs, res):
+                a = v.aval
+                if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+                    r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
+                env[v] = r
     return [env[v] for v in graph.outputs]

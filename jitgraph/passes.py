@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .core import PRIMITIVES, Aval, Graph, Node, Var, run_impl
+from .core import PRIMITIVES, Aval, Graph, Node, Var, params_key, run_impl
 
 FOLD_MAX_ELEMENTS = 4096  # constant folding never creates constants bigger than this
 
@@ -84,7 +84,9 @@ class _Builder:
             rep = simplify_node(self, node)
             if rep is not None:
                 return [rep]
-        key = (prim.name, tuple(v.id for v in node.inputs), _freeze(node.params))
+        pk = params_key(node.params) if node.params else ()
+        key = (prim.name, tuple(v.id for v in node.inputs),
+               pk if pk is not None else ("frozen", _freeze(node.params)))
         hit = self.cse.get(key)
         if hit is not None:
             return hit
@@ -216,6 +218,11 @@ def _sum_of_broadcast(b: _Builder, n: Node) -> Var | None:
 
 def simplify(g: Graph) -> Graph:
     """Constant folding, algebraic rewrites and common-subexpression elimination in one sweep."""
+    return _simplify(g)[0]
+
+
+def _simplify(g: Graph) -> tuple[Graph, bool]:
+    """``simplify``, and whether it rewrote anything (every rewrite substitutes a var)."""
     b = _Builder(g)
     for n in g.nodes:
         new = Node(n.prim, list(n.inputs), n.params, list(n.outs), n.source)
@@ -224,7 +231,7 @@ def simplify(g: Graph) -> Graph:
             if rep is not old:
                 b.subst[old] = rep
     outs = [b.r(v) for v in g.outputs]
-    return Graph(list(g.inputs), b.nodes, outs, b.consts, g.in_tree, g.out_tree)
+    return Graph(list(g.inputs), b.nodes, outs, b.consts, g.in_tree, g.out_tree), bool(b.subst)
 
 
 def dce(g: Graph) -> Graph:
@@ -241,6 +248,10 @@ def dce(g: Graph) -> Graph:
 
 
 def optimize(g: Graph) -> Graph:
-    """The standard pipeline: simplify (fold + rewrite + CSE) then DCE, twice to a fixpoint."""
-    g = dce(simplify(g))
-    return dce(simplify(g))
+    """The standard pipeline: simplify (fold + rewrite + CSE) then DCE, twice to a fixpoint.
+
+    A sweep that rewrites nothing has reached the fixpoint already (dropping dead nodes
+    enables no rewrite), so the second one is skipped then."""
+    g, changed = _simplify(g)
+    g = dce(g)
+    return dce(simplify(g)) if changed else g

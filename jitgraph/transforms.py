@@ -5,6 +5,11 @@ where the inputs have them, so Python control flow works outside ``jit``), expan
 (``autodiff``), optimize it (``passes``), then evaluate it with ``eval_graph`` — which runs the
 reference interpreter on arrays, or inlines the graph into an enclosing trace, which is what
 makes the transforms compose to any order.
+
+Reverse mode outside ``jit`` (``grad``, ``value_and_grad``, ``vjp``) takes a shortcut with the
+same numbers: the forward pass already computed every value while tracing, so the derivative
+rules run on those values (``autodiff.eager_vjp``) instead of a backward graph being built,
+optimized and interpreted anew on every call.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import numpy as np
 
 from . import dtypes
 from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eval_graph
+from .autodiff import build_jvp, build_vjp, eager_values, eager_vjp, eval_graph, structure_key
 from .core import Graph, Trace, Tracer, aval_of
 from .passes import optimize
 from .tree import tree_flatten
@@ -30,13 +35,23 @@ def _leaf_operand(x: Any, name: str) -> Any:
 
 def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
                    arg_names: Sequence[str] | None = None):
-    """Trace ``fun(*args)``. Returns (graph, captured outer tracers, output leaves, out_tree).
+    """Trace ``fun(*args)``. Returns (graph, captured outer tracers, argument leaves, output
+    values, out_tree).
 
     Graph inputs are the argument leaves followed by captured outer tracers.
     """
-    leaves, in_tree = tree_flatten(tuple(args))
-    names = _leaf_names(args, arg_names)
-    leaves = [_leaf_operand(x, n) for x, n in zip(leaves, names)]
+    return _trace(fun, args, abstract=abstract, what=what, arg_names=arg_names)[1:]
+
+
+def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
+           arg_names: Sequence[str] | None = None, flat=None):
+    """``trace_to_graph`` that also returns the ``Trace`` (first), for ``eager_values``.
+    ``flat``: ``(leaves, in_tree)`` of ``tuple(args)``, already validated by the caller."""
+    if flat is None:
+        leaves, in_tree = tree_flatten(tuple(args))
+        leaves = _leaf_operands(args, leaves, arg_names)
+    else:
+        leaves, in_tree = flat
     with Trace(abstract=abstract, what=what) as t:
         tracers = [t.new_input(aval_of(x) if not isinstance(x, Tracer) else x.aval,
                                x.val if isinstance(x, Tracer) else np.asarray(x, aval_of(x).dtype))
@@ -47,7 +62,22 @@ def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: 
         graph = t.to_graph(out_leaves, in_tree, out_tree)
         out_vals = [o.val if isinstance(o, Tracer) and o.trace is t else o for o in out_leaves]
         captured = t.captured_values()
-    return graph, captured, leaves, out_vals, out_tree
+    return t, graph, captured, leaves, out_vals, out_tree
+
+
+def _plain_leaves(leaves: Sequence[Any]) -> bool:
+    """All leaves are already valid operands (tracers, floats, arrays of supported dtypes), so
+    ``_leaf_operand`` (and the names it needs for error messages) can be skipped."""
+    return all(type(x) is Tracer or type(x) is float
+               or type(x) is np.ndarray and x.dtype in dtypes.SUPPORTED for x in leaves)
+
+
+def _leaf_operands(args: Sequence[Any], leaves: list, arg_names=None) -> list:
+    """Validate argument leaves with ``_leaf_operand``."""
+    if _plain_leaves(leaves):
+        return leaves
+    names = _leaf_names(args, arg_names)
+    return [_leaf_operand(x, n) for x, n in zip(leaves, names)]
 
 
 def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
@@ -107,7 +137,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
             return r
         return r, None
 
-    graph, captured, in_leaves, out_vals, out_tree = trace_to_graph(
+    t, graph, captured, in_leaves, out_vals, out_tree = _trace(
         wrapped, primals, abstract=False, what="vjp")
     n_in = len(in_leaves)
     out_treedef = out_tree.node[2][0]   # tuple(out, aux)
@@ -116,7 +146,10 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     main_td = TreeDef(out_treedef, n_out)
     aux_td = TreeDef(out_tree.node[2][1], out_tree.num_leaves - n_out)
     call_args = list(in_leaves) + captured
-    if any(isinstance(a, Tracer) for a in call_args) or any(v is None for v in out_vals):
+    values = eager_values(t, graph, call_args)
+    if values is not None:
+        outs = [values[v] for v in graph.outputs]
+    elif any(isinstance(a, Tracer) for a in call_args) or any(v is None for v in out_vals):
         outs = eval_graph(graph, call_args)
     else:
         outs = [np.asarray(v) for v in out_vals]
@@ -137,12 +170,17 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
                                  f"shape {o_shape}")
         ct_leaves = [jnp.astype(c, aval_of(o).dtype) if dtypes.is_float(aval_of(o).dtype) else c
                      for c, o in zip(ct_leaves, outs[:n_out])]
-        g2 = cache.get("g")
-        if g2 is None:
-            g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
-            g2 = optimize(build_vjp(g_main, list(range(n_in))))   # built once, reused per call
-            cache["g"] = g2
-        grads = eval_graph(g2, call_args + list(ct_leaves))
+        g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
+        if values is not None:
+            key = cache.get("key")
+            if key is None:   # the same structure for every cotangent of this vjp_fn
+                key = cache["key"] = structure_key(g_main, range(n_in), ct_leaves)
+            grads = eager_vjp(g_main, values, range(n_in), ct_leaves, key)
+        else:
+            g2 = cache.get("g")
+            if g2 is None:   # built once, reused per call
+                g2 = cache["g"] = optimize(build_vjp(g_main, list(range(n_in))))
+            grads = eval_graph(g2, call_args + list(ct_leaves))
         return tuple(in_tree.unflatten(grads))
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
@@ -160,13 +198,21 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     def vg(*args, **kwargs):
         single, nums = _split_args(args, argnums)
         diff = [args[i] for i in nums]
-        for i, d in zip(nums, diff):
-            if not tree_flatten(d)[0]:
+        leaves, in_tree = tree_flatten(tuple(diff))
+        for i, d, node in zip(nums, diff, in_tree.node[2]):
+            if not _count_leaves(node):
                 raise TypeError(f"grad: argument {i} has no arrays to differentiate (got "
                                 f"{d!r:.60}); pass an array, a scalar or a pytree of them, or "
                                 "choose other arguments with argnums=...")
-            _check_float_leaves([_leaf_operand(x, f"argument {i}") for x in tree_flatten(d)[0]],
-                                "grad", i)
+        plain = _plain_leaves(leaves)
+        pos = 0
+        for i, node in zip(nums, in_tree.node[2]):
+            n = _count_leaves(node)
+            if not plain:
+                leaves[pos:pos + n] = [_leaf_operand(x, f"argument {i}")
+                                       for x in leaves[pos:pos + n]]
+            _check_float_leaves(leaves[pos:pos + n], "grad", i)
+            pos += n
         f = _partial(fun, args, nums, kwargs)
 
         def scalar_f(*xs):
@@ -188,16 +234,20 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                                 f"{_describe_fn(fun)}")
             return out, aux
 
-        graph, captured, leaves, _, out_tree = trace_to_graph(
-            scalar_f, diff, abstract=False, what="grad")
+        t, graph, captured, leaves, _, out_tree = _trace(
+            scalar_f, diff, abstract=False, what="grad", flat=(leaves, in_tree))
         n_in = len(leaves)
         ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
-        g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
-        res = eval_graph(g2, list(leaves) + captured)
+        values = eager_values(t, graph, list(leaves) + captured)
+        if values is not None:
+            res = [values[v] for v in graph.outputs] + eager_vjp(
+                graph, values, range(n_in), ct, seeded=True)
+        else:
+            g2 = optimize(build_vjp(graph, list(range(n_in)), ct_values=ct, keep_outputs=True))
+            res = eval_graph(g2, list(leaves) + captured)
         n_out = len(graph.outputs)
         outs, grads = res[:n_out], res[n_out:]
         value, aux = out_tree.unflatten(outs)
-        in_tree = tree_flatten(tuple(diff))[1]
         g = in_tree.unflatten(grads)
         g = g[0] if single else tuple(g)
         return ((value, aux), g) if has_aux else (value, g)
