@@ -20,4 +20,6 @@ from .reductions import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
+from .sorting import *  # noqa: F401,F403
+from .statistics import *  # noqa: F401,F403
 from . import methods  # noqa: F401  (installs the Tracer operators and methods)

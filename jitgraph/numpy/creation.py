@@ -61,4 +61,9 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None):
     return np.linspace(start, stop, num, endpoint=endpoint).astype(_dt(dtype))
 
 
+
+def identity(n, dtype=None):
+    return eye(n, dtype=dtype)
+
+
 _locate_module(globals(), __name__)

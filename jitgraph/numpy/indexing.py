@@ -147,4 +147,74 @@ def take_along_axis(arr, indices, axis):
     return bind(_P.gather, arr, *idx)
 
 
+# ------------------------------------------------------------------ diagonals and triangles
+def diagonal(x, offset=0, axis1=0, axis2=1):
+    """The diagonal of the (axis1, axis2) planes, as a last axis (a gather, static indices)."""
+    x = _operand(x)
+    nd = aval_of(x).ndim
+    if nd < 2:
+        raise ShapeError(f"diagonal needs an array of at least 2 dimensions, got shape "
+                         f"{aval_of(x).shape}")
+    a1, a2 = _axis1(x, axis1, "diagonal"), _axis1(x, axis2, "diagonal")
+    if a1 == a2:
+        raise ValueError("diagonal: axis1 and axis2 cannot be the same")
+    rest = [i for i in range(nd) if i not in (a1, a2)]
+    x = transpose(x, [a1, a2] + rest)
+    n, m = aval_of(x).shape[:2]
+    k = int(offset)
+    length = builtins.max(0, builtins.min(n, m - k) if k >= 0 else builtins.min(n + k, m))
+    rows = np.arange(length, dtype=int64) + builtins.max(-k, 0)
+    cols = np.arange(length, dtype=int64) + builtins.max(k, 0)
+    d = bind(_P.gather, x, rows, cols)
+    return moveaxis(d, 0, -1)
+
+
+def diag(v, k=0):
+    """1-d -> a 2-d array with ``v`` on diagonal ``k``; 2-d -> its diagonal ``k``."""
+    from .math import where
+    v = _operand(v)
+    nd = aval_of(v).ndim
+    if nd == 2:
+        return diagonal(v, k)
+    if nd != 1:
+        raise ShapeError(f"diag: input must be 1-d or 2-d, got shape {aval_of(v).shape}")
+    n = aval_of(v).shape[0] + builtins.abs(int(k))
+    r, c = np.indices((n, n))
+    on = (c - r) == int(k)
+    src = np.where(on, r if k >= 0 else c, 0).astype(int64)
+    if aval_of(v).shape[0] == 0:
+        return np.zeros((n, n), aval_of(v).dtype)
+    return where(on, take(v, src), 0)
+
+
+def diagflat(v, k=0):
+    return diag(ravel(v), k)
+
+
+def trace(x, offset=0, axis1=0, axis2=1):
+    from .reductions import sum
+    return sum(diagonal(x, offset, axis1, axis2), axis=-1)
+
+
+def _tri_mask(shape, k, lower):
+    n, m = shape[-2:]
+    return np.tri(n, m, k, dtype=bool) if lower else ~np.tri(n, m, k - 1, dtype=bool)
+
+
+def tril(x, k=0):
+    from .math import where
+    x = _operand(x)
+    if aval_of(x).ndim < 2:
+        raise ShapeError(f"tril needs at least 2 dimensions, got shape {aval_of(x).shape}")
+    return where(_tri_mask(aval_of(x).shape, int(k), True), x, 0)
+
+
+def triu(x, k=0):
+    from .math import where
+    x = _operand(x)
+    if aval_of(x).ndim < 2:
+        raise ShapeError(f"triu needs at least 2 dimensions, got shape {aval_of(x).shape}")
+    return where(_tri_mask(aval_of(x).shape, int(k), False), x, 0)
+
+
 _locate_module(globals(), __name__)

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import dtypes
 from ..core import Tracer, aval_of, bind
-from ._base import (_P, _cast, _dtype_weak, _operand, _promote, asarray, astype, bool_, inf,
+from ._base import (_P, _cast, _dtype_weak, _operand, _promote, asarray, astype, bool_, float64, inf,
                     _locate_module)
 
 
@@ -155,6 +155,212 @@ def isinf(x):
 
 def isfinite(x):
     return logical_not(logical_or(isnan(x), isinf(x)))
+
+
+# ------------------------------------------------------------------ more elementwise math
+arcsin = _unary("arcsin")
+arccos = _unary("arccos")
+arctan = _unary("arctan")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+arcsinh = _unary("arcsinh")
+arccosh = _unary("arccosh")
+arctanh = _unary("arctanh")
+log2 = _unary("log2")
+log10 = _unary("log10")
+exp2 = _unary("exp2")
+arctan2 = _binary("arctan2", float_only=True)
+hypot = _binary("hypot", float_only=True)
+asin, acos, atan, asinh, acosh, atanh, atan2 = (arcsin, arccos, arctan, arcsinh, arccosh,
+                                                  arctanh, arctan2)
+_LN2 = float(np.log(2.0))
+
+
+def _float(x):
+    (x,) = _promote(x, float_only=True)
+    return x
+
+
+def fabs(x):
+    """|x| as a float (NumPy's fabs)."""
+    return abs(_float(x))
+
+
+def sinc(x):
+    """sin(pi x) / (pi x), 1 at 0."""
+    x = _float(x)
+    zero = equal(x, 0)
+    px = multiply(where(zero, 1.0, x), np.pi)
+    return where(zero, 1.0, true_divide(sin(px), px))
+
+
+def logaddexp(x, y):
+    """log(exp(x) + exp(y)) without overflow; the gradient is the pair of softmax weights."""
+    x, y = _promote(x, y, float_only=True)
+    m = maximum(x, y)
+    d = subtract(x, y)
+    d = where(isnan(d), 0.0, d)           # both infinite with the same sign: the max itself
+    return add(m, log1p(exp(negative(abs(d)))))
+
+
+def logaddexp2(x, y):
+    """log2(2**x + 2**y)."""
+    x, y = _promote(x, y, float_only=True)
+    return true_divide(logaddexp(multiply(x, _LN2), multiply(y, _LN2)), _LN2)
+
+
+def fmax(x, y):
+    """Elementwise maximum ignoring NaN (NaN only where both are NaN)."""
+    x, y = _promote(x, y)
+    return where(isnan(y), x, where(isnan(x), y, maximum(x, y)))
+
+
+def fmin(x, y):
+    """Elementwise minimum ignoring NaN (NaN only where both are NaN)."""
+    x, y = _promote(x, y)
+    return where(isnan(y), x, where(isnan(x), y, minimum(x, y)))
+
+
+def _int_passthrough(fn):
+    """Rounding functions return integer and bool operands unchanged (as NumPy 2)."""
+    def wrapped(x, *args, **kwargs):
+        x = _operand(x)
+        if not dtypes.is_float(aval_of(x).dtype):
+            return x if isinstance(x, Tracer) else asarray(x)
+        return fn(x, *args, **kwargs)
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+@_int_passthrough
+def ceil(x):
+    """Elementwise ceiling (zero gradient)."""
+    return negative(floor(negative(x)))
+
+
+@_int_passthrough
+def trunc(x):
+    """Round toward zero."""
+    return where(less(x, 0), ceil(x), floor(x))
+
+
+fix = trunc
+
+
+@_int_passthrough
+def rint(x):
+    """Round to the nearest integer, halves to even (NumPy's rint)."""
+    r = floor(add(x, 0.5))
+    tie = logical_and(equal(subtract(r, x), 0.5), not_equal(mod(r, 2.0), 0.0))
+    return where(tie, subtract(r, 1.0), r)
+
+
+def round(x, decimals=0):
+    """Round to ``decimals`` places, halves to even (NumPy's round)."""
+    x = _operand(x)
+    if decimals == 0 or not dtypes.is_float(aval_of(x).dtype):
+        return rint(x)
+    s = 10.0 ** int(decimals)
+    return true_divide(rint(multiply(x, s)), s)
+
+
+around = round_ = round
+
+
+def deg2rad(x):
+    return multiply(_float(x), np.pi / 180.0)
+
+
+def rad2deg(x):
+    return multiply(_float(x), 180.0 / np.pi)
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN -> ``nan``, +inf -> ``posinf`` (default the dtype's max), -inf -> ``neginf``."""
+    x = _operand(x)
+    d = aval_of(x).dtype
+    if not dtypes.is_float(d):
+        return x if isinstance(x, Tracer) else asarray(x)
+    big = float(np.finfo(d).max)
+    x = where(isnan(x), nan, x)
+    x = where(equal(x, inf), big if posinf is None else posinf, x)
+    return where(equal(x, -inf), -big if neginf is None else neginf, x)
+
+
+def real(x):
+    """Real part: jitgraph's arrays are real, so the value itself."""
+    x = _operand(x)
+    return x if isinstance(x, Tracer) else asarray(x)
+
+
+conj = conjugate = real_if_close = real
+
+
+def imag(x):
+    """Imaginary part of a real array: zeros."""
+    return multiply(x, 0)
+
+
+def angle(x, deg=False):
+    """Argument of a real number: 0 for x >= 0, pi for x < 0."""
+    x = _float(x)
+    return where(less(x, 0), 180.0 if deg else np.pi, multiply(x, 0.0))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol |b|, with infinities equal only to themselves."""
+    a, b = _promote(a, b, float_only=True)
+    close = less_equal(abs(subtract(a, b)), add(atol, multiply(rtol, abs(b))))
+    close = logical_and(close, logical_and(isfinite(a), isfinite(b)))
+    close = logical_or(close, logical_and(isinf(a), equal(a, b)))
+    if equal_nan:
+        close = logical_or(close, logical_and(isnan(a), isnan(b)))
+    return close
+
+
+def heaviside(x, h0):
+    x, h0 = _promote(x, h0, float_only=True)
+    return where(less(x, 0), 0.0, where(greater(x, 0), 1.0, h0))
+
+
+def copysign(x, y):
+    x, y = _promote(x, y, float_only=True)
+    neg = logical_or(less(y, 0), logical_and(equal(y, 0), less(true_divide(1.0, y), 0)))
+    return where(neg, negative(abs(x)), abs(x))
+
+
+def logical_xor(x, y):
+    return not_equal(_as_bool(x), _as_bool(y))
+
+
+def signbit(x):
+    x = _float(x)
+    return logical_or(less(x, 0), logical_and(equal(x, 0), less(true_divide(1.0, x), 0)))
+
+
+def float_power(x, y):
+    x, y = _promote(x, y, float_only=True)
+    return power(astype(x, float64), astype(y, float64))
+
+
+def cbrt(x):
+    x = _float(x)
+    return multiply(sign(x), power(abs(x), 1.0 / 3.0))
+
+
+
+def select(condlist, choicelist, default=0):
+    """The first choice whose condition holds, else ``default`` (a chain of where)."""
+    if len(condlist) != len(choicelist):
+        raise ValueError("select: list of cases must be same length as list of conditions")
+    out = default
+    for c, v in reversed(list(zip(condlist, choicelist))):
+        out = where(c, v, out)
+    return asarray(out) if not isinstance(out, Tracer) else out
 
 
 _locate_module(globals(), __name__)

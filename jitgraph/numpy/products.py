@@ -1,6 +1,8 @@
 """Products and contractions: matmul, dot, vdot, inner, outer, tensordot, einsum."""
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ..core import aval_of, bind
@@ -93,6 +95,78 @@ def einsum(subscripts: str, *operands):
     """einsum for one or two operands, lowered to transpose/reshape/sum and one matmul."""
     from ..einsum import einsum as _einsum
     return _einsum(subscripts, *operands)
+
+
+
+def kron(a, b):
+    """Kronecker product: every a[i] * b block, laid out block by block."""
+    a, b = _promote(a, b)
+    sa, sb = aval_of(a).shape, aval_of(b).shape
+    nd = builtins.max(len(sa), len(sb))
+    sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
+    a = reshape(a, tuple(d for s in sa for d in (s, 1)))
+    b = reshape(b, tuple(d for s in sb for d in (1, s)))
+    return reshape(multiply(a, b), tuple(x * y for x, y in zip(sa, sb)))
+
+
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """Cross product of 3-vectors (2-vectors get a zero z) along the last axis."""
+    from .indexing import getitem
+    from .math import subtract
+    from .manipulation import stack
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = _promote(a, b)
+    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    na, nb = aval_of(a).shape[-1], aval_of(b).shape[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ShapeError(f"cross: incompatible dimensions for cross product (dimension must be "
+                         f"2 or 3), got {na} and {nb}")
+    comp = lambda x, i, n: getitem(x, (Ellipsis, i)) if i < n else 0.0     # noqa: E731
+    a0, a1, a2 = (comp(a, i, na) for i in range(3))
+    b0, b1, b2 = (comp(b, i, nb) for i in range(3))
+    if na == 2 and nb == 2:
+        return subtract(multiply(a0, b1), multiply(a1, b0))
+    c = [subtract(multiply(a1, b2), multiply(a2, b1)), subtract(multiply(a2, b0), multiply(a0, b2)),
+         subtract(multiply(a0, b1), multiply(a1, b0))]
+    from .manipulation import broadcast_arrays
+    return moveaxis(stack(broadcast_arrays(*c), axis=-1), -1, axisc)
+
+
+
+def convolve(a, v, mode="full"):
+    """1-d discrete convolution: a static gather of ``a`` times ``v``, summed (modes as NumPy)."""
+    from .indexing import take
+    from .math import where
+    a, v = _promote(a, v)
+    if aval_of(a).ndim != 1 or aval_of(v).ndim != 1:
+        raise ValueError(f"convolve: operands must be 1-d, got {aval_of(a).shape} and "
+                         f"{aval_of(v).shape}")
+    n, m = aval_of(a).shape[0], aval_of(v).shape[0]
+    if n == 0 or m == 0:
+        raise ValueError("convolve: operands must not be empty")
+    if m > n:
+        a, v, n, m = v, a, m, n
+    k = np.arange(n + m - 1)[:, None] - np.arange(m)[None, :]
+    valid = (k >= 0) & (k < n)
+    full = sum(multiply(where(valid, take(a, np.clip(k, 0, n - 1)), 0), v), axis=1)
+    if mode == "full":
+        return full
+    if mode == "same":
+        start = (m - 1) // 2
+        return full[start:start + n]
+    if mode == "valid":
+        return full[m - 1:n]
+    raise ValueError(f"convolve: mode must be 'full', 'same' or 'valid', got {mode!r}")
+
+
+def correlate(a, v, mode="valid"):
+    """1-d cross-correlation, c[k] = sum_n a[n + k] v[n] (NumPy's, for real operands)."""
+    from .manipulation import flip
+    a, v = _promote(a, v)
+    if aval_of(v).ndim == 1 and aval_of(a).ndim == 1 and aval_of(v).shape[0] > aval_of(a).shape[0]:
+        return flip(convolve(flip(a), v, mode))
+    return convolve(a, flip(v), mode)
 
 
 _locate_module(globals(), __name__)
