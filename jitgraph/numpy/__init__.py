@@ -23,4 +23,5 @@ from .creation import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
 from .statistics import *  # noqa: F401,F403
 from .index_update import at  # noqa: F401  (also installs Tracer.at)
+from . import linalg  # noqa: F401  (jnp.linalg)
 from . import methods  # noqa: F401  (installs the Tracer operators and methods)

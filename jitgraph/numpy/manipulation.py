@@ -77,12 +77,18 @@ def swapaxes(x, axis1, axis2):
 
 
 def moveaxis(x, source, destination):
+    """Move axes to new positions (ints or equal-length sequences of ints, as NumPy)."""
     x = _operand(x)
     nd = aval_of(x).ndim
-    src = _axis1(x, source, "moveaxis")
-    dst = _axis1(x, destination, "moveaxis")
-    perm = [i for i in range(nd) if i != src]
-    perm.insert(dst, src)
+    seq = not isinstance(source, (int, np.integer))
+    srcs = [_axis1(x, s, "moveaxis") for s in (source if seq else (source,))]
+    dsts = [_axis1(x, d, "moveaxis") for d in (destination if seq else (destination,))]
+    if len(srcs) != len(dsts):
+        raise ValueError("moveaxis: `source` and `destination` arguments must have the same "
+                         "number of elements")
+    perm = [i for i in range(nd) if i not in srcs]
+    for d, s in sorted(zip(dsts, srcs)):
+        perm.insert(d, s)
     return transpose(x, perm)
 
 
