@@ -91,10 +91,17 @@ def tensordot(a, b, axes=2):
     return reshape(matmul(at, bt), tuple(sa[i] for i in free_a) + tuple(sb[i] for i in free_b))
 
 
-def einsum(subscripts: str, *operands):
-    """einsum for one or two operands, lowered to transpose/reshape/sum and one matmul."""
+def einsum(subscripts: str, *operands, optimize="greedy", precision=None):
+    """einsum with any number of operands, ellipses and repeated indices, contracted pairwise
+    (an order chosen over the index sizes) as matmuls; see ``jitgraph.einsum``."""
     from ..einsum import einsum as _einsum
-    return _einsum(subscripts, *operands)
+    return _einsum(subscripts, *operands, optimize=optimize)
+
+
+def einsum_path(subscripts: str, *operands, optimize="greedy"):
+    """The pairwise contraction order ``einsum`` uses for these operands."""
+    from ..einsum import einsum_path as _path
+    return _path(subscripts, *operands, optimize=optimize)
 
 
 
