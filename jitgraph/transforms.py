@@ -161,10 +161,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         single, nums = _split_args(args, argnums)
         diff = [args[i] for i in nums]
         for i, d in zip(nums, diff):
-            if not tree_flatten(d)[0]:
-                raise TypeError(f"grad: argument {i} has no arrays to differentiate (got "
-                                f"{d!r:.60}); pass an array, a scalar or a pytree of them, or "
-                                "choose other arguments with argnums=...")
+            # an argument with no arrays (an empty list, a pytree of nothing) gets an empty
+            # gradient of the same structure, as autograd returns
             _check_float_leaves([_leaf_operand(x, f"argument {i}") for x in tree_flatten(d)[0]],
                                 "grad", i)
         f = _partial(fun, args, nums, kwargs)

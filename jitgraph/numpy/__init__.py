@@ -24,4 +24,19 @@ from .sorting import *  # noqa: F401,F403
 from .statistics import *  # noqa: F401,F403
 from .index_update import at  # noqa: F401  (also installs Tracer.at)
 from . import linalg  # noqa: F401  (jnp.linalg)
+import numpy as np
+
+from ._base import _ScalarType
+
+# callable scalar types (``jnp.float64(x)`` casts traced values too); they compare equal to
+# (and convert to) the NumPy dtypes of the same name
+bool_ = _ScalarType(bool_)
+int32 = _ScalarType(int32)
+int64 = _ScalarType(int64)
+float32 = _ScalarType(float32)
+float64 = _ScalarType(float64)
+float_, int_ = float64, int64
+uint8 = _ScalarType(np.uint8)
+int8, int16 = _ScalarType(np.int8), _ScalarType(np.int16)
+float16 = _ScalarType(np.float16)
 from . import methods  # noqa: F401  (installs the Tracer operators and methods)

@@ -2,6 +2,7 @@
 ``jitgraph.numpy`` family module."""
 from __future__ import annotations
 
+import builtins
 import functools
 import types
 from typing import Any
@@ -23,7 +24,6 @@ nan = np.nan
 pi = np.pi
 e = np.e
 newaxis = None
-ndarray = np.ndarray
 
 
 # ------------------------------------------------------------------ operands and promotion
@@ -207,6 +207,54 @@ def _locate_module(namespace: dict, module: str) -> None:
         if (not name.startswith("_") and isinstance(obj, types.FunctionType)
                 and obj.__module__ == module):
             namespace[name] = _located(obj, name)
+
+
+# ------------------------------------------------------------------ scalar types and ndarray
+class _ScalarType:
+    """``jnp.float32`` and friends: usable wherever NumPy takes a dtype (``dtype=``,
+    ``.astype``, ``==``), and callable like NumPy's scalar types: ``jnp.float64(x)`` casts a
+    traced value (``np.float64(x)`` would need a concrete one)."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.__name__ = self.dtype.name
+
+    def __call__(self, x):
+        if isinstance(x, Tracer) or (isinstance(x, (list, tuple))
+                                     and builtins.any(isinstance(e, Tracer) for e in _iter_nested(x))):
+            return astype(x, self.dtype)
+        return self.dtype.type(x)
+
+    def __getattr__(self, name):            # kind, itemsize, name, type, char, ...
+        return getattr(self.__dict__["dtype"], name)
+
+    def __eq__(self, other):
+        try:
+            return self.dtype == np.dtype(other)
+        except TypeError:
+            return NotImplemented
+
+    def __hash__(self):
+        return hash(self.dtype)
+
+    def __repr__(self):
+        return f"jnp.{self.dtype.name}"
+
+
+class _ArrayMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, (np.ndarray, Tracer))
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, (np.ndarray, Tracer))
+
+
+class ndarray(metaclass=_ArrayMeta):
+    """``isinstance(x, jnp.ndarray)`` holds for NumPy arrays and for traced values alike (as
+    ``jax.Array``), so code that checks for arrays keeps working inside grad and jit."""
+
+
+Array = ndarray
 
 
 _locate_module(globals(), __name__)

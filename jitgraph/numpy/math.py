@@ -248,9 +248,9 @@ def trunc(x):
 fix = trunc
 
 
-@_int_passthrough
 def rint(x):
-    """Round to the nearest integer, halves to even (NumPy's rint)."""
+    """Round to the nearest integer, halves to even (NumPy's rint; integers become floats)."""
+    x = _float(x)
     r = floor(add(x, 0.5))
     tie = logical_and(equal(subtract(r, x), 0.5), not_equal(mod(r, 2.0), 0.0))
     return where(tie, subtract(r, 1.0), r)
@@ -259,7 +259,9 @@ def rint(x):
 def round(x, decimals=0):
     """Round to ``decimals`` places, halves to even (NumPy's round)."""
     x = _operand(x)
-    if decimals == 0 or not dtypes.is_float(aval_of(x).dtype):
+    if not dtypes.is_float(aval_of(x).dtype):
+        return x if isinstance(x, Tracer) else asarray(x)
+    if decimals == 0:
         return rint(x)
     s = 10.0 ** int(decimals)
     return true_divide(rint(multiply(x, s)), s)

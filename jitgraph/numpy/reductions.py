@@ -73,7 +73,12 @@ def var(x, axis=None, ddof=0, keepdims=False):
 
 
 def std(x, axis=None, ddof=0, keepdims=False):
-    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+    """sqrt(var); where the variance is 0 (one element, or all equal) the derivative is taken
+    as 0 instead of 0 * inf (for a single element std is identically 0)."""
+    from .math import greater, where
+    v = var(x, axis=axis, ddof=ddof, keepdims=keepdims)
+    pos = greater(v, 0)
+    return where(pos, sqrt(where(pos, v, 1.0)), v)
 
 
 def _arg(pname, x, axis, keepdims):
