@@ -81,3 +81,13 @@ def test_errors_name_the_function_and_line():
         jnp.split(np.ones(5), 2)
     with pytest.raises(ValueError, match="pad: mode 'bogus'"):
         jnp.pad(np.ones(3), 1, mode="bogus")
+
+
+def test_ndarray_methods_of_the_new_families_on_traced_values():
+    x = np.array([[0.0, 1.26, 2.0], [3.0, -4.5, 0.0]])
+    f = jitgraph.jit(lambda x: (x.any(), x.all(axis=0), x.cumsum(1), x.round(1), x.diagonal(),
+                                x.repeat(2), x.argsort(), x.real + x.imag, x.ptp()))
+    want = (x.any(), x.all(axis=0), x.cumsum(1), x.round(1), x.diagonal(), x.repeat(2),
+            x.argsort(), x, np.ptp(x))
+    for g, w in zip(f(x), want):
+        np.testing.assert_array_equal(g, w)

@@ -115,6 +115,34 @@ def _install_tracer_methods() -> None:
     T.dot = lambda s, o, out=None: dot(s, o) if _no_out(out, "dot") else None
     T.clip = lambda s, min=None, max=None, out=None: clip(s, min, max) \
         if _no_out(out, "clip") else None
+    _install_more_methods(T)
+
+
+def _install_more_methods(T) -> None:
+    """ndarray methods of the newer families (logic, cumulative, rounding, diagonals)."""
+    from . import indexing, manipulation, math, reductions, sorting
+    T.any = lambda s, axis=None, out=None, keepdims=False: reductions.any(
+        s, axis, keepdims) if _no_out(out, "any") else None
+    T.all = lambda s, axis=None, out=None, keepdims=False: reductions.all(
+        s, axis, keepdims) if _no_out(out, "all") else None
+    T.cumsum = lambda s, axis=None, dtype=None, out=None: reductions.cumsum(
+        s, axis, dtype) if _no_out(out, "cumsum") else None
+    T.cumprod = lambda s, axis=None, dtype=None, out=None: reductions.cumprod(
+        s, axis, dtype) if _no_out(out, "cumprod") else None
+    T.ptp = lambda s, axis=None, out=None, keepdims=False: reductions.ptp(
+        s, axis, keepdims) if _no_out(out, "ptp") else None
+    T.round = lambda s, decimals=0, out=None: math.round(s, decimals) \
+        if _no_out(out, "round") else None
+    T.conj = T.conjugate = lambda s: s
+    T.real = property(lambda s: s)
+    T.imag = property(lambda s: math.imag(s))
+    T.diagonal = lambda s, offset=0, axis1=0, axis2=1: indexing.diagonal(s, offset, axis1, axis2)
+    # (no ``x.trace()``: ``trace`` is the Tracer's own slot; use jnp.trace(x))
+    T.repeat = lambda s, repeats, axis=None: manipulation.repeat(s, repeats, axis)
+    T.argsort = lambda s, axis=-1, kind=None, order=None: sorting.argsort(s, axis)
+    T.nonzero = lambda s: (_ for _ in ()).throw(TypeError(
+        "nonzero() has a data-dependent shape and cannot be traced; use jnp.where(mask, x, 0) "
+        f"or a boolean mask with a static shape, at {_here()}"))
 
 
 _install_tracer_methods()
