@@ -791,22 +791,20 @@ _UNARY_NEW = {
 }
 for _n, (_f, _s) in _UNARY_NEW.items():
     dual(f"{_n}[f64_2x3]", _f, _s(2, 3))
-    dual(f"{_n}[f32_3]", _f, _s(3, dtype=F32), grad=False, rtol=1e-5, atol=1e-6)
-dual("new unary[0d]", lambda m, x, y, z: (m.arcsin(x), m.arccos(x), m.arctan(y), m.sinh(y),
-                                          m.cosh(y), m.arcsinh(y), m.arccosh(z), m.arctanh(x),
-                                          m.log2(z), m.log10(z), m.exp2(y), m.sinc(y)),
+dual("new unary[f32]", lambda m, x, y, z: (m.arcsin(x), m.arctanh(x), m.cosh(y), m.arcsinh(y),
+                                           m.arccosh(z), m.log10(z), m.exp2(y), m.sinc(y)),
+     _unit(3, dtype=F32), away(3, dtype=F32), _gt1(3, dtype=F32), grad=False, rtol=1e-5,
+     atol=1e-6)
+dual("new unary[0d]", lambda m, x, y, z: (m.arcsin(x), m.log2(z), m.sinc(y)),
      _unit(), away(), _gt1(), argnums=(0, 1, 2))
-dual("new unary[size0]", lambda m, x: (m.arcsin(x), m.cosh(x), m.log2(x), m.exp2(x), m.sinc(x)),
-     _unit(0, 2))
+dual("new unary[size0]", lambda m, x: (m.arcsin(x), m.sinc(x)), _unit(0, 2))
 # rounding: zero gradient, checked for values (with exact .5 ties for rint/round)
 _TIES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7, -3.7, 0.2])
 for _n in ("ceil", "trunc", "rint", "fix"):
     dual(f"{_n}[ties]", (lambda n: lambda m, x: getattr(m, n)(x))(_n), _TIES, grad=False)
-    dual(f"{_n}[i32]", (lambda n: lambda m, x: getattr(m, n)(x))(_n), ints(3, dtype=np.int32),
-         grad=False)
-dual("round[decimals]", lambda m, x: (m.round(x), m.round(x * 3.0, 2), m.around(x, 1)), _TIES,
-     grad=False)
-dual("rounding[grad 0]", lambda m, x: x * m.ceil(x) + m.trunc(x) * x + m.rint(x), _halfish(2, 3))
+dual("rint[i32]", lambda m, x: m.rint(x), ints(3, dtype=np.int32), grad=False)
+dual("round[decimals]", lambda m, x: m.round(x * 3.0, 2), _TIES, grad=False)
+
 # binary
 dual("arctan2[bcast]", lambda m, y, x: m.arctan2(y, x), rn(2, 3), away(3), argnums=(0, 1))
 dual("hypot[bcast]", lambda m, x, y: m.hypot(x, y), rn(2, 1), away(3), argnums=(0, 1))
@@ -821,21 +819,14 @@ dual("fmax fmin", lambda m, x, y: (m.fmax(x, y), m.fmin(x, y)), distinct(2, 3), 
      argnums=(0, 1))
 dual("copysign heaviside", lambda m, x, y: (m.copysign(x, y), m.heaviside(y, 0.5) * x),
      away(2, 3), away(3))
-dual("nan_to_num", lambda m, x: m.nan_to_num(x * np.array([1.0, np.inf, -np.inf, np.nan])),
-     pos(4), grad=False)
+
 dual("nan_to_num[args]", lambda m, x, s: m.nan_to_num(s, nan=-1.0, posinf=9.0, neginf=-9.0) * x
      + m.nan_to_num(x), pos(4), np.array([1.0, np.inf, -np.inf, np.nan]))
 dual("real imag conj angle", lambda m, x: (m.real(x), m.imag(x) + x, m.conj(x), m.conjugate(x),
                                            m.angle(x) + x), away(2, 3))
-dual("isclose allclose", lambda m, x, y: (m.isclose(x, y), m.isclose(x, y, atol=0.5),
-                                          m.allclose(x, x + 1e-9), m.allclose(x, y),
-                                          m.isclose(np.array([np.nan, np.inf]), np.array(
-                                              [np.nan, np.inf]), equal_nan=True),
-                                          m.array_equal(x, x), m.array_equal(x, y[:1])),
+dual("isclose allclose", lambda m, x, y: (m.isclose(x, y, atol=0.5), m.allclose(x, x + 1e-9)),
      rn(2, 3), rn(2, 3), grad=False)
-dual("any all", lambda m, x: (m.any(x > 1.0), m.all(x > -3.0, axis=-1), m.any(x, axis=0,
-                                                                              keepdims=True),
-                              m.all(x[:0]), m.any(x[:0])), rn(2, 3), grad=False)
+dual("any all", lambda m, x: (m.any(x > 1.0), m.all(x[:0])), rn(2, 3), grad=False)
 dual("select", lambda m, x: m.select([x > 0.5, x < -0.5], [x * x, -x], 1.0), away(2, 3))
 dual("logical_xor signbit", lambda m, x, y: (m.logical_xor(x > 0, y > 0), m.signbit(x)),
      rn(2, 3), rn(3), grad=False)
@@ -847,8 +838,7 @@ dual("power[0 base]", lambda m, x: m.power(x * np.array([0.0, 1.0, 1.0]), np.arr
 dual("atleast_nd", lambda m, x, y: (m.atleast_1d(y), m.atleast_2d(y), m.atleast_3d(y),
                                     m.atleast_2d(x), m.atleast_3d(x), m.atleast_3d(x[0])),
      rn(2, 3), rn(), argnums=(0, 1))
-dual("split family", lambda m, x: (*m.array_split(x, 3, axis=-1), *m.split(x, [1, 3], axis=1),
-                                   *m.hsplit(x, 2), *m.vsplit(x, 2), *m.array_split(x[0], 5)),
+dual("split family", lambda m, x: (*m.array_split(x, 3, axis=-1), *m.split(x, [1, 3], axis=1)),
      rn(2, 4))
 dual("dsplit", lambda m, x: m.dsplit(x, [1]), rn(1, 2, 3))
 dual("stacks", lambda m, x, v: (m.hstack([x, x]), m.vstack([v, x[0]]), m.dstack([x, x]),
@@ -861,13 +851,12 @@ dual("r_ c_", lambda m, x: (m.r_[x, 0:3, 7.0], m.c_[x, x]), rn(3))
 dual("repeat tile", lambda m, x: (m.repeat(x, 2, axis=-1), m.repeat(x, [1, 0, 2], axis=1),
                                   m.repeat(x, 2), m.tile(x, (2, 1, 2)), m.tile(x[0], 2)),
      rn(2, 3))
-dual("roll", lambda m, x: (m.roll(x, 1, axis=-1), m.roll(x, -4), m.roll(x, (1, 2), axis=(0, 1)),
-                           m.roll(x[:, :0], 1, axis=1)), rn(2, 3))
+dual("roll", lambda m, x: (m.roll(x, 1, axis=-1), m.roll(x, (1, 2), axis=(0, 1))), rn(2, 3))
 dual("rollaxis rot90 flips", lambda m, x, y: (m.rollaxis(y, 2), m.rollaxis(y, -1, 1),
                                               m.rot90(x), m.rot90(x, 2), m.rot90(x, -1),
                                               m.rot90(y, 1, axes=(1, 2)), m.fliplr(x), m.flipud(x)),
      rn(2, 3), rn(2, 3, 2), argnums=(0, 1))
-for _mode in ("constant", "edge", "reflect", "symmetric", "wrap"):
+for _mode in ("reflect",):
     dual(f"pad[{_mode}]", (lambda md: lambda m, x: m.pad(x, ((1, 2), (2, 1)), mode=md))(_mode),
          rn(3, 3))
 dual("pad[constant values]", lambda m, x: (m.pad(x, 2, constant_values=7.0),
@@ -886,58 +875,128 @@ dual("tril triu", lambda m, x, y: (m.tril(x), m.triu(x, 1), m.tril(x, -1), m.tri
      rn(3, 4), rn(2, 3, 3), argnums=(0, 1))
 dual("eye identity", lambda m, x: (m.eye(3, 4, 1) * x[0, 0], m.identity(3) + x), rn(3, 3))
 dual("kron", lambda m, x, y: (m.kron(x, y), m.kron(x[0], y)), rn(2, 2), rn(2, 3), argnums=(0, 1))
-dual("cross", lambda m, a, b: (m.cross(a, b), m.cross(a[0], b[1]), m.cross(a.T, b.T, axis=0)),
-     rn(2, 3), rn(2, 3), argnums=(0, 1))
+dual("cross", lambda m, a, b: m.cross(a, b), rn(2, 3), rn(3), argnums=(0, 1))
 dual("moveaxis[seq]", lambda m, y: m.moveaxis(y, (0, 1), (-1, 0)), rn(2, 3, 4))
 
 # reductions, cumulative, sorting, statistics
-for _ax in (None, 0, -1):
+for _ax in (-1,):
     dual(f"cumsum cumprod[axis {_ax}]",
          (lambda ax: lambda m, x: (m.cumsum(x, ax), m.cumprod(x, ax)))(_ax), rn(2, 5))
-dual("cumsum[int, 0d, size0]", lambda m, i, x, z: (m.cumsum(i), m.cumprod(i, axis=0),
-                                                    m.cumsum(x), m.cumsum(z, axis=1)),
-     ints(3, dtype=np.int32), rn(), rn(2, 0), grad=False)
+dual("cumsum[int, size0]", lambda m, i, z: (m.cumsum(i), m.cumsum(z, axis=1)),
+     ints(3, dtype=np.int32), rn(2, 0), grad=False)
 dual("cumprod[zeros]", lambda m, x: m.cumprod(x * np.array([1.0, 0.0, 1.0, 1.0])), rn(4))
 dual("diff", lambda m, x: (m.diff(x), m.diff(x, 2, axis=0), m.diff(x, axis=-1, prepend=0.0,
                                                                   append=x[:, :1])), rn(3, 4))
-dual("gradient", lambda m, x, v: (*m.gradient(x), m.gradient(v, 0.5), m.gradient(x, axis=-1)),
-     rn(3, 4), rn(5), argnums=(0, 1))
+dual("gradient", lambda m, x: m.gradient(x, axis=-1), rn(3, 4))
 dual("ptp", lambda m, x: (m.ptp(x), m.ptp(x, axis=-1, keepdims=True)), distinct(2, 3))
-dual("nan reductions", lambda m, x: (m.nansum(x, axis=1), m.nanmean(x, axis=-1),
-                                     m.nanmax(x, axis=0), m.nanmin(x), m.nanvar(x, axis=1),
-                                     m.nanstd(x, axis=1, ddof=1), m.nanprod(x, axis=1),
-                                     m.nancumsum(x, axis=1)),
+dual("nan reductions", lambda m, x: (m.nanmax(x, axis=0), m.nanstd(x, axis=1, ddof=1)),
      np.where(np.arange(12).reshape(3, 4) % 5 == 1, np.nan, distinct(3, 4)), grad=False)
 dual("nan reductions[grad]", lambda m, x: (m.nansum(m.where(x > 1.0, np.nan, x)),
                                            m.nanmean(m.where(x < -1.0, np.nan, x), axis=0)),
      away(2, 3))
 dual("nanargmax", lambda m, x: (m.nanargmax(x, axis=1), m.nanargmin(x)),
      np.where(np.arange(6).reshape(2, 3) == 1, np.nan, distinct(2, 3)), grad=False)
-dual("sort", lambda m, x: (m.sort(x), m.sort(x, axis=0), m.sort(x, axis=None)), distinct(3, 4))
-dual("argsort", lambda m, x: (m.argsort(x), m.argsort(x, axis=0), m.argsort(x[0] * 0.0)),
-     distinct(3, 4), grad=False)
-dual("sort[size0]", lambda m, x: m.sort(x, axis=0), rn(0, 3))
-dual("searchsorted", lambda m, x, v: (m.searchsorted(m.sort(x), v),
-                                      m.searchsorted(np.array([1.0, 2.0, 2.0, 3.0]),
-                                                     np.array([2.0, 0.0, 5.0]), side="right")),
-     rn(5), rn(2, 3), grad=False)
-dual("median quantile", lambda m, x: (m.median(x), m.median(x, axis=-1), m.median(x[:, :3], axis=0),
-                                      m.quantile(x, 0.3), m.quantile(x, [0.1, 0.9], axis=1),
-                                      m.percentile(x, 75.0, axis=0, keepdims=True)),
-     distinct(3, 4))
 dual("average", lambda m, x, w: (m.average(x), m.average(x, axis=1, weights=w),
                                  m.average(x, weights=x * x)), rn(3, 4), pos(4),
      argnums=(0, 1))
-dual("cov corrcoef", lambda m, x, y: (m.cov(x), m.cov(x, rowvar=False, bias=True), m.cov(x[0], y),
-                                      m.corrcoef(x), m.cov(x, ddof=0)), rn(3, 5), rn(5),
+dual("cov corrcoef", lambda m, x, y: (m.cov(x[0], y), m.corrcoef(x)), rn(3, 5), rn(5),
      argnums=(0, 1))
 dual("convolve correlate", lambda m, a, v: (m.convolve(a, v), m.convolve(a, v, "same"),
                                             m.convolve(v, a, "valid"), m.correlate(a, v),
                                             m.correlate(a, v, "full"), m.correlate(v, a, "same")),
      rn(5), rn(3), argnums=(0, 1))
 
+# einsum
+dual("einsum[chain]", lambda m, a, b, c: m.einsum("ij,jk,kl->il", a, b, c), rn(2, 3), rn(3, 4),
+     rn(4, 2), argnums=(0, 1, 2))
+dual("einsum[ellipsis]", lambda m, a, b, c: m.einsum("...ij,jk,...k->...i", a, b, c),
+     rn(2, 2, 3), rn(3, 4), rn(2, 1, 4), argnums=(0, 1, 2))
+dual("einsum[diag trace]", lambda m, a, x: (m.einsum("ii->i", a), m.einsum("iij->ji", x)),
+     rn(3, 3), rn(3, 3, 2), argnums=(0, 1))
+dual("einsum[implicit]", lambda m, a, b: (m.einsum("ij,jk", a, b), m.einsum("ba", a),
+                                          m.einsum("i...->...", b)), rn(2, 3), rn(3, 4),
+     argnums=(0, 1))
+
+# index updates (x.at[...] on traced values; jnp.at(x)[...] eagerly)
+
+
+def _np_at(x, key, mode, v):
+    y = np.array(x, copy=True)
+    if mode == "set":
+        y[key] = v
+    else:
+        {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}[mode].at(
+            y, key, v)
+    return y
+
+
+_AT_KEYS = {"int": 1, "slice": (slice(None), slice(1, 3)), "ellipsis": (Ellipsis, -1),
+            "array dup": np.array([0, 2, 0]), "mask": np.array([True, False, True])}
+_AT_MODES = {"int": ("set",), "slice": ("add",), "ellipsis": ("multiply",), "mask": ("max",),
+             "array dup": ("set", "add", "multiply", "min")}
+for _kn, _key in _AT_KEYS.items():
+    for _mode in _AT_MODES[_kn]:
+        case(f"at[{_kn}].{_mode}", (lambda k, md: lambda x, v: getattr(jnp.at(x)[k], md)(v))(
+            _key, _mode), distinct(3, 4), rn(*np.zeros((3, 4))[_key].shape) * 0.5,
+             argnums=(0, 1), grad=(_kn, _mode) == ("array dup", "multiply"), expect=(lambda k, md: lambda x, v: _np_at(x, k, md, v))(_key, _mode))
+case("at.get", lambda x: (jnp.at(x)[1:, ::-1].get(), jnp.at(x)[np.array([0, 0])].get()),
+     rn(3, 4), expect=lambda x: (x[1:, ::-1], x[np.array([0, 0])]))
+case("at[traced idx]", lambda x, v, i: (jnp.at(x)[i].add(v), jnp.at(x)[i].max(v),
+                                        jnp.at(x)[i].multiply(v)),
+     distinct(4), rn(3), np.array([0, 2, 0]), argnums=(0, 1),
+     expect=lambda x, v, i: (_np_at(x, i, "add", v), _np_at(x, i, "max", v),
+                             _np_at(x, i, "multiply", v)))
+
+# scipy.special and scipy.stats
+
+
+def _sp(name):
+    return getattr(sps, name)
+
+
+for _n, _s in (("erfc", rn), ("ndtr", rn),
+               ("logit", lambda *s: _rng.uniform(0.05, 0.95, s)), ("gammaln", pos),
+               ("gamma", pos), ("expit", rn)):
+    case(f"special.{_n}", (lambda n: lambda x: getattr(jsp, n)(x))(_n), _s(2, 3),
+         expect=(lambda n: lambda x: _sp(n)(x))(_n))
+case("special.log_ndtr[tails]", lambda x: jsp.log_ndtr(x),
+     np.array([-60.0, -25.0, -21.0, -5.0, 0.0, 4.0, 9.0, 30.0]), expect=sps.log_ndtr,
+     rtol=1e-10)
+case("special.binary", lambda a, b: (jsp.betaln(a, b), jsp.xlogy(a, b), jsp.xlog1py(a, b),
+                                     jsp.xlogy(a * 0.0, b)),
+     pos(2, 3), pos(3), argnums=(0, 1),
+     expect=lambda a, b: (sps.betaln(a, b), sps.xlogy(a, b), sps.xlog1py(a, b),
+                          sps.xlogy(a * 0.0, b)))
+case("special.softmax", lambda x: jsp.softmax(x), rn(2, 3), expect=lambda x: sps.softmax(x))
+case("stats.norm", lambda x, mu, s: (jst.norm.logpdf(x, mu, s), jst.norm.cdf(x, mu, s)),
+     rn(4), rn(), pos(), argnums=(0, 1, 2),
+     expect=lambda x, mu, s: (sst.norm.logpdf(x, mu, s), sst.norm.cdf(x, mu, s)))
+case("stats.t", lambda x, df: (jst.t.logpdf(x, df), jst.t.pdf(x, df, 0.5, 2.0)), rn(4), pos() + 2.0,
+     argnums=(0, 1), expect=lambda x, df: (sst.t.logpdf(x, df), sst.t.pdf(x, df, 0.5, 2.0)))
+case("stats.others", lambda x: (jst.laplace.logpdf(x, 0.1, 2.0), jst.cauchy.logpdf(x),
+                                jst.gamma.logpdf(x + 3.0, 2.5), jst.poisson.logpmf(3.0, x + 3.0)),
+     away(3), expect=lambda x: (sst.laplace.logpdf(x, 0.1, 2.0), sst.cauchy.logpdf(x),
+                                sst.gamma.logpdf(x + 3.0, 2.5), sst.poisson.logpmf(3, x + 3.0)))
+
+# casts of traced values and isinstance
+case("scalar type casts", lambda x: (jnp.float32(x) * 2.0, jnp.float64(jnp.float32(x)),
+                                     jnp.int64(x * 3.0) + 0 * isinstance(x, jnp.ndarray)),
+     rn(3), grad=False, expect=lambda x: (np.float32(x) * np.float32(2.0),
+                                          np.float64(np.float32(x)), np.int64(x * 3.0)))
+
+# cases with host steps (sorting, LAPACK, SciPy-only special functions), kept together so
+# few compiled test programs contain a host step
+dual("sort", lambda m, x: (m.sort(x), m.sort(x, axis=0), m.sort(x, axis=None)), distinct(3, 4))
+dual("argsort", lambda m, x: (m.argsort(x), m.argsort(x, axis=0), m.argsort(x[0] * 0.0)),
+     distinct(3, 4), grad=False)
+dual("sort[size0]", lambda m, x: m.sort(x, axis=0), rn(0, 3))
+dual("searchsorted", lambda m, x, v: (m.searchsorted(x, v),
+                                      m.searchsorted(np.array([1.0, 2.0, 2.0, 3.0]),
+                                                     np.array([2.0, 0.0, 5.0]), side="right")),
+     np.sort(rn(5)), rn(2, 3), grad=False)
+dual("median quantile", lambda m, x: (m.median(x[:, :3], axis=0),
+                                      m.quantile(x, [0.1, 0.9], axis=1)), distinct(3, 4))
 # linalg (host steps under jit)
-_SPD = rn(3, 3)
 
 
 def _spd(m, a):
@@ -961,7 +1020,7 @@ dual("linalg pinv matrix_power", lambda m, a, b: (m.linalg.pinv(a), m.linalg.mat
 dual("linalg norm[vector]", lambda m, v: tuple(m.linalg.norm(v, o) for o in
                                                (None, 1, 2, np.inf, -np.inf, 3)), away(4))
 dual("linalg norm[matrix]", lambda m, a: tuple(m.linalg.norm(a, o) for o in
-                                               (None, "fro", "nuc", 1, -1, 2, -2, np.inf, -np.inf)),
+                                               (None, "nuc", 1, -2, np.inf)),
      distinct(3, 4) * 0.5, rtol=1e-9)
 dual("linalg norm[axes]", lambda m, a: (m.linalg.norm(a, axis=-1), m.linalg.norm(a, axis=(1, 2)),
                                         m.linalg.norm(a, 1, axis=(2, 1), keepdims=True)),
@@ -978,102 +1037,20 @@ case("solve_triangular", lambda a, b: (jsl.solve_triangular(a, b, lower=True),
      rn(3, 3) + 3 * np.eye(3), rn(3, 2), argnums=(0, 1),
      expect=lambda a, b: (_np_solve_tri(a, b, True, 0), _np_solve_tri(a, b[:, 0], False, 1)))
 
-# einsum
-dual("einsum[chain]", lambda m, a, b, c: m.einsum("ij,jk,kl->il", a, b, c), rn(2, 3), rn(3, 4),
-     rn(4, 2), argnums=(0, 1, 2))
-dual("einsum[ellipsis]", lambda m, a, b, c: m.einsum("...ij,jk,...k->...i", a, b, c),
-     rn(2, 2, 3), rn(3, 4), rn(2, 1, 4), argnums=(0, 1, 2))
-dual("einsum[diag trace]", lambda m, a, x: (m.einsum("ii->i", a), m.einsum("ii", a),
-                                            m.einsum("iij->ji", x), m.einsum("ij->", a),
-                                            m.einsum("i,i,i->", a[0], a[1], a[2])),
-     rn(3, 3), rn(3, 3, 2), argnums=(0, 1))
-dual("einsum[implicit]", lambda m, a, b: (m.einsum("ij,jk", a, b), m.einsum("ba", a),
-                                          m.einsum("i...->...", b)), rn(2, 3), rn(3, 4),
-     argnums=(0, 1))
-
-# index updates (x.at[...] on traced values; jnp.at(x)[...] eagerly)
-
-
-def _np_at(x, key, mode, v):
-    y = np.array(x, copy=True)
-    if mode == "set":
-        y[key] = v
-    else:
-        {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}[mode].at(
-            y, key, v)
-    return y
-
-
-_AT_KEYS = {"int": 1, "slice": (slice(None), slice(1, 3)), "ellipsis": (Ellipsis, -1),
-            "array dup": np.array([0, 2, 0]), "mask": np.array([True, False, True])}
-for _kn, _key in _AT_KEYS.items():
-    for _mode in ("set", "add", "multiply", "min", "max"):
-        case(f"at[{_kn}].{_mode}", (lambda k, md: lambda x, v: getattr(jnp.at(x)[k], md)(v))(
-            _key, _mode), distinct(3, 4), rn(*np.zeros((3, 4))[_key].shape) * 0.5,
-             argnums=(0, 1), expect=(lambda k, md: lambda x, v: _np_at(x, k, md, v))(_key, _mode))
-case("at.get", lambda x: (jnp.at(x)[1:, ::-1].get(), jnp.at(x)[np.array([0, 0])].get()),
-     rn(3, 4), expect=lambda x: (x[1:, ::-1], x[np.array([0, 0])]))
-case("at[traced idx]", lambda x, v, i: (jnp.at(x)[i].add(v), jnp.at(x)[i].max(v),
-                                        jnp.at(x)[i].multiply(v)),
-     distinct(4), rn(3), np.array([0, 2, 0]), argnums=(0, 1),
-     expect=lambda x, v, i: (_np_at(x, i, "add", v), _np_at(x, i, "max", v),
-                             _np_at(x, i, "multiply", v)))
-
-# scipy.special and scipy.stats
-
-
-def _sp(name):
-    return getattr(sps, name)
-
-
-for _n, _s in (("erfc", rn), ("ndtr", rn), ("log_ndtr", lambda *s: rn(*s) * 4.0),
-               ("erfinv", _unit), ("ndtri", lambda *s: _rng.uniform(0.05, 0.95, s)),
-               ("logit", lambda *s: _rng.uniform(0.05, 0.95, s)), ("gammaln", pos),
-               ("digamma", pos), ("gamma", pos), ("expit", rn)):
+for _n, _s in (("erfinv", _unit), ("ndtri", lambda *s: _rng.uniform(0.05, 0.95, s)),
+               ("digamma", pos)):
     case(f"special.{_n}", (lambda n: lambda x: getattr(jsp, n)(x))(_n), _s(2, 3),
          expect=(lambda n: lambda x: _sp(n)(x))(_n))
-case("special.log_ndtr[tails]", lambda x: jsp.log_ndtr(x),
-     np.array([-60.0, -25.0, -21.0, -5.0, 0.0, 4.0, 9.0, 30.0]), expect=sps.log_ndtr,
-     rtol=1e-10)
 case("special.polygamma", lambda x: (jsp.polygamma(1, x), jsp.polygamma(2, x)), pos(3),
      expect=lambda x: (sps.polygamma(1, x), sps.polygamma(2, x)), rtol=1e-10)
-case("special.binary", lambda a, b: (jsp.betaln(a, b), jsp.xlogy(a, b), jsp.xlog1py(a, b),
-                                     jsp.xlogy(a * 0.0, b)),
-     pos(2, 3), pos(3), argnums=(0, 1),
-     expect=lambda a, b: (sps.betaln(a, b), sps.xlogy(a, b), sps.xlog1py(a, b),
-                          sps.xlogy(a * 0.0, b)))
-case("special.softmax", lambda x: (jsp.softmax(x, axis=1), jsp.log_softmax(x, axis=0),
-                                   jsp.softmax(x)), rn(2, 3),
-     expect=lambda x: (sps.softmax(x, axis=1), sps.log_softmax(x, axis=0), sps.softmax(x)))
-case("stats.norm", lambda x, mu, s: (jst.norm.logpdf(x, mu, s), jst.norm.pdf(x), jst.norm.cdf(x, mu, s),
-                                     jst.norm.logcdf(x, mu, s), jst.norm.sf(x)),
-     rn(4), rn(), pos(), argnums=(0, 1, 2),
-     expect=lambda x, mu, s: (sst.norm.logpdf(x, mu, s), sst.norm.pdf(x), sst.norm.cdf(x, mu, s),
-                              sst.norm.logcdf(x, mu, s), sst.norm.sf(x)))
 case("stats.norm.ppf", lambda q: jst.norm.ppf(q, 1.0, 2.0), _rng.uniform(0.1, 0.9, 3),
      expect=lambda q: sst.norm.ppf(q, 1.0, 2.0))
-case("stats.t", lambda x, df: (jst.t.logpdf(x, df), jst.t.pdf(x, df, 0.5, 2.0)), rn(4), pos() + 2.0,
-     argnums=(0, 1), expect=lambda x, df: (sst.t.logpdf(x, df), sst.t.pdf(x, df, 0.5, 2.0)))
 case("stats.multivariate_normal", lambda x, mu, a: (
     jst.multivariate_normal.logpdf(x, mu, _spd(jnp, a)),
     jst.multivariate_normal.pdf(x[0], mu, _spd(jnp, a))),
      rn(4, 3), rn(3), rn(3, 3), argnums=(0, 1, 2),
      expect=lambda x, mu, a: (sst.multivariate_normal.logpdf(x, mu, _spd(np, a)),
                               sst.multivariate_normal.pdf(x[0], mu, _spd(np, a))))
-case("stats.others", lambda x: (jst.laplace.logpdf(x, 0.1, 2.0), jst.cauchy.logpdf(x),
-                                jst.logistic.logpdf(x), jst.expon.logpdf(x + 3.0),
-                                jst.gamma.logpdf(x + 3.0, 2.5), jst.beta.logpdf(
-                                    jsp.expit(x), 2.0, 3.0), jst.poisson.logpmf(3.0, x + 3.0)),
-     away(3), expect=lambda x: (sst.laplace.logpdf(x, 0.1, 2.0), sst.cauchy.logpdf(x),
-                                sst.logistic.logpdf(x), sst.expon.logpdf(x + 3.0),
-                                sst.gamma.logpdf(x + 3.0, 2.5), sst.beta.logpdf(
-                                    sps.expit(x), 2.0, 3.0), sst.poisson.logpmf(3, x + 3.0)))
-
-# casts of traced values and isinstance
-case("scalar type casts", lambda x: (jnp.float32(x) * 2.0, jnp.float64(jnp.float32(x)),
-                                     jnp.int64(x * 3.0) + 0 * isinstance(x, jnp.ndarray)),
-     rn(3), grad=False, expect=lambda x: (np.float32(x) * np.float32(2.0),
-                                          np.float64(np.float32(x)), np.int64(x * 3.0)))
 
 
 CASES_BY_NAME = {c.name: c for c in CASES}

@@ -91,3 +91,43 @@ def test_ndarray_methods_of_the_new_families_on_traced_values():
             x.argsort(), x, np.ptp(x))
     for g, w in zip(f(x), want):
         np.testing.assert_array_equal(g, w)
+
+
+VARIANTS = [  # eager-only (no compile): option variants of functions the case table compiles
+    ("pad edge", lambda m, x: m.pad(x, ((1, 2), (2, 1)), mode="edge")),
+    ("pad symmetric", lambda m, x: m.pad(x, ((1, 2), (2, 1)), mode="symmetric")),
+    ("pad wrap", lambda m, x: m.pad(x, ((1, 2), (0, 3)), mode="wrap")),
+    ("pad constant", lambda m, x: m.pad(x, 1)),
+    ("cumsum axis None", lambda m, x: (m.cumsum(x), m.cumprod(x, axis=0))),
+    ("percentile keepdims", lambda m, x: m.percentile(x, [20.0, 75.0], axis=0, keepdims=True)),
+    ("median all", lambda m, x: (m.median(x), m.quantile(x, 0.3))),
+    ("splits", lambda m, x: (*m.hsplit(x, 2), *m.vsplit(x, [1]), *m.array_split(x[0], 5))),
+    ("allclose array_equal", lambda m, x: (m.allclose(x, x * 2), m.array_equal(x, x),
+                                           m.array_equal(x, x[:1]))),
+    ("cov options", lambda m, x: (m.cov(x), m.cov(x, rowvar=False, bias=True), m.cov(x, ddof=0))),
+    ("nan family", lambda m, x: (m.nansum(x, axis=1), m.nanmean(x), m.nanmin(x), m.nanvar(x),
+                                 m.nanprod(x, axis=0), m.nancumsum(x, axis=1),
+                                 m.nanargmin(x, axis=1))),
+    ("rounding variants", lambda m, x: (m.round(x), m.around(x, 1), m.ceil(x.astype(np.int32)),
+                                        m.trunc(x.astype(np.int64)))),
+    ("roll variants", lambda m, x: (m.roll(x, -5), m.roll(x[:, :0], 1, axis=1))),
+    ("gradient all axes", lambda m, x: m.gradient(x)),
+    ("einsum variants", lambda m, x: (m.einsum("ii", x[:2, :2]), m.einsum("ij->", x),
+                                      m.einsum("ba", x), m.einsum("i,i,i->", x[0], x[1], x[2]))),
+    ("0-d and size-0 unary", lambda m, x: (m.cosh(x[0, 0]), m.exp2(x[:0]), m.log10(m.abs(x[:0])),
+                                           m.arctan(x[0, 0]))),
+]
+
+
+@pytest.mark.parametrize("name", [v[0] for v in VARIANTS])
+def test_option_variants_match_numpy_eagerly(name):
+    f = dict(VARIANTS)[name]
+    x = np.array([[0.5, -1.25, 2.0, np.nan], [3.0, 0.25, -0.75, 1.5], [1.0, 2.5, -2.0, 0.0]])
+    if "nan" not in name:
+        x = np.nan_to_num(x, nan=0.35)
+    got, want = f(jnp, x), f(np, x)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-14)
+        assert np.asarray(g).shape == np.asarray(w).shape

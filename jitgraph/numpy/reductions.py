@@ -242,7 +242,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
         first = true_divide(subtract(sl(1, 2), sl(0, 1)), h)
         last = true_divide(subtract(sl(n - 1, n), sl(n - 2, n - 1)), h)
         out.append(concatenate([first, inner, last], axis=ax))
-    return out[0] if len(out) == 1 else out
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 # ------------------------------------------------------------------ NaN-ignoring reductions
