@@ -162,7 +162,11 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         diff = [args[i] for i in nums]
         for i, d in zip(nums, diff):
             # an argument with no arrays (an empty list, a pytree of nothing) gets an empty
-            # gradient of the same structure, as autograd returns
+            # gradient of the same structure, as autograd returns; a bare None is a mistake
+            if d is None:
+                raise TypeError(f"grad: argument {i} is None, which has no arrays to "
+                                "differentiate; pass an array, a scalar or a pytree of them, "
+                                "or choose other arguments with argnums=...")
             _check_float_leaves([_leaf_operand(x, f"argument {i}") for x in tree_flatten(d)[0]],
                                 "grad", i)
         f = _partial(fun, args, nums, kwargs)
