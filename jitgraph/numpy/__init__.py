@@ -4,9 +4,11 @@
 (``float32_array * 2.0`` stays float32). Everything here is a composition of primitives from
 ``jitgraph.ops``; nothing else knows how to compute.
 
-One module per family: ``math`` (elementwise), ``manipulation`` (shapes), ``reductions``,
-``indexing``, ``products`` (matmul, dot, einsum), ``creation``; ``methods`` installs the
-ndarray-like operators on traced values. Every public function raises errors that name the
+One module per family: ``math`` (elementwise), ``manipulation`` (shapes), ``reductions``
+(also cumulative and NaN-ignoring), ``indexing`` (also diagonals/triangles), ``products``
+(matmul, dot, einsum, convolve), ``creation``, ``sorting``, ``statistics``, ``index_update``
+(``x.at[...]``) and ``linalg`` (``jnp.linalg``); ``methods`` installs the ndarray-like
+operators on traced values. Every public function raises errors that name the
 function and the user's source line (``_base._located``).
 """
 from __future__ import annotations
