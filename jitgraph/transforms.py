@@ -199,11 +199,13 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         single, nums = _split_args(args, argnums)
         diff = [args[i] for i in nums]
         leaves, in_tree = tree_flatten(tuple(diff))
-        for i, d, node in zip(nums, diff, in_tree.node[2]):
-            if not _count_leaves(node):
-                raise TypeError(f"grad: argument {i} has no arrays to differentiate (got "
-                                f"{d!r:.60}); pass an array, a scalar or a pytree of them, or "
-                                "choose other arguments with argnums=...")
+        for i, d in zip(nums, diff):
+            # an argument with no arrays (an empty list, a pytree of nothing) gets an empty
+            # gradient of the same structure, as autograd returns; a bare None is a mistake
+            if d is None:
+                raise TypeError(f"grad: argument {i} is None, which has no arrays to "
+                                "differentiate; pass an array, a scalar or a pytree of them, "
+                                "or choose other arguments with argnums=...")
         plain = _plain_leaves(leaves)
         pos = 0
         for i, node in zip(nums, in_tree.node[2]):

@@ -20,11 +20,14 @@ from typing import Any, Callable
 
 import numpy as np
 import scipy.special as sps
+import scipy.stats as sst
 
 import jitgraph
 import jitgraph.numpy as jnp
 from jitgraph import nn
+from jitgraph.scipy import linalg as jsl
 from jitgraph.scipy import special as jsp
+from jitgraph.scipy import stats as jst
 
 
 @dataclass
@@ -749,6 +752,305 @@ dual("composite[layernorm f32]", lambda m, x: (x - x.mean(axis=-1, keepdims=True
 dual("composite[softmax attn]", lambda m, q, k: m.exp(q @ k.T - m.max(q @ k.T, axis=1,
                                                                   keepdims=True)),
      rn(2, 3), rn(4, 3), argnums=(0, 1))
+
+
+# ------------------------------------------------------------------ NumPy coverage (issue 9)
+# New elementwise functions: float64 (2, 3) with gradients, float32 without; one case per
+# function also at 0-d and size-0 operands.
+def _unit(*shape, dtype=np.float64):
+    return _rng.uniform(-0.8, 0.8, shape).astype(dtype)
+
+
+def _gt1(*shape, dtype=np.float64):
+    return _rng.uniform(1.2, 3.0, shape).astype(dtype)
+
+
+def _halfish(*shape, dtype=np.float64):
+    """Values away from integers and half-integers (rounding kinks), with exact .5 ties too."""
+    v = (_rng.integers(-4, 4, shape) + _rng.uniform(0.1, 0.4, shape)).astype(dtype)
+    return v
+
+
+_UNARY_NEW = {
+    "arcsin": (lambda m, x: m.arcsin(x), _unit),
+    "arccos": (lambda m, x: m.arccos(x), _unit),
+    "arctan": (lambda m, x: m.arctan(x), rn),
+    "sinh": (lambda m, x: m.sinh(x), rn),
+    "cosh": (lambda m, x: m.cosh(x), rn),
+    "arcsinh": (lambda m, x: m.arcsinh(x), rn),
+    "arccosh": (lambda m, x: m.arccosh(x), _gt1),
+    "arctanh": (lambda m, x: m.arctanh(x), _unit),
+    "log2": (lambda m, x: m.log2(x), pos),
+    "log10": (lambda m, x: m.log10(x), pos),
+    "exp2": (lambda m, x: m.exp2(x), rn),
+    "sinc": (lambda m, x: m.sinc(x), away),
+    "fabs": (lambda m, x: m.fabs(x), away),
+    "deg2rad": (lambda m, x: m.deg2rad(x), rn),
+    "rad2deg": (lambda m, x: m.rad2deg(x), rn),
+    "cbrt": (lambda m, x: m.cbrt(x), away),
+}
+for _n, (_f, _s) in _UNARY_NEW.items():
+    dual(f"{_n}[f64_2x3]", _f, _s(2, 3))
+dual("new unary[f32]", lambda m, x, y, z: (m.arcsin(x), m.arctanh(x), m.cosh(y), m.arcsinh(y),
+                                           m.arccosh(z), m.log10(z), m.exp2(y), m.sinc(y)),
+     _unit(3, dtype=F32), away(3, dtype=F32), _gt1(3, dtype=F32), grad=False, rtol=1e-5,
+     atol=1e-6)
+dual("new unary[0d]", lambda m, x, y, z: (m.arcsin(x), m.log2(z), m.sinc(y)),
+     _unit(), away(), _gt1(), argnums=(0, 1, 2))
+dual("new unary[size0]", lambda m, x: (m.arcsin(x), m.sinc(x)), _unit(0, 2))
+# rounding: zero gradient, checked for values (with exact .5 ties for rint/round)
+_TIES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.7, -3.7, 0.2])
+for _n in ("ceil", "trunc", "rint", "fix"):
+    dual(f"{_n}[ties]", (lambda n: lambda m, x: getattr(m, n)(x))(_n), _TIES, grad=False)
+dual("rint[i32]", lambda m, x: m.rint(x), ints(3, dtype=np.int32), grad=False)
+dual("round[decimals]", lambda m, x: m.round(x * 3.0, 2), _TIES, grad=False)
+
+# binary
+dual("arctan2[bcast]", lambda m, y, x: m.arctan2(y, x), rn(2, 3), away(3), argnums=(0, 1))
+dual("hypot[bcast]", lambda m, x, y: m.hypot(x, y), rn(2, 1), away(3), argnums=(0, 1))
+dual("logaddexp[bcast]", lambda m, x, y: m.logaddexp(x, y), rn(2, 3), rn(3) * 30.0,
+     argnums=(0, 1))
+dual("logaddexp[inf]", lambda m, x, y: m.logaddexp(x, y),
+     np.array([-np.inf, np.inf, -np.inf, 1.0]), np.array([-np.inf, np.inf, 0.0, 1.0]), grad=False)
+dual("logaddexp2", lambda m, x, y: m.logaddexp2(x, y), rn(4), rn(4), argnums=(0, 1))
+dual("fmax fmin[nan]", lambda m, x, y: (m.fmax(x, y), m.fmin(x, y)),
+     np.array([1.0, np.nan, np.nan, -2.0]), np.array([np.nan, 3.0, np.nan, 1.0]), grad=False)
+dual("fmax fmin", lambda m, x, y: (m.fmax(x, y), m.fmin(x, y)), distinct(2, 3), distinct(3),
+     argnums=(0, 1))
+dual("copysign heaviside", lambda m, x, y: (m.copysign(x, y), m.heaviside(y, 0.5) * x),
+     away(2, 3), away(3))
+
+dual("nan_to_num[args]", lambda m, x, s: m.nan_to_num(s, nan=-1.0, posinf=9.0, neginf=-9.0) * x
+     + m.nan_to_num(x), pos(4), np.array([1.0, np.inf, -np.inf, np.nan]))
+dual("real imag conj angle", lambda m, x: (m.real(x), m.imag(x) + x, m.conj(x), m.conjugate(x),
+                                           m.angle(x) + x), away(2, 3))
+dual("isclose allclose", lambda m, x, y: (m.isclose(x, y, atol=0.5), m.allclose(x, x + 1e-9)),
+     rn(2, 3), rn(2, 3), grad=False)
+dual("any all", lambda m, x: (m.any(x > 1.0), m.all(x[:0])), rn(2, 3), grad=False)
+dual("select", lambda m, x: m.select([x > 0.5, x < -0.5], [x * x, -x], 1.0), away(2, 3))
+dual("logical_xor signbit", lambda m, x, y: (m.logical_xor(x > 0, y > 0), m.signbit(x)),
+     rn(2, 3), rn(3), grad=False)
+dual("float_power", lambda m, x, y: m.float_power(x, y), pos(3), rn(3), argnums=(0, 1))
+dual("power[0 base]", lambda m, x: m.power(x * np.array([0.0, 1.0, 1.0]), np.array([0.0, 2.0, 0.0]))
+     + x, pos(3))
+
+# shape manipulation
+dual("atleast_nd", lambda m, x, y: (m.atleast_1d(y), m.atleast_2d(y), m.atleast_3d(y),
+                                    m.atleast_2d(x), m.atleast_3d(x), m.atleast_3d(x[0])),
+     rn(2, 3), rn(), argnums=(0, 1))
+dual("split family", lambda m, x: (*m.array_split(x, 3, axis=-1), *m.split(x, [1, 3], axis=1)),
+     rn(2, 4))
+dual("dsplit", lambda m, x: m.dsplit(x, [1]), rn(1, 2, 3))
+dual("stacks", lambda m, x, v: (m.hstack([x, x]), m.vstack([v, x[0]]), m.dstack([x, x]),
+                                m.column_stack([v, x[1]]), m.row_stack([v, v]),
+                                m.hstack([v, v]), m.vstack([x, v])),
+     rn(2, 3), rn(3), argnums=(0, 1))
+dual("append", lambda m, x, v: (m.append(x, v), m.append(x, x, axis=-1)), rn(2, 3), rn(3),
+     argnums=(0, 1))
+dual("r_ c_", lambda m, x: (m.r_[x, 0:3, 7.0], m.c_[x, x]), rn(3))
+dual("repeat tile", lambda m, x: (m.repeat(x, 2, axis=-1), m.repeat(x, [1, 0, 2], axis=1),
+                                  m.repeat(x, 2), m.tile(x, (2, 1, 2)), m.tile(x[0], 2)),
+     rn(2, 3))
+dual("roll", lambda m, x: (m.roll(x, 1, axis=-1), m.roll(x, (1, 2), axis=(0, 1))), rn(2, 3))
+dual("rollaxis rot90 flips", lambda m, x, y: (m.rollaxis(y, 2), m.rollaxis(y, -1, 1),
+                                              m.rot90(x), m.rot90(x, 2), m.rot90(x, -1),
+                                              m.rot90(y, 1, axes=(1, 2)), m.fliplr(x), m.flipud(x)),
+     rn(2, 3), rn(2, 3, 2), argnums=(0, 1))
+for _mode in ("reflect",):
+    dual(f"pad[{_mode}]", (lambda md: lambda m, x: m.pad(x, ((1, 2), (2, 1)), mode=md))(_mode),
+         rn(3, 3))
+dual("pad[constant values]", lambda m, x: (m.pad(x, 2, constant_values=7.0),
+                                           m.pad(x, ((0, 1),), constant_values=(1.0, -1.0))),
+     rn(3))
+dual("meshgrid", lambda m, x, y: (*m.meshgrid(x, y), *m.meshgrid(x, y, indexing="ij"),
+                                  *m.meshgrid(x, y, x[:2], sparse=True)), rn(3), rn(2),
+     argnums=(0, 1))
+dual("diag diagonal trace", lambda m, x, v: (m.diag(x), m.diag(x, 1), m.diag(x, -1), m.diag(v),
+                                             m.diag(v, -2), m.diagflat(x[:, :2]),
+                                             m.trace(x), m.trace(x, 1), m.diagonal(x, -1)),
+     rn(3, 4), rn(3), argnums=(0, 1))
+dual("diagonal[3d]", lambda m, y: (m.diagonal(y, 1, 0, 2), m.trace(y, axis1=1, axis2=2),
+                                   m.diagonal(y, 0, -1, -2)), rn(2, 3, 4))
+dual("tril triu", lambda m, x, y: (m.tril(x), m.triu(x, 1), m.tril(x, -1), m.triu(y, -1)),
+     rn(3, 4), rn(2, 3, 3), argnums=(0, 1))
+dual("eye identity", lambda m, x: (m.eye(3, 4, 1) * x[0, 0], m.identity(3) + x), rn(3, 3))
+dual("kron", lambda m, x, y: (m.kron(x, y), m.kron(x[0], y)), rn(2, 2), rn(2, 3), argnums=(0, 1))
+dual("cross", lambda m, a, b: m.cross(a, b), rn(2, 3), rn(3), argnums=(0, 1))
+dual("moveaxis[seq]", lambda m, y: m.moveaxis(y, (0, 1), (-1, 0)), rn(2, 3, 4))
+
+# reductions, cumulative, sorting, statistics
+for _ax in (-1,):
+    dual(f"cumsum cumprod[axis {_ax}]",
+         (lambda ax: lambda m, x: (m.cumsum(x, ax), m.cumprod(x, ax)))(_ax), rn(2, 5))
+dual("cumsum[int, size0]", lambda m, i, z: (m.cumsum(i), m.cumsum(z, axis=1)),
+     ints(3, dtype=np.int32), rn(2, 0), grad=False)
+dual("cumprod[zeros]", lambda m, x: m.cumprod(x * np.array([1.0, 0.0, 1.0, 1.0])), rn(4))
+dual("diff", lambda m, x: (m.diff(x), m.diff(x, 2, axis=0), m.diff(x, axis=-1, prepend=0.0,
+                                                                  append=x[:, :1])), rn(3, 4))
+dual("gradient", lambda m, x: m.gradient(x, axis=-1), rn(3, 4))
+dual("ptp", lambda m, x: (m.ptp(x), m.ptp(x, axis=-1, keepdims=True)), distinct(2, 3))
+dual("nan reductions", lambda m, x: (m.nanmax(x, axis=0), m.nanstd(x, axis=1, ddof=1)),
+     np.where(np.arange(12).reshape(3, 4) % 5 == 1, np.nan, distinct(3, 4)), grad=False)
+dual("nan reductions[grad]", lambda m, x: (m.nansum(m.where(x > 1.0, np.nan, x)),
+                                           m.nanmean(m.where(x < -1.0, np.nan, x), axis=0)),
+     away(2, 3))
+dual("nanargmax", lambda m, x: (m.nanargmax(x, axis=1), m.nanargmin(x)),
+     np.where(np.arange(6).reshape(2, 3) == 1, np.nan, distinct(2, 3)), grad=False)
+dual("average", lambda m, x, w: (m.average(x), m.average(x, axis=1, weights=w),
+                                 m.average(x, weights=x * x)), rn(3, 4), pos(4),
+     argnums=(0, 1))
+dual("cov corrcoef", lambda m, x, y: (m.cov(x[0], y), m.corrcoef(x)), rn(3, 5), rn(5),
+     argnums=(0, 1))
+dual("convolve correlate", lambda m, a, v: (m.convolve(a, v), m.convolve(a, v, "same"),
+                                            m.convolve(v, a, "valid"), m.correlate(a, v),
+                                            m.correlate(a, v, "full"), m.correlate(v, a, "same")),
+     rn(5), rn(3), argnums=(0, 1))
+
+# einsum
+dual("einsum[chain]", lambda m, a, b, c: m.einsum("ij,jk,kl->il", a, b, c), rn(2, 3), rn(3, 4),
+     rn(4, 2), argnums=(0, 1, 2))
+dual("einsum[ellipsis]", lambda m, a, b, c: m.einsum("...ij,jk,...k->...i", a, b, c),
+     rn(2, 2, 3), rn(3, 4), rn(2, 1, 4), argnums=(0, 1, 2))
+dual("einsum[diag trace]", lambda m, a, x: (m.einsum("ii->i", a), m.einsum("iij->ji", x)),
+     rn(3, 3), rn(3, 3, 2), argnums=(0, 1))
+dual("einsum[implicit]", lambda m, a, b: (m.einsum("ij,jk", a, b), m.einsum("ba", a),
+                                          m.einsum("i...->...", b)), rn(2, 3), rn(3, 4),
+     argnums=(0, 1))
+
+# index updates (x.at[...] on traced values; jnp.at(x)[...] eagerly)
+
+
+def _np_at(x, key, mode, v):
+    y = np.array(x, copy=True)
+    if mode == "set":
+        y[key] = v
+    else:
+        {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}[mode].at(
+            y, key, v)
+    return y
+
+
+_AT_KEYS = {"int": 1, "slice": (slice(None), slice(1, 3)), "ellipsis": (Ellipsis, -1),
+            "array dup": np.array([0, 2, 0]), "mask": np.array([True, False, True])}
+_AT_MODES = {"int": ("set",), "slice": ("add",), "ellipsis": ("multiply",), "mask": ("max",),
+             "array dup": ("set", "add", "multiply", "min")}
+for _kn, _key in _AT_KEYS.items():
+    for _mode in _AT_MODES[_kn]:
+        case(f"at[{_kn}].{_mode}", (lambda k, md: lambda x, v: getattr(jnp.at(x)[k], md)(v))(
+            _key, _mode), distinct(3, 4), rn(*np.zeros((3, 4))[_key].shape) * 0.5,
+             argnums=(0, 1), grad=(_kn, _mode) == ("array dup", "multiply"), expect=(lambda k, md: lambda x, v: _np_at(x, k, md, v))(_key, _mode))
+case("at.get", lambda x: (jnp.at(x)[1:, ::-1].get(), jnp.at(x)[np.array([0, 0])].get()),
+     rn(3, 4), expect=lambda x: (x[1:, ::-1], x[np.array([0, 0])]))
+case("at[traced idx]", lambda x, v, i: (jnp.at(x)[i].add(v), jnp.at(x)[i].max(v),
+                                        jnp.at(x)[i].multiply(v)),
+     distinct(4), rn(3), np.array([0, 2, 0]), argnums=(0, 1),
+     expect=lambda x, v, i: (_np_at(x, i, "add", v), _np_at(x, i, "max", v),
+                             _np_at(x, i, "multiply", v)))
+
+# scipy.special and scipy.stats
+
+
+def _sp(name):
+    return getattr(sps, name)
+
+
+for _n, _s in (("erfc", rn), ("ndtr", rn),
+               ("logit", lambda *s: _rng.uniform(0.05, 0.95, s)), ("gammaln", pos),
+               ("gamma", pos), ("expit", rn)):
+    case(f"special.{_n}", (lambda n: lambda x: getattr(jsp, n)(x))(_n), _s(2, 3),
+         expect=(lambda n: lambda x: _sp(n)(x))(_n))
+case("special.log_ndtr[tails]", lambda x: jsp.log_ndtr(x),
+     np.array([-60.0, -25.0, -21.0, -5.0, 0.0, 4.0, 9.0, 30.0]), expect=sps.log_ndtr,
+     rtol=1e-10)
+case("special.binary", lambda a, b: (jsp.betaln(a, b), jsp.xlogy(a, b), jsp.xlog1py(a, b),
+                                     jsp.xlogy(a * 0.0, b)),
+     pos(2, 3), pos(3), argnums=(0, 1),
+     expect=lambda a, b: (sps.betaln(a, b), sps.xlogy(a, b), sps.xlog1py(a, b),
+                          sps.xlogy(a * 0.0, b)))
+case("special.softmax", lambda x: jsp.softmax(x), rn(2, 3), expect=lambda x: sps.softmax(x))
+case("stats.norm", lambda x, mu, s: (jst.norm.logpdf(x, mu, s), jst.norm.cdf(x, mu, s)),
+     rn(4), rn(), pos(), argnums=(0, 1, 2),
+     expect=lambda x, mu, s: (sst.norm.logpdf(x, mu, s), sst.norm.cdf(x, mu, s)))
+case("stats.t", lambda x, df: (jst.t.logpdf(x, df), jst.t.pdf(x, df, 0.5, 2.0)), rn(4), pos() + 2.0,
+     argnums=(0, 1), expect=lambda x, df: (sst.t.logpdf(x, df), sst.t.pdf(x, df, 0.5, 2.0)))
+case("stats.others", lambda x: (jst.laplace.logpdf(x, 0.1, 2.0), jst.cauchy.logpdf(x),
+                                jst.gamma.logpdf(x + 3.0, 2.5), jst.poisson.logpmf(3.0, x + 3.0)),
+     away(3), expect=lambda x: (sst.laplace.logpdf(x, 0.1, 2.0), sst.cauchy.logpdf(x),
+                                sst.gamma.logpdf(x + 3.0, 2.5), sst.poisson.logpmf(3, x + 3.0)))
+
+# casts of traced values and isinstance
+case("scalar type casts", lambda x: (jnp.float32(x) * 2.0, jnp.float64(jnp.float32(x)),
+                                     jnp.int64(x * 3.0) + 0 * isinstance(x, jnp.ndarray)),
+     rn(3), grad=False, expect=lambda x: (np.float32(x) * np.float32(2.0),
+                                          np.float64(np.float32(x)), np.int64(x * 3.0)))
+
+# cases with host steps (sorting, LAPACK, SciPy-only special functions), kept together so
+# few compiled test programs contain a host step
+dual("sort", lambda m, x: (m.sort(x), m.sort(x, axis=0), m.sort(x, axis=None)), distinct(3, 4))
+dual("argsort", lambda m, x: (m.argsort(x), m.argsort(x, axis=0), m.argsort(x[0] * 0.0)),
+     distinct(3, 4), grad=False)
+dual("sort[size0]", lambda m, x: m.sort(x, axis=0), rn(0, 3))
+dual("searchsorted", lambda m, x, v: (m.searchsorted(x, v),
+                                      m.searchsorted(np.array([1.0, 2.0, 2.0, 3.0]),
+                                                     np.array([2.0, 0.0, 5.0]), side="right")),
+     np.sort(rn(5)), rn(2, 3), grad=False)
+dual("median quantile", lambda m, x: (m.median(x[:, :3], axis=0),
+                                      m.quantile(x, [0.1, 0.9], axis=1)), distinct(3, 4))
+# linalg (host steps under jit)
+
+
+def _spd(m, a):
+    return m.matmul(a, m.swapaxes(a, -1, -2)) + 3.0 * np.eye(a.shape[-1])
+
+
+dual("linalg inv det slogdet", lambda m, a: (m.linalg.inv(a), m.linalg.det(a),
+                                             m.linalg.slogdet(a)[1]), rn(2, 3, 3) + 3 * np.eye(3))
+dual("linalg solve", lambda m, a, b: (m.linalg.solve(a, b), m.linalg.solve(a, b[:, 0])),
+     rn(3, 3) + 3 * np.eye(3), rn(3, 2), argnums=(0, 1))
+dual("linalg cholesky", lambda m, a: m.linalg.cholesky(_spd(m, a)), rn(2, 3, 3))
+dual("linalg eigh", lambda m, a: (m.linalg.eigh(_spd(m, a))[0],
+                                  m.abs(m.linalg.eigh(_spd(m, a))[1])), rn(3, 3))
+dual("linalg svd", lambda m, a: (m.linalg.svd(a, full_matrices=False)[1],
+                                 m.abs(m.linalg.svd(a, full_matrices=False)[0]),
+                                 m.abs(m.linalg.svd(a.T, full_matrices=False)[2])), rn(4, 3))
+dual("linalg qr", lambda m, a: m.abs(m.linalg.qr(a)[1]) + m.abs(m.linalg.qr(a)[0]).sum(), rn(4, 3))
+dual("linalg pinv matrix_power", lambda m, a, b: (m.linalg.pinv(a), m.linalg.matrix_power(b, 3),
+                                                  m.linalg.matrix_power(b, -1)),
+     rn(4, 3), rn(3, 3) + 3 * np.eye(3), argnums=(0, 1))
+dual("linalg norm[vector]", lambda m, v: tuple(m.linalg.norm(v, o) for o in
+                                               (None, 1, 2, np.inf, -np.inf, 3)), away(4))
+dual("linalg norm[matrix]", lambda m, a: tuple(m.linalg.norm(a, o) for o in
+                                               (None, "nuc", 1, -2, np.inf)),
+     distinct(3, 4) * 0.5, rtol=1e-9)
+dual("linalg norm[axes]", lambda m, a: (m.linalg.norm(a, axis=-1), m.linalg.norm(a, axis=(1, 2)),
+                                        m.linalg.norm(a, 1, axis=(2, 1), keepdims=True)),
+     away(2, 3, 4))
+
+
+def _np_solve_tri(a, b, lower, trans):
+    import scipy.linalg
+    return scipy.linalg.solve_triangular(a, b, lower=lower, trans=trans)
+
+
+case("solve_triangular", lambda a, b: (jsl.solve_triangular(a, b, lower=True),
+                                       jsl.solve_triangular(a, b[:, 0], lower=False, trans=1)),
+     rn(3, 3) + 3 * np.eye(3), rn(3, 2), argnums=(0, 1),
+     expect=lambda a, b: (_np_solve_tri(a, b, True, 0), _np_solve_tri(a, b[:, 0], False, 1)))
+
+for _n, _s in (("erfinv", _unit), ("ndtri", lambda *s: _rng.uniform(0.05, 0.95, s)),
+               ("digamma", pos)):
+    case(f"special.{_n}", (lambda n: lambda x: getattr(jsp, n)(x))(_n), _s(2, 3),
+         expect=(lambda n: lambda x: _sp(n)(x))(_n))
+case("special.polygamma", lambda x: (jsp.polygamma(1, x), jsp.polygamma(2, x)), pos(3),
+     expect=lambda x: (sps.polygamma(1, x), sps.polygamma(2, x)), rtol=1e-10)
+case("stats.norm.ppf", lambda q: jst.norm.ppf(q, 1.0, 2.0), _rng.uniform(0.1, 0.9, 3),
+     expect=lambda q: sst.norm.ppf(q, 1.0, 2.0))
+case("stats.multivariate_normal", lambda x, mu, a: (
+    jst.multivariate_normal.logpdf(x, mu, _spd(jnp, a)),
+    jst.multivariate_normal.pdf(x[0], mu, _spd(jnp, a))),
+     rn(4, 3), rn(3), rn(3, 3), argnums=(0, 1, 2),
+     expect=lambda x, mu, a: (sst.multivariate_normal.logpdf(x, mu, _spd(np, a)),
+                              sst.multivariate_normal.pdf(x[0], mu, _spd(np, a))))
 
 
 CASES_BY_NAME = {c.name: c for c in CASES}

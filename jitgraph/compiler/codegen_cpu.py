@@ -548,7 +548,8 @@ class CpuCodegen:
             return [f"{self.plan.array_name(outs[0])}[:] = host_{s.name}({args}).reshape(-1)"]
         lines = [f"_r = host_{s.name}({args})"]
         for k, o in enumerate(outs):
-            lines.append(f"{self.plan.array_name(o)}[:] = _r[{k}].reshape(-1)")
+            if o in self.plan.needed:       # an unused result has no buffer
+                lines.append(f"{self.plan.array_name(o)}[:] = _r[{k}].reshape(-1)")
         return lines
 
 

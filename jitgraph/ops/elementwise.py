@@ -172,15 +172,20 @@ def _safe_log(x):
     return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), 0.0)
 
 
+def _pow_dbase(x, y):
+    """d(x**y)/dx = y x**(y-1), taken as 0 where y == 0 (not 0 * inf at x = 0), as autograd."""
+    return y * (x ** jnp.where(y == 0, 1.0, y - 1.0))
+
+
 def _pow_vjp(g, out, x, y):
-    gx = g * y * (x ** (y - 1.0))
+    gx = g * _pow_dbase(x, y)
     gy = g * out * _safe_log(x)
     return unbroadcast(gx, x.aval), unbroadcast(gy, y.aval)
 
 
 def _pow_jvp(ts, out, x, y):
     tx, ty = ts
-    res = None if tx is None else tx * y * (x ** (y - 1.0))
+    res = None if tx is None else tx * _pow_dbase(x, y)
     if ty is not None:
         res = _add_t(res, ty * out * _safe_log(x))
     return _bcast(res, out.shape)

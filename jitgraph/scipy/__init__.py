@@ -1,2 +1,3 @@
 """SciPy-named functions (``jitgraph.scipy.special``)."""
 from . import special  # noqa: F401
+from . import linalg, stats  # noqa: F401

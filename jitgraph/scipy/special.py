@@ -30,3 +30,137 @@ def expit(x):
 def erf(x):
     (x,) = jnp._promote(x, float_only=True)
     return jnp.bind(jnp._P.erf, x)
+
+
+# ---------------------------------------------------------------- more special functions
+def _f(x):
+    (x,) = jnp._promote(x, float_only=True)
+    return x
+
+
+def _prim1(name, x):
+    return jnp.bind(getattr(jnp._P, name), _f(x))
+
+
+def erfc(x):
+    return _prim1("erfc", x)
+
+
+def erfinv(x):
+    """Inverse error function (a host step under jit)."""
+    return _prim1("erfinv", x)
+
+
+def gammaln(x):
+    """log|Gamma(x)|."""
+    return _prim1("lgamma", x)
+
+
+def gamma(x):
+    """Gamma(x) = sign * exp(gammaln(x)); the sign alternates between the negative poles."""
+    x = _f(x)
+    odd = jnp.equal(jnp.mod(jnp.floor(x), 2.0), 1.0)
+    sign = jnp.where(jnp.logical_or(x > 0, jnp.logical_not(odd)), 1.0, -1.0)
+    return sign * jnp.exp(gammaln(x))
+
+
+def digamma(x):
+    """d/dx gammaln(x) (a host step under jit)."""
+    return _prim1("digamma", x)
+
+
+psi = digamma
+
+
+def polygamma(n, x):
+    """The n-th derivative of digamma (``n`` a static non-negative integer)."""
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"polygamma: n must be a non-negative integer, got {n}")
+    if n == 0:
+        return digamma(x)
+    return jnp.bind(jnp._P.polygamma, _f(x), n=n)
+
+
+def betaln(a, b):
+    a, b = jnp._promote(a, b, float_only=True)
+    return gammaln(a) + gammaln(b) - gammaln(a + b)
+
+
+def beta(a, b):
+    return jnp.exp(betaln(a, b))
+
+
+def logit(p):
+    p = _f(p)
+    return jnp.log(p) - jnp.log1p(-p)
+
+
+def xlogy(x, y):
+    """x * log(y), 0 where x == 0 (also its derivative in y there)."""
+    x, y = jnp._promote(x, y, float_only=True)
+    zero = jnp.equal(x, 0.0)
+    return jnp.where(zero, 0.0, x * jnp.log(jnp.where(zero, 1.0, y)))
+
+
+def xlog1py(x, y):
+    """x * log1p(y), 0 where x == 0."""
+    x, y = jnp._promote(x, y, float_only=True)
+    zero = jnp.equal(x, 0.0)
+    return jnp.where(zero, 0.0, x * jnp.log1p(jnp.where(zero, 0.0, y)))
+
+
+def entr(x):
+    """-x log x for x > 0, 0 at 0, -inf below."""
+    x = _f(x)
+    return jnp.where(x > 0, -xlogy(x, x), jnp.where(jnp.equal(x, 0.0), 0.0, -jnp.inf))
+
+
+def softmax(x, axis=None):
+    from ..nn import softmax as _softmax
+    x = _f(x)
+    return _softmax(x, axis=axis if axis is not None else tuple(range(jnp.ndim(x))))
+
+
+def log_softmax(x, axis=None):
+    from ..nn import log_softmax as _log_softmax
+    x = _f(x)
+    return _log_softmax(x, axis=axis if axis is not None else tuple(range(jnp.ndim(x))))
+
+
+_SQRT1_2 = 0.7071067811865476
+_HALF_LOG_2PI = 0.9189385332046727
+
+
+def ndtr(x):
+    """Standard normal CDF."""
+    return 0.5 * erfc(-_f(x) * _SQRT1_2)
+
+
+def ndtri(p):
+    """Inverse of ndtr (a host step under jit)."""
+    return _prim1("ndtri", p)
+
+
+def log_ndtr(x):
+    """log(ndtr(x)), accurate in both tails: log1p(-ndtr(-x)) on the right, the asymptotic
+    series below -20 (where ndtr underflows)."""
+    x = _f(x)
+    right = x > 5.0
+    left = x < -20.0
+    mid = jnp.where(jnp.logical_or(right, left), 0.0, x)
+    xr = jnp.where(right, x, 6.0)
+    xl = jnp.where(left, x, -21.0)
+    x2 = xl * xl
+    series = 1.0 - 1.0 / x2 + 3.0 / (x2 * x2) - 15.0 / (x2 * x2 * x2)
+    tail = -0.5 * x2 - jnp.log(-xl) - _HALF_LOG_2PI + jnp.log(series)
+    return jnp.where(right, jnp.log1p(-ndtr(-xr)), jnp.where(left, tail, jnp.log(ndtr(mid))))
+
+
+def multigammaln(a, d):
+    d = int(d)
+    a = _f(a)
+    out = 0.25 * d * (d - 1) * 1.1447298858494002     # log(pi)
+    for j in range(d):
+        out = out + gammaln(a - 0.5 * j)
+    return out

@@ -1,0 +1,44 @@
+"""NumPy-named functions that work on arrays (eagerly) and on traced values (recording nodes).
+
+``import jitgraph.numpy as jnp``. Dtype promotion follows NumPy 2 with weak Python scalars
+(``float32_array * 2.0`` stays float32). Everything here is a composition of primitives from
+``jitgraph.ops``; nothing else knows how to compute.
+
+One module per family: ``math`` (elementwise), ``manipulation`` (shapes), ``reductions``
+(also cumulative and NaN-ignoring), ``indexing`` (also diagonals/triangles), ``products``
+(matmul, dot, einsum, convolve), ``creation``, ``sorting``, ``statistics``, ``index_update``
+(``x.at[...]``) and ``linalg`` (``jnp.linalg``); ``methods`` installs the ndarray-like
+operators on traced values. Every public function raises errors that name the
+function and the user's source line (``_base._located``).
+"""
+from __future__ import annotations
+
+from ._base import *  # noqa: F401,F403
+from ._base import (_P, _axes, _axis1, _cast, _dtype_weak, _here,  # noqa: F401
+                    _located, _operand, _promote)
+from .math import *  # noqa: F401,F403
+from .manipulation import *  # noqa: F401,F403
+from .reductions import *  # noqa: F401,F403
+from .indexing import *  # noqa: F401,F403
+from .products import *  # noqa: F401,F403
+from .creation import *  # noqa: F401,F403
+from .sorting import *  # noqa: F401,F403
+from .statistics import *  # noqa: F401,F403
+from .index_update import at  # noqa: F401  (also installs Tracer.at)
+from . import linalg  # noqa: F401  (jnp.linalg)
+import numpy as np
+
+from ._base import _ScalarType
+
+# callable scalar types (``jnp.float64(x)`` casts traced values too); they compare equal to
+# (and convert to) the NumPy dtypes of the same name
+bool_ = _ScalarType(bool_)
+int32 = _ScalarType(int32)
+int64 = _ScalarType(int64)
+float32 = _ScalarType(float32)
+float64 = _ScalarType(float64)
+float_, int_ = float64, int64
+uint8 = _ScalarType(np.uint8)
+int8, int16 = _ScalarType(np.int8), _ScalarType(np.int16)
+float16 = _ScalarType(np.float16)
+from . import methods  # noqa: F401  (installs the Tracer operators and methods)

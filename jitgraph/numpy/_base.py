@@ -1,0 +1,260 @@
+"""Operands, dtype promotion, axis normalization and error locations shared by every
+``jitgraph.numpy`` family module."""
+from __future__ import annotations
+
+import builtins
+import functools
+import types
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Tracer, aval_of, bind
+from ..errors import ConcretizationError, ShapeError
+
+# dtypes, re-exported under NumPy's names
+bool_ = dtypes.bool_
+int32 = dtypes.int32
+int64 = dtypes.int64
+float32 = dtypes.float32
+float64 = dtypes.float64
+inf = np.inf
+nan = np.nan
+pi = np.pi
+e = np.e
+newaxis = None
+
+
+# ------------------------------------------------------------------ operands and promotion
+def _operand(x: Any, name: str = "argument") -> Any:
+    """Accept tracers, arrays, Python scalars and (regular) nested lists; reject the rest."""
+    if isinstance(x, Tracer):
+        return x
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return x
+    if isinstance(x, np.ndarray):
+        if x.dtype in dtypes.SUPPORTED:
+            return x
+        return x.astype(_canonical(x.dtype, name))
+    if isinstance(x, np.generic):
+        return np.asarray(x, _canonical(x.dtype, name))
+    if isinstance(x, (list, tuple)):
+        if any(isinstance(e, Tracer) for e in _iter_nested(x)):
+            rows = [_operand(e, name) for e in x]
+            shapes = {aval_of(r).shape for r in rows}
+            if len(shapes) > 1:
+                raise ValueError(f"{name}: cannot make an array from a ragged nested sequence "
+                                 f"(rows of shapes {sorted(shapes)}); all rows must have the "
+                                 "same length")
+            from .manipulation import stack
+            return stack(rows)
+        try:
+            arr = np.asarray(x)
+        except ValueError as err:
+            raise ValueError(f"{name}: cannot make an array from a ragged nested sequence "
+                             f"({err}); all rows must have the same length") from None
+        if arr.dtype == object:
+            raise ValueError(f"{name}: cannot make an array from a ragged nested sequence")
+        if arr.dtype.kind in "US":
+            raise TypeError(f"{name}: strings are not arrays (got {x!r:.60})")
+        return arr.astype(_canonical(arr.dtype, name))
+    if x is None:
+        raise TypeError(f"{name}: None is not an array")
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name}: a string is not an array (got {x!r:.60})")
+    if hasattr(x, "__array__"):
+        return _operand(np.asarray(x), name)
+    raise TypeError(f"{name}: expected an array, scalar or traced value, got {type(x).__name__}")
+
+
+def _canonical(dtype, name):
+    try:
+        return dtypes.canonical(dtype)
+    except TypeError as err:
+        raise TypeError(f"{name}: {err}") from None
+
+
+def _iter_nested(x):
+    for e in x:
+        if isinstance(e, (list, tuple)):
+            yield from _iter_nested(e)
+        else:
+            yield e
+
+
+def _dtype_weak(x) -> tuple[np.dtype, bool]:
+    a = aval_of(x)
+    return a.dtype, a.weak
+
+
+def _cast(x, dtype):
+    dtype = np.dtype(dtype)
+    if isinstance(x, Tracer):
+        return x if x.dtype == dtype else bind(_P.convert, x, dtype=dtype)
+    if isinstance(x, np.ndarray):
+        return x if x.dtype == dtype else x.astype(dtype)
+    return np.asarray(x, dtype)
+
+
+def _promote(*xs, float_only: bool = False):
+    xs = [_operand(x, f"argument {i}" if len(xs) > 1 else "argument") for i, x in enumerate(xs)]
+    dtype, _ = dtypes.result_type(*[_dtype_weak(x) for x in xs])
+    if float_only and not dtypes.is_float(dtype):
+        dtype = float64
+    return [_cast(x, dtype) for x in xs]
+
+
+def asarray(x, dtype=None):
+    """An array (NumPy) or the traced value itself, optionally cast."""
+    x = _operand(x)
+    if dtype is not None:
+        return _cast(x, dtypes.canonical(dtype))
+    if isinstance(x, Tracer):
+        return x
+    return np.asarray(x, dtype=aval_of(x).dtype)
+
+
+array = asarray
+
+
+def astype(x, dtype):
+    return _cast(_operand(x), dtypes.canonical(dtype))
+
+
+class _Prims:
+    """Lazy access to primitives by name (ops import this module, so no import cycle)."""
+
+    def __getattr__(self, name):
+        from ..core import PRIMITIVES
+        from .. import ops  # noqa: F401  (registers everything)
+        p = PRIMITIVES[name]
+        setattr(self, name, p)
+        return p
+
+
+_P = _Prims()
+
+
+# ------------------------------------------------------------------ reductions
+def _here() -> str:
+    """The user's source line, for error messages."""
+    from ..errors import user_frame, where as _where
+    return _where(user_frame(2))
+
+
+def _axes(x, axis, op: str = ""):
+    from ..ops.reductions import normalize_axes
+    try:
+        return normalize_axes(axis, aval_of(x).ndim)
+    except (ShapeError, TypeError) as err:
+        raise ShapeError(f"{op + ': ' if op else ''}{err} (array shape {aval_of(x).shape}) "
+                         f"at {_here()}") from None
+
+
+def _axis1(x, axis, op: str, ndim: int | None = None) -> int:
+    """One axis in [-ndim, ndim), normalized; ``ndim`` defaults to the operand's rank."""
+    nd = aval_of(x).ndim if ndim is None else ndim
+    try:
+        a = int(axis)
+    except TypeError:
+        raise TypeError(f"{op}: axis must be an integer, got {axis!r} at {_here()}") from None
+    if not -nd <= a < nd:
+        raise ShapeError(f"{op}: axis {a} is out of bounds for an array of dimension {nd} "
+                         f"(array shape {aval_of(x).shape}) at {_here()}")
+    return a % nd
+
+
+def _keep(x, r, axes, keepdims):
+    if not keepdims:
+        return r
+    from ..ops.reductions import keepdims_shape
+    from .manipulation import reshape
+    return reshape(r, keepdims_shape(aval_of(x).shape, axes))
+
+
+# ------------------------------------------------------------------ error locations
+def _located(fn, name: str):
+    """Errors from a jnp function name the function and the user's source line.
+
+    Errors raised by ``bind`` already carry both (and name the primitive); the others (bad axes,
+    bad indices, bad operands, ...) get them here, once, at the outermost user-facing call."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ShapeError, IndexError, TypeError, ValueError) as err:
+            if isinstance(err, ConcretizationError) or getattr(err, "_jg_located", False):
+                raise
+            msg = str(err)
+            loc = _here()
+            if loc not in msg:      # (bind's errors already name the primitive and the line)
+                msg = f"{msg}\n  at {loc}"
+                if not msg.startswith(name + ":"):
+                    msg = f"jnp.{name}: {msg}"
+                err.args = (msg,)
+            try:
+                err._jg_located = True
+            except AttributeError:  # pragma: no cover  (exceptions without a __dict__)
+                pass
+            raise
+    return wrapper
+
+
+def _locate_module(namespace: dict, module: str) -> None:
+    """Wrap every public function defined in ``module`` with ``_located`` (in place)."""
+    for name, obj in list(namespace.items()):
+        if (not name.startswith("_") and isinstance(obj, types.FunctionType)
+                and obj.__module__ == module):
+            namespace[name] = _located(obj, name)
+
+
+# ------------------------------------------------------------------ scalar types and ndarray
+class _ScalarType:
+    """``jnp.float32`` and friends: usable wherever NumPy takes a dtype (``dtype=``,
+    ``.astype``, ``==``), and callable like NumPy's scalar types: ``jnp.float64(x)`` casts a
+    traced value (``np.float64(x)`` would need a concrete one)."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.__name__ = self.dtype.name
+
+    def __call__(self, x):
+        if isinstance(x, Tracer) or (isinstance(x, (list, tuple))
+                                     and builtins.any(isinstance(e, Tracer) for e in _iter_nested(x))):
+            return astype(x, self.dtype)
+        return self.dtype.type(x)
+
+    def __getattr__(self, name):            # kind, itemsize, name, type, char, ...
+        return getattr(self.__dict__["dtype"], name)
+
+    def __eq__(self, other):
+        try:
+            return self.dtype == np.dtype(other)
+        except TypeError:
+            return NotImplemented
+
+    def __hash__(self):
+        return hash(self.dtype)
+
+    def __repr__(self):
+        return f"jnp.{self.dtype.name}"
+
+
+class _ArrayMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, (np.ndarray, Tracer))
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, (np.ndarray, Tracer))
+
+
+class ndarray(metaclass=_ArrayMeta):
+    """``isinstance(x, jnp.ndarray)`` holds for NumPy arrays and for traced values alike (as
+    ``jax.Array``), so code that checks for arrays keeps working inside grad and jit."""
+
+
+Array = ndarray
+
+
+_locate_module(globals(), __name__)

@@ -1,0 +1,114 @@
+"""Array creation: constants (zeros, ones, full, arange, eye, linspace) and *_like."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Tracer, aval_of
+from ._base import _operand, astype, float64, _locate_module
+from .manipulation import broadcast_to
+
+
+# ------------------------------------------------------------------ creation (constants)
+def _dt(dtype, default=float64):
+    return dtypes.canonical(dtype) if dtype is not None else default
+
+
+def zeros(shape, dtype=None):
+    return np.zeros(shape, _dt(dtype))
+
+
+def ones(shape, dtype=None):
+    return np.ones(shape, _dt(dtype))
+
+
+def full(shape, fill_value, dtype=None):
+    if isinstance(fill_value, Tracer):
+        return broadcast_to(astype(fill_value, dtype) if dtype else fill_value, shape)
+    d = _dt(dtype, dtypes.canonical(np.asarray(fill_value).dtype))
+    return np.full(shape, fill_value, d)
+
+
+def zeros_like(x, dtype=None):
+    a = aval_of(_operand(x))
+    return np.zeros(a.shape, _dt(dtype, a.dtype))
+
+
+def ones_like(x, dtype=None):
+    a = aval_of(_operand(x))
+    return np.ones(a.shape, _dt(dtype, a.dtype))
+
+
+def full_like(x, fill_value, dtype=None):
+    a = aval_of(_operand(x))
+    return full(a.shape, fill_value, _dt(dtype, a.dtype))
+
+
+def arange(start, stop=None, step=1, dtype=None):
+    """NumPy's arange. Traced bounds work where their values are known at trace time (inside
+    ``grad``/``jvp`` run eagerly): the length is fixed from them and the values stay
+    differentiable (``start + step * i``). Under ``jit`` the bounds must be static."""
+    if any(isinstance(v, Tracer) for v in (start, stop, step)):
+        return _traced_arange(start, stop, step, dtype)
+    r = np.arange(start, stop, step) if stop is not None else np.arange(start)
+    return r.astype(_dt(dtype, dtypes.canonical(r.dtype)))
+
+
+def _concrete_value(v, what):
+    if isinstance(v, Tracer):
+        if v.val is None:
+            raise TypeError(f"{what} needs concrete (static) bounds under jit, got an abstract "
+                            "traced value; the shape of an array must be known at trace time "
+                            "(pass the bound as a static argument)")
+        return np.asarray(v.val).item()
+    return v
+
+
+def _traced_arange(start, stop, step, dtype):
+    from .math import add, multiply
+    if stop is None:
+        start, stop = 0, start
+    n = len(np.arange(*(_concrete_value(v, "arange") for v in (start, stop, step))))
+    d = _dt(dtype, dtypes.result_type(*[(aval_of(_operand(v)).dtype, aval_of(_operand(v)).weak)
+                                        for v in (start, stop, step)])[0])
+    return astype(add(start, multiply(step, np.arange(n, dtype=d))), d)
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """NumPy's linspace; ``start``/``stop`` may be traced (the length ``num`` is static)."""
+    from .math import add, multiply, subtract
+    num = int(num)
+    if num < 0:
+        raise ValueError(f"linspace: number of samples, {num}, must be non-negative")
+    if not any(isinstance(v, Tracer) for v in (start, stop)):
+        r = np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, axis=axis)
+        return (r[0].astype(_dt(dtype)), r[1]) if retstep else r.astype(_dt(dtype))
+    div = (num - 1) if endpoint else num
+    frac = np.arange(num, dtype=np.float64) / builtins.max(div, 1)
+    start, stop = _operand(start), _operand(stop)
+    shp = np.broadcast_shapes(aval_of(start).shape, aval_of(stop).shape)
+    frac = frac.reshape((num,) + (1,) * len(shp))
+    step = subtract(stop, start)
+    out = add(start, multiply(step, frac))
+    if endpoint and num > 1:
+        from .indexing import getitem
+        from .manipulation import concatenate, expand_dims
+        out = concatenate([getitem(out, slice(0, num - 1)), expand_dims(stop + 0 * start, 0)])
+    if axis != 0:
+        from .manipulation import moveaxis
+        out = moveaxis(out, 0, axis)
+    out = astype(out, _dt(dtype))
+    return (out, multiply(step, 1.0 / div) if div else np.nan) if retstep else out
+
+
+def eye(N, M=None, k=0, dtype=None):
+    return np.eye(N, M, k, dtype=_dt(dtype))
+
+
+def identity(n, dtype=None):
+    return eye(n, dtype=dtype)
+
+
+_locate_module(globals(), __name__)

@@ -1,0 +1,261 @@
+"""``jitgraph.numpy.linalg``: norms, inverses, solves, determinants and decompositions of
+(stacks of) matrices, with derivatives.
+
+The decompositions are primitives in ``jitgraph.ops.decompositions`` (LAPACK through
+NumPy/SciPy, run as host steps in compiled programs); everything else here composes them.
+"""
+from __future__ import annotations
+
+import builtins
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import dtypes
+from ..core import aval_of, bind
+from ..errors import ShapeError
+from ._base import _P, _axes, _operand, astype, float64, _locate_module
+from .manipulation import expand_dims, moveaxis, reshape, swapaxes
+from .math import abs, power, sqrt, true_divide, where, greater
+from .products import matmul
+from .reductions import max, min, sum
+
+
+class EighResult(NamedTuple):
+    eigenvalues: object
+    eigenvectors: object
+
+
+class SVDResult(NamedTuple):
+    U: object
+    S: object
+    Vh: object
+
+
+class QRResult(NamedTuple):
+    Q: object
+    R: object
+
+
+class SlogdetResult(NamedTuple):
+    sign: object
+    logabsdet: object
+
+
+def _matrix(a, name, square=True):
+    a = _operand(a)
+    if not dtypes.is_float(aval_of(a).dtype):
+        a = astype(a, float64)
+    shp = aval_of(a).shape
+    if len(shp) < 2 or (square and shp[-1] != shp[-2]):
+        raise ShapeError(f"linalg.{name}: needs {'square ' if square else ''}matrices of shape "
+                         f"(..., {'n, n' if square else 'm, n'}), got {shp}")
+    return a
+
+
+def inv(a):
+    return bind(_P.inv, _matrix(a, "inv"))
+
+
+def solve(a, b):
+    """Solve a x = b; ``b`` is (..., n) or (..., n, k) as NumPy 2 (1-d only as a vector)."""
+    a = _matrix(a, "solve")
+    b = _operand(b)
+    b = astype(b, aval_of(a).dtype)
+    vec = aval_of(b).ndim == 1
+    if vec:
+        b = reshape(b, aval_of(b).shape + (1,))
+    batch = aval_of(a).shape[:-2]
+    if aval_of(b).shape[:-2] != batch:
+        from .manipulation import broadcast_to
+        b = broadcast_to(b, batch + aval_of(b).shape[-2:])
+    x = bind(_P.solve, a, b)
+    return reshape(x, aval_of(x).shape[:-1]) if vec else x
+
+
+def det(a):
+    return bind(_P.det, _matrix(a, "det"))
+
+
+def slogdet(a):
+    return SlogdetResult(*bind(_P.slogdet, _matrix(a, "slogdet")))
+
+
+def cholesky(a, upper=False):
+    L = bind(_P.cholesky, _matrix(a, "cholesky"))
+    return swapaxes(L, -1, -2) if upper else L
+
+
+def eigh(a, UPLO="L"):
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices."""
+    a = _matrix(a, "eigh")
+    if UPLO == "U":
+        a = swapaxes(a, -1, -2)
+    return EighResult(*bind(_P.eigh, a))
+
+
+def eigvalsh(a, UPLO="L"):
+    return eigh(a, UPLO)[0]
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """Thin SVD (``full_matrices=True`` gives the thin factors too when m == n)."""
+    a = _matrix(a, "svd", square=False)
+    m, n = aval_of(a).shape[-2:]
+    if full_matrices and compute_uv and m != n:
+        raise NotImplementedError("linalg.svd: full_matrices=True is not supported for "
+                                  "non-square matrices (its extra columns are not unique); "
+                                  "pass full_matrices=False")
+    u, s, vh = bind(_P.svd, a)
+    return SVDResult(u, s, vh) if compute_uv else s
+
+
+def svdvals(a):
+    return svd(a, full_matrices=False, compute_uv=False)
+
+
+def qr(a, mode="reduced"):
+    if mode not in ("reduced", "r"):
+        raise NotImplementedError(f"linalg.qr: mode {mode!r} is not supported ('reduced', 'r')")
+    q, r = bind(_P.qr, _matrix(a, "qr", square=False))
+    return r if mode == "r" else QRResult(q, r)
+
+
+def pinv(a, rcond=None, hermitian=False, rtol=None):
+    """Pseudo-inverse from the thin SVD; singular values below rcond * max(s) count as 0."""
+    a = _matrix(a, "pinv", square=False)
+    m, n = aval_of(a).shape[-2:]
+    cutoff = rtol if rtol is not None else rcond
+    if cutoff is None:
+        cutoff = 10 * builtins.max(m, n) * np.finfo(aval_of(a).dtype).eps
+    u, s, vh = bind(_P.svd, a)
+    keep = greater(s, cutoff * max(s, axis=-1, keepdims=True))
+    sinv = where(keep, true_divide(1.0, where(keep, s, 1.0)), 0.0)
+    return matmul(swapaxes(vh, -1, -2) * expand_dims(sinv, -2), swapaxes(u, -1, -2))
+
+
+def matrix_power(a, n):
+    a = _matrix(a, "matrix_power")
+    n = int(n)
+    if n < 0:
+        a, n = inv(a), -n
+    if n == 0:
+        k = aval_of(a).shape[-1]
+        from .manipulation import broadcast_to
+        return broadcast_to(np.eye(k, dtype=aval_of(a).dtype), aval_of(a).shape)
+    result, base = None, a
+    while n:                      # binary powering
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return result
+
+
+def multi_dot(arrays):
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = matmul(out, a)
+    return out
+
+
+def matrix_rank(a, tol=None):
+    s = svdvals(a)
+    if tol is None:
+        m, n = aval_of(_operand(a)).shape[-2:]
+        tol = max(s, axis=-1, keepdims=True) * builtins.max(m, n) * np.finfo(aval_of(s).dtype).eps
+    return sum(astype(greater(s, tol), np.int64), axis=-1)
+
+
+def cond(x, p=None):
+    if p is None or p == 2:
+        s = svdvals(x)
+        return true_divide(max(s, axis=-1), min(s, axis=-1))
+    return norm(x, p, axis=(-2, -1)) * norm(inv(x), p, axis=(-2, -1))
+
+
+def lstsq(a, b, rcond=None):
+    """Least-squares solution (the pseudo-inverse's); residuals/rank/singular values as NumPy."""
+    a = _matrix(a, "lstsq", square=False)
+    x = matmul(pinv(a, rcond=rcond), b)
+    r = matmul(a, x) - b
+    res = sum(r * r, axis=0)
+    s = svdvals(a)
+    return x, res, matrix_rank(a), s
+
+
+def _vector_norm(x, ord, axes, keepdims):
+    if ord is None or ord == 2:
+        return sqrt(sum(x * x, axis=axes, keepdims=keepdims))
+    ax = abs(x)
+    if ord == np.inf:
+        return max(ax, axis=axes, keepdims=keepdims)
+    if ord == -np.inf:
+        return min(ax, axis=axes, keepdims=keepdims)
+    if ord == 0:
+        return sum(astype(greater(ax, 0), aval_of(x).dtype), axis=axes, keepdims=keepdims)
+    if ord == 1:
+        return sum(ax, axis=axes, keepdims=keepdims)
+    return power(sum(power(ax, float(ord)), axis=axes, keepdims=keepdims), 1.0 / float(ord))
+
+
+def _matrix_norm(x, ord, axes, keepdims):
+    r, c = axes
+    if ord in (None, "fro", "f"):
+        out = sqrt(sum(x * x, axis=axes))
+    elif ord == "nuc":
+        out = sum(svdvals(moveaxis(x, (r, c), (-2, -1))), axis=-1)
+    elif ord in (1, -1):
+        s = sum(abs(x), axis=r)
+        out = (max if ord == 1 else min)(s, axis=c - 1 if c > r else c)
+    elif ord in (np.inf, -np.inf):
+        s = sum(abs(x), axis=c)
+        out = (max if ord == np.inf else min)(s, axis=r - 1 if r > c else r)
+    elif ord in (2, -2):
+        s = svdvals(moveaxis(x, (r, c), (-2, -1)))
+        out = (max if ord == 2 else min)(s, axis=-1)
+    else:
+        raise ValueError(f"linalg.norm: invalid norm order {ord!r} for matrices")
+    if keepdims:
+        for a in sorted(axes):
+            out = expand_dims(out, a)
+    return out
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """Vector and matrix norms with NumPy's ``ord`` and ``axis`` conventions."""
+    x = _operand(x)
+    if not dtypes.is_float(aval_of(x).dtype):
+        x = astype(x, float64)
+    nd = aval_of(x).ndim
+    if axis is None:
+        if ord is None:
+            out = sqrt(sum(x * x))
+            return reshape(out, (1,) * nd) if keepdims else out
+        axis = tuple(range(nd))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(int(a) % builtins.max(nd, 1) for a in axes)
+    if len(axes) == 1:
+        return _vector_norm(x, ord, axes, keepdims)
+    if len(axes) == 2:
+        return _matrix_norm(x, ord, axes, keepdims)
+    raise ValueError(f"linalg.norm: improper number of dimensions to norm ({len(axes)})")
+
+
+def vector_norm(x, ord=2, axis=None, keepdims=False):
+    x = _operand(x)
+    axes = _axes(x, axis, "vector_norm")
+    return _vector_norm(x if dtypes.is_float(aval_of(x).dtype) else astype(x, float64),
+                        ord, axes, keepdims)
+
+
+def matrix_norm(x, ord="fro", keepdims=False):
+    return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def tensorsolve(a, b, axes=None):
+    raise NotImplementedError("linalg.tensorsolve is not supported; reshape to a matrix and "
+                              "use linalg.solve")
+
+_locate_module(globals(), __name__)

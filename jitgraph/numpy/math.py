@@ -1,0 +1,368 @@
+"""Elementwise math: unary and binary functions, comparisons, logic, where/clip."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Tracer, aval_of, bind
+from ._base import (_P, _cast, _dtype_weak, _operand, _promote, asarray, astype, bool_, float64, inf,
+                    _locate_module)
+
+
+# ------------------------------------------------------------------ elementwise
+def _unary(pname: str, float_only: bool = True, doc: str = ""):
+    def fn(x):
+        (x,) = _promote(x, float_only=float_only)
+        return bind(getattr(_P, pname), x)
+    fn.__name__ = pname
+    fn.__doc__ = doc or f"Elementwise {pname}."
+    return fn
+
+
+negative = _unary("neg", float_only=False)
+exp = _unary("exp")
+log = _unary("log")
+log1p = _unary("log1p")
+expm1 = _unary("expm1")
+sin = _unary("sin")
+cos = _unary("cos")
+tan = _unary("tan")
+tanh = _unary("tanh")
+sqrt = _unary("sqrt")
+_floor = _unary("floor")
+
+
+def floor(x):
+    """Elementwise floor; integers and bools are returned unchanged, as NumPy 2."""
+    x = _operand(x)
+    if not dtypes.is_float(aval_of(x).dtype):
+        return x if isinstance(x, Tracer) else asarray(x)
+    return _floor(x)
+
+
+abs = _unary("abs", float_only=False)
+absolute = abs
+sign = _unary("sign", float_only=False)
+stop_gradient = _unary("stop_gradient", float_only=False,
+                       doc="Identity whose gradient is zero.")
+
+
+def _binary(pname: str, float_only: bool = False):
+    def fn(x, y):
+        x, y = _promote(x, y, float_only=float_only)
+        return bind(getattr(_P, pname), x, y)
+    fn.__name__ = pname
+    return fn
+
+
+add = _binary("add")
+subtract = _binary("sub")
+multiply = _binary("mul")
+true_divide = _binary("div", float_only=True)
+divide = true_divide
+maximum = _binary("max")
+minimum = _binary("min")
+greater = _binary("gt")
+greater_equal = _binary("ge")
+less = _binary("lt")
+less_equal = _binary("le")
+equal = _binary("eq")
+not_equal = _binary("ne")
+mod = _binary("mod")
+remainder = mod
+
+
+def floor_divide(x, y):
+    x, y = _promote(x, y)
+    if dtypes.is_float(_dtype_weak(x)[0]):
+        return floor(x / y)
+    return bind(_P.floordiv, x, y)
+
+
+def _as_bool(x):
+    x = _operand(x)
+    return x if aval_of(x).dtype == bool_ else not_equal(x, 0)
+
+
+def logical_and(x, y):
+    return bind(_P.logical_and, _as_bool(x), _as_bool(y))
+
+
+def logical_or(x, y):
+    return bind(_P.logical_or, _as_bool(x), _as_bool(y))
+
+
+def logical_not(x):
+    return bind(_P.logical_not, _as_bool(x))
+
+
+def power(x, y):
+    """x ** y. Small integer exponents become multiplications (exact, and cheap to compile)."""
+    x = _operand(x, "argument 0")
+    yo = _operand(y, "argument 1")
+    out, _ = dtypes.result_type(_dtype_weak(x), _dtype_weak(yo))
+    if (isinstance(y, (int, np.integer)) and not isinstance(y, (bool, np.bool_))
+            and 0 <= y <= 4):
+        x = _cast(x, out) if isinstance(x, Tracer) or not isinstance(x, (bool, int, float)) else x
+        if y == 0:
+            from .creation import ones_like
+            return ones_like(x) if isinstance(x, Tracer) else np.ones_like(np.asarray(x, out))
+        r = x
+        for _ in range(int(y) - 1):
+            r = multiply(r, x)
+        return r
+    if not dtypes.is_float(out):
+        # integer powers are computed in float64 and rounded (exact below 2**53)
+        xf, yf = _promote(x, yo, float_only=True)
+        return astype(floor(bind(_P.pow, xf, yf) + 0.5), out)
+    x, y = _promote(x, yo)
+    return bind(_P.pow, x, y)
+
+
+def square(x):
+    return multiply(x, x)
+
+
+def reciprocal(x):
+    return true_divide(1.0, x)
+
+
+def where(condition, x=None, y=None):
+    """Select ``x`` where ``condition`` holds, else ``y`` (the one-argument form is not traceable)."""
+    if x is None or y is None:
+        raise TypeError("jnp.where(condition) has a data-dependent shape; pass both x and y "
+                        "(jnp.where(condition, x, y))")
+    c = _as_bool(condition)
+    x, y = _promote(x, y)
+    return bind(_P.select, c, x, y)
+
+
+def clip(x, a_min=None, a_max=None):
+    if a_min is not None:
+        x = maximum(x, a_min)
+    if a_max is not None:
+        x = minimum(x, a_max)
+    return x
+
+
+def isnan(x):
+    return not_equal(x, x)
+
+
+def isinf(x):
+    return equal(abs(x), inf)
+
+
+def isfinite(x):
+    return logical_not(logical_or(isnan(x), isinf(x)))
+
+
+# ------------------------------------------------------------------ more elementwise math
+arcsin = _unary("arcsin")
+arccos = _unary("arccos")
+arctan = _unary("arctan")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+arcsinh = _unary("arcsinh")
+arccosh = _unary("arccosh")
+arctanh = _unary("arctanh")
+log2 = _unary("log2")
+log10 = _unary("log10")
+exp2 = _unary("exp2")
+arctan2 = _binary("arctan2", float_only=True)
+hypot = _binary("hypot", float_only=True)
+asin, acos, atan, asinh, acosh, atanh, atan2 = (arcsin, arccos, arctan, arcsinh, arccosh,
+                                                  arctanh, arctan2)
+_LN2 = float(np.log(2.0))
+
+
+def _float(x):
+    (x,) = _promote(x, float_only=True)
+    return x
+
+
+def fabs(x):
+    """|x| as a float (NumPy's fabs)."""
+    return abs(_float(x))
+
+
+def sinc(x):
+    """sin(pi x) / (pi x), 1 at 0."""
+    x = _float(x)
+    zero = equal(x, 0)
+    px = multiply(where(zero, 1.0, x), np.pi)
+    return where(zero, 1.0, true_divide(sin(px), px))
+
+
+def logaddexp(x, y):
+    """log(exp(x) + exp(y)) without overflow; the gradient is the pair of softmax weights."""
+    x, y = _promote(x, y, float_only=True)
+    m = maximum(x, y)
+    d = subtract(x, y)
+    d = where(isnan(d), 0.0, d)           # both infinite with the same sign: the max itself
+    return add(m, log1p(exp(negative(abs(d)))))
+
+
+def logaddexp2(x, y):
+    """log2(2**x + 2**y)."""
+    x, y = _promote(x, y, float_only=True)
+    return true_divide(logaddexp(multiply(x, _LN2), multiply(y, _LN2)), _LN2)
+
+
+def fmax(x, y):
+    """Elementwise maximum ignoring NaN (NaN only where both are NaN)."""
+    x, y = _promote(x, y)
+    return where(isnan(y), x, where(isnan(x), y, maximum(x, y)))
+
+
+def fmin(x, y):
+    """Elementwise minimum ignoring NaN (NaN only where both are NaN)."""
+    x, y = _promote(x, y)
+    return where(isnan(y), x, where(isnan(x), y, minimum(x, y)))
+
+
+def _int_passthrough(fn):
+    """Rounding functions return integer and bool operands unchanged (as NumPy 2)."""
+    def wrapped(x, *args, **kwargs):
+        x = _operand(x)
+        if not dtypes.is_float(aval_of(x).dtype):
+            return x if isinstance(x, Tracer) else asarray(x)
+        return fn(x, *args, **kwargs)
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+@_int_passthrough
+def ceil(x):
+    """Elementwise ceiling (zero gradient)."""
+    return negative(floor(negative(x)))
+
+
+@_int_passthrough
+def trunc(x):
+    """Round toward zero."""
+    return where(less(x, 0), ceil(x), floor(x))
+
+
+fix = trunc
+
+
+def rint(x):
+    """Round to the nearest integer, halves to even (NumPy's rint; integers become floats)."""
+    x = _float(x)
+    r = floor(add(x, 0.5))
+    tie = logical_and(equal(subtract(r, x), 0.5), not_equal(mod(r, 2.0), 0.0))
+    return where(tie, subtract(r, 1.0), r)
+
+
+def round(x, decimals=0):
+    """Round to ``decimals`` places, halves to even (NumPy's round)."""
+    x = _operand(x)
+    if not dtypes.is_float(aval_of(x).dtype):
+        return x if isinstance(x, Tracer) else asarray(x)
+    if decimals == 0:
+        return rint(x)
+    s = 10.0 ** int(decimals)
+    return true_divide(rint(multiply(x, s)), s)
+
+
+around = round_ = round
+
+
+def deg2rad(x):
+    return multiply(_float(x), np.pi / 180.0)
+
+
+def rad2deg(x):
+    return multiply(_float(x), 180.0 / np.pi)
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN -> ``nan``, +inf -> ``posinf`` (default the dtype's max), -inf -> ``neginf``."""
+    x = _operand(x)
+    d = aval_of(x).dtype
+    if not dtypes.is_float(d):
+        return x if isinstance(x, Tracer) else asarray(x)
+    big = float(np.finfo(d).max)
+    x = where(isnan(x), nan, x)
+    x = where(equal(x, inf), big if posinf is None else posinf, x)
+    return where(equal(x, -inf), -big if neginf is None else neginf, x)
+
+
+def real(x):
+    """Real part: jitgraph's arrays are real, so the value itself."""
+    x = _operand(x)
+    return x if isinstance(x, Tracer) else asarray(x)
+
+
+conj = conjugate = real_if_close = real
+
+
+def imag(x):
+    """Imaginary part of a real array: zeros."""
+    return multiply(x, 0)
+
+
+def angle(x, deg=False):
+    """Argument of a real number: 0 for x >= 0, pi for x < 0."""
+    x = _float(x)
+    return where(less(x, 0), 180.0 if deg else np.pi, multiply(x, 0.0))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol |b|, with infinities equal only to themselves."""
+    a, b = _promote(a, b, float_only=True)
+    close = less_equal(abs(subtract(a, b)), add(atol, multiply(rtol, abs(b))))
+    close = logical_and(close, logical_and(isfinite(a), isfinite(b)))
+    close = logical_or(close, logical_and(isinf(a), equal(a, b)))
+    if equal_nan:
+        close = logical_or(close, logical_and(isnan(a), isnan(b)))
+    return close
+
+
+def heaviside(x, h0):
+    x, h0 = _promote(x, h0, float_only=True)
+    return where(less(x, 0), 0.0, where(greater(x, 0), 1.0, h0))
+
+
+def copysign(x, y):
+    x, y = _promote(x, y, float_only=True)
+    neg = logical_or(less(y, 0), logical_and(equal(y, 0), less(true_divide(1.0, y), 0)))
+    return where(neg, negative(abs(x)), abs(x))
+
+
+def logical_xor(x, y):
+    return not_equal(_as_bool(x), _as_bool(y))
+
+
+def signbit(x):
+    x = _float(x)
+    return logical_or(less(x, 0), logical_and(equal(x, 0), less(true_divide(1.0, x), 0)))
+
+
+def float_power(x, y):
+    x, y = _promote(x, y, float_only=True)
+    return power(astype(x, float64), astype(y, float64))
+
+
+def cbrt(x):
+    x = _float(x)
+    return multiply(sign(x), power(abs(x), 1.0 / 3.0))
+
+
+
+def select(condlist, choicelist, default=0):
+    """The first choice whose condition holds, else ``default`` (a chain of where)."""
+    if len(condlist) != len(choicelist):
+        raise ValueError("select: list of cases must be same length as list of conditions")
+    out = default
+    for c, v in reversed(list(zip(condlist, choicelist))):
+        out = where(c, v, out)
+    return asarray(out) if not isinstance(out, Tracer) else out
+
+
+_locate_module(globals(), __name__)

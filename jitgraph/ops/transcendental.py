@@ -1,0 +1,110 @@
+"""More elementwise primitives: inverse trig and hyperbolic functions, log2/log10/exp2,
+erfc, lgamma, atan2, hypot, and SciPy special functions.
+
+The ones Numba's ``math`` module has (and CUDA's libdevice has under the same names) carry a
+codegen rule, so they fuse into the surrounding loop kernel. ``digamma``, ``polygamma``,
+``erfinv`` and ``ndtri`` have no scalar implementation the generated code can call: they have
+no codegen rule and run as host steps between kernels (their NumPy reference is SciPy's).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.special as sps
+
+from ..core import Primitive, register
+from .. import numpy as jnp
+from .elementwise import _add_t, _bcast, _elementwise_aval, binary, unary, unbroadcast
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _libm(name):
+    """Codegen rule calling the backend's scalar ``name`` (``math.name`` on the CPU)."""
+    return lambda c, *xs: f"{c.fn(name)}({', '.join(xs)})"
+
+
+def _typed(f):
+    """A NumPy reference that keeps the operand's float dtype (SciPy may return float64)."""
+    def impl(*xs, **params):
+        return np.asarray(f(*xs, **params)).astype(xs[0].dtype)
+    return impl
+
+
+arcsin_p = unary("arcsin", np.arcsin, _libm("asin"),
+                 vjp=lambda g, out, x: (g / jnp.sqrt(1.0 - x * x),))
+arccos_p = unary("arccos", np.arccos, _libm("acos"),
+                 vjp=lambda g, out, x: (-(g / jnp.sqrt(1.0 - x * x)),))
+arctan_p = unary("arctan", np.arctan, _libm("atan"),
+                 vjp=lambda g, out, x: (g / (1.0 + x * x),))
+sinh_p = unary("sinh", np.sinh, _libm("sinh"), vjp=lambda g, out, x: (g * jnp.cosh(x),))
+cosh_p = unary("cosh", np.cosh, _libm("cosh"), vjp=lambda g, out, x: (g * jnp.sinh(x),))
+arcsinh_p = unary("arcsinh", np.arcsinh, _libm("asinh"),
+                  vjp=lambda g, out, x: (g / jnp.sqrt(x * x + 1.0),))
+arccosh_p = unary("arccosh", np.arccosh, _libm("acosh"),
+                  vjp=lambda g, out, x: (g / (jnp.sqrt(x - 1.0) * jnp.sqrt(x + 1.0)),))
+arctanh_p = unary("arctanh", np.arctanh, _libm("atanh"),
+                  vjp=lambda g, out, x: (g / (1.0 - x * x),))
+log2_p = unary("log2", np.log2, _libm("log2"), vjp=lambda g, out, x: (g / (x * _LN2),))
+log10_p = unary("log10", np.log10, _libm("log10"), vjp=lambda g, out, x: (g / (x * _LN10),))
+exp2_p = unary("exp2", np.exp2, lambda c, x: f"{c.fn('pow')}(2.0, {x})",
+               vjp=lambda g, out, x: (g * out * _LN2,))
+erfc_p = unary("erfc", _typed(sps.erfc), _libm("erfc"),
+               vjp=lambda g, out, x: (-(g * _TWO_OVER_SQRT_PI * jnp.exp(-(x * x))),))
+lgamma_p = unary("lgamma", _typed(sps.gammaln), _libm("lgamma"),
+                 vjp=lambda g, out, x: (g * digamma_p(x),))
+# host-only special functions (no scalar routine in Numba's math module)
+digamma_p = unary("digamma", _typed(sps.digamma), None,
+                  vjp=lambda g, out, x: (g * polygamma_p(x, n=1),))
+erfinv_p = unary("erfinv", _typed(sps.erfinv), None,
+                 vjp=lambda g, out, x: (g * (0.5 * math.sqrt(math.pi)) * jnp.exp(out * out),))
+ndtri_p = unary("ndtri", _typed(sps.ndtri), None,
+                vjp=lambda g, out, x: (g * math.sqrt(2.0 * math.pi) * jnp.exp(0.5 * (out * out)),))
+
+
+def _polygamma_aval(x, *, n):
+    return _elementwise_aval(x, float_only=True, name="polygamma")
+
+
+def _polygamma_vjp(g, out, x, *, n):
+    return (g * polygamma_p(x, n=n + 1),)
+
+
+polygamma_p = register(Primitive(
+    "polygamma", kind="elementwise", abstract_eval=_polygamma_aval,
+    impl=_typed(lambda x, *, n: sps.polygamma(n, x)), vjp=_polygamma_vjp,
+    jvp=lambda ts, out, x, *, n: None if ts[0] is None else _polygamma_vjp(ts[0], out, x, n=n)[0],
+    codegen=None))
+
+
+# ---------------------------------------------------------------- binary
+def _binary_rule(partials):
+    """VJP and JVP of a binary elementwise op from its two local partial derivatives."""
+    def vjp(g, out, x, y):
+        dx, dy = partials(out, x, y)
+        return unbroadcast(g * dx, x.aval), unbroadcast(g * dy, y.aval)
+
+    def jvp(ts, out, x, y):
+        dx, dy = partials(out, x, y)
+        tx, ty = ts
+        return _bcast(_add_t(None if tx is None else tx * dx, None if ty is None else ty * dy),
+                      out.shape)
+    return vjp, jvp
+
+
+def _atan2_partials(out, y, x):
+    r2 = x * x + y * y
+    return x / r2, -(y / r2)
+
+
+def _hypot_partials(out, x, y):
+    return x / out, y / out
+
+
+arctan2_p = binary("arctan2", np.arctan2, _libm("atan2"), *_binary_rule(_atan2_partials),
+                   float_only=True)
+hypot_p = binary("hypot", np.hypot, _libm("hypot"), *_binary_rule(_hypot_partials),
+                 float_only=True)
