@@ -54,3 +54,11 @@ __all__ = [
     "jvp", "make_graph", "nn", "numpy", "primitive", "scipy", "stop_gradient", "tree_flatten",
     "tree_leaves", "tree_map", "tree_unflatten", "value_and_grad", "vjp",
 ]
+
+# training toolkit
+from . import optim, random  # noqa: E402,F401
+from .checkpoint import load, save  # noqa: E402,F401
+from .train import train_step  # noqa: E402,F401
+from .tree import register_pytree_node  # noqa: E402,F401
+
+__all__ += ["load", "optim", "random", "register_pytree_node", "save", "train_step"]
