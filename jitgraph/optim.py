@@ -273,3 +273,38 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
         return grads, tuple(new_states)
 
     return GradientTransformation(init, update)
+
+
+# ------------------------------------------------------------------ autograd-style helpers
+def flatten(tree):
+    """``(vector, unflatten)``: every leaf raveled into one vector (autograd's
+    ``autograd.misc.flatten``); ``unflatten(vector)`` rebuilds the tree."""
+    leaves, tdef = tree_flatten(tree)
+    shapes = [aval_of(jnp.asarray(x)).shape for x in leaves]
+    vec = jnp.concatenate([jnp.ravel(x) for x in leaves]) if leaves else np.zeros(0)
+
+    def unflatten(v):
+        out, i = [], 0
+        for s in shapes:
+            n = math.prod(s)
+            out.append(jnp.reshape(v[i:i + n], s))
+            i += n
+        return tree_unflatten(tdef, out)
+    return vec, unflatten
+
+
+def adam_minimize(grad_fn: Callable, x0, callback: Callable | None = None, num_iters: int = 100,
+                  step_size: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+                  eps: float = 1e-8):
+    """autograd's ``adam(grad, x0, callback, num_iters, step_size, b1, b2, eps)`` loop:
+    ``grad_fn(params, i)`` gives the gradient at iteration ``i``; ``callback(params, i, g)``."""
+    opt = adam(step_size, b1, b2, eps)
+    state = opt.init(x0)
+    x = x0
+    for i in range(num_iters):
+        g = grad_fn(x, i)
+        if callback is not None:
+            callback(x, i, g)
+        updates, state = opt.update(g, state, x)
+        x = apply_updates(x, updates)
+    return x
