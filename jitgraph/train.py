@@ -5,7 +5,8 @@ The returned step is ``step(params, opt_state, *batch) -> (params, opt_state, lo
 state donated: their buffers are overwritten with the new values, so rebind both on every call
 (``params, state, loss = step(params, state, x, y)``), as in JAX. ``step.lower(...)`` shows the
 fused kernels. ``check_nan=True`` checks each step's loss and, on a NaN or inf, re-runs that
-step's forward pass op by op to name the operation that produced it.
+step's forward pass op by op to name the operation that produced it (it keeps a copy of the
+parameters for that, so the caller's arrays stay valid; it does not change the compiled step).
 """
 from __future__ import annotations
 
@@ -67,15 +68,20 @@ class TrainStep:
             return params, opt_state, out
 
         step.__name__ = f"train_step[{getattr(loss_fn, '__name__', 'loss')}]"
-        # with check_nan the pre-step parameters are kept to locate the op, so not donated
-        self._jitted = jit(step, donate_argnums=(0, 1) if donate and not check_nan else ())
+        self.donate = donate
+        self._jitted = jit(step, donate_argnums=(0, 1) if donate else ())
 
     def __call__(self, params, opt_state, *batch) -> Any:
+        if self.check_nan and self.donate:       # keep the pre-step values to locate the op
+            params, opt_state = copy_tree(params), copy_tree(opt_state)
+            kept = copy_tree(params)
+        else:
+            kept = params
         out = self._jitted(params, opt_state, *batch)
         self.steps += 1
         if self.check_nan and not np.all(np.isfinite(out[2])):
             op = _first_nonfinite_op((lambda p, *b: self.loss_fn(p, *b)[0]) if self.has_aux
-                                     else self.loss_fn, params, batch)
+                                     else self.loss_fn, kept, batch)
             raise NonFiniteLossError(
                 f"train_step: the loss is {out[2]} at step {self.steps}; first non-finite "
                 f"value from {op}. The parameters passed to this step are unchanged.")

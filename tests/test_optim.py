@@ -170,11 +170,18 @@ def test_train_step_one_program_donates_and_matches_eager():
     assert lowered.kernels and "matmul" in {n.prim.name for n in lowered.graph.nodes}
 
 
+def log_loss(params, x):
+    return jnp.sum(jnp.log(x @ params["w"]))
+
+
 def test_train_step_check_nan_names_the_op():
-    def bad_loss(params, x):
-        return jnp.sum(jnp.log(x @ params["w"]))               # log of negative numbers
-    step = jitgraph.train_step(bad_loss, optim.sgd(0.1), check_nan=True)
-    params = {"w": -np.ones((3, 2))}
-    with pytest.raises(jitgraph.train.NonFiniteLossError, match=r"step 1.*log\(f64\[4,2\]\)"):
-        step(params, optim.sgd(0.1).init(params), np.ones((4, 3)))
-    np.testing.assert_array_equal(params["w"], -np.ones((3, 2)))   # not overwritten
+    step = jitgraph.train_step(log_loss, optim.sgd(0.01), check_nan=True)
+    params = {"w": np.ones((3, 2))}
+    state = optim.sgd(0.01).init(params)
+    x = np.ones((4, 3))
+    params, state, loss = step(params, state, x)                # fine: log of positive values
+    np.testing.assert_allclose(loss, 8 * np.log(3.0))
+    bad = {"w": -np.ones((3, 2))}
+    with pytest.raises(jitgraph.train.NonFiniteLossError, match=r"step 2.*log\(f64\[4,2\]\)"):
+        step(bad, state, x)                                   # log of negative numbers
+    np.testing.assert_array_equal(bad["w"], -np.ones((3, 2)))   # not overwritten
