@@ -20,7 +20,7 @@ import jitgraph.nn as nn
 import jitgraph.numpy as jnp
 import jitgraph.optim as optim
 import jitgraph.random as jr
-from common import plot_history, progress
+from example_utils import plot_history, progress
 
 EVAL_CHUNK = 120
 
