@@ -1,15 +1,15 @@
-"""Train an MLP on scikit-learn's handwritten digits with a jitted SGD step.
+"""Train an MLP on scikit-learn's handwritten digits with a compiled SGD training step.
 
     python examples/train_digits.py                 # full run, asserts test accuracy >= 95 %
     python examples/train_digits.py --smoke         # 2 epochs, for CI
-    python examples/train_digits.py --epochs 40 --seed 1 --hidden 256 --act relu
+    python examples/train_digits.py --epochs 40 --seed 1 --hidden 256 --act relu --plot digits.png
 
 The data is ``sklearn.datasets.load_digits()`` (1797 8x8 images, bundled with scikit-learn, no
-download). The whole training step -- forward pass, softmax cross-entropy, backward pass by
-``jitgraph.value_and_grad`` and the SGD update -- is one ``jitgraph.jit`` function, compiled
-once into fused Numba kernels. Its parameter argument is donated, so the update is written
-into the old parameters' buffers (as in JAX, a donated argument is invalid after the call:
-always use the returned parameters).
+download). The model is ``jitgraph.nn.MLP``, the loss ``jitgraph.nn.cross_entropy`` and the
+optimizer ``jitgraph.optim.sgd``; ``jitgraph.train_step`` turns them into one compiled program
+(forward pass, backward pass and update, fused into Numba kernels). The parameters and the
+optimizer state are donated, so the update is written into their old buffers (as in JAX, a
+donated argument is invalid after the call: always use the returned values).
 
 Every call must have the same shapes, or the step compiles again for the new shapes: the
 minibatches have a fixed size (the last partial batch of each epoch is dropped; the data is
@@ -19,14 +19,17 @@ reshuffled every epoch, so every example is still seen), and evaluation runs a j
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 
 import numpy as np
 
 import jitgraph
+import jitgraph.nn as nn
 import jitgraph.numpy as jnp
+import jitgraph.optim as optim
+import jitgraph.random as jr
+from example_utils import plot_history, progress
 
 try:
     from sklearn.datasets import load_digits
@@ -53,50 +56,22 @@ def load_data(seed: int, test_size: float = 0.2, dtype=np.float32):
 
 
 # ------------------------------------------------------------------ model
-def init_params(layer_sizes, rng, dtype=np.float32):
-    """Glorot-uniform weights, zero biases: a list of (W, b) pairs."""
-    params = []
-    for m, n in zip(layer_sizes[:-1], layer_sizes[1:]):
-        limit = math.sqrt(6.0 / (m + n))
-        W = rng.uniform(-limit, limit, size=(m, n)).astype(dtype)
-        b = np.zeros(n, dtype)
-        params.append((W, b))
-    return params
+ACTIVATIONS = {"tanh": jnp.tanh, "relu": nn.relu}
 
 
-ACTIVATIONS = {"tanh": jnp.tanh, "relu": jitgraph.nn.relu}
+def loss_fn(model, x, labels):
+    """Mean softmax cross-entropy (fused log-softmax + NLL) of the MLP's logits."""
+    return nn.cross_entropy(model(x), labels)
 
 
-def mlp(params, x, act):
-    """Logits of the MLP: hidden layers with ``act``, a linear output layer."""
-    for W, b in params[:-1]:
-        x = act(x @ W + b)
-    W, b = params[-1]
-    return x @ W + b
-
-
-def cross_entropy(params, x, labels, act):
-    """Mean softmax cross-entropy of the integer ``labels`` under the MLP's logits."""
-    logits = mlp(params, x, act)
-    targets = jitgraph.nn.one_hot(labels, NUM_CLASSES, dtype=logits.dtype)
-    return -jnp.mean(jnp.sum(jitgraph.nn.log_softmax(logits) * targets, axis=1))
-
-
-def make_functions(act_name: str):
-    act = ACTIVATIONS[act_name]
-
-    @jitgraph.jit(donate_argnums=(0,))
-    def sgd_step(params, x, labels, lr):
-        """One SGD step; returns (new params, loss before the step)."""
-        loss, grads = jitgraph.value_and_grad(cross_entropy)(params, x, labels, act)
-        new_params = [(W - lr * gW, b - lr * gb) for (W, b), (gW, gb) in zip(params, grads)]
-        return new_params, loss
+def make_functions(act_name: str, lr: float):
+    step = jitgraph.train_step(loss_fn, optim.sgd(lr))
 
     @jitgraph.jit
-    def predict(params, x):
-        return jnp.argmax(mlp(params, x, act), axis=1)
+    def predict(model, x):
+        return jnp.argmax(model(x), axis=1)
 
-    return sgd_step, predict
+    return step, predict
 
 
 def accuracy(predict, params, X, y) -> float:
@@ -118,8 +93,9 @@ def train(epochs: int, seed: int, hidden: int, act: str, batch_size: int, lr: fl
     X_tr, y_tr, X_te, y_te = load_data(seed)
     rng = np.random.default_rng(seed)
     sizes = [X_tr.shape[1], hidden, NUM_CLASSES]
-    params = init_params(sizes, rng)
-    sgd_step, predict = make_functions(act)
+    params = nn.MLP(sizes, key=jr.key(seed), activation=ACTIVATIONS[act])
+    step, predict = make_functions(act, lr)
+    opt_state = step.optimizer.init(params)
     n_batches = len(X_tr) // batch_size                    # drop the last partial batch
     if verbose:
         print(f"digits: {len(X_tr)} train / {len(X_te)} test, {X_tr.shape[1]} features; "
@@ -134,10 +110,10 @@ def train(epochs: int, seed: int, hidden: int, act: str, batch_size: int, lr: fl
         compile0 = jitgraph.cache_info()["compile_seconds"]
         perm = rng.permutation(len(X_tr))
         losses = np.empty(n_batches)
-        for i in range(n_batches):
+        for i in progress(range(n_batches), desc=f"epoch {epoch}", enabled=verbose):
             idx = perm[i * batch_size:(i + 1) * batch_size]
-            # params is donated: the old arrays are invalid now, keep only the returned ones
-            params, loss = sgd_step(params, X_tr[idx], y_tr[idx], lr)
+            # params and state are donated: the old arrays are invalid now, keep the new ones
+            params, opt_state, loss = step(params, opt_state, X_tr[idx], y_tr[idx])
             losses[i] = float(loss)
         train_acc = accuracy(predict, params, X_tr, y_tr)
         test_acc = accuracy(predict, params, X_te, y_te)
@@ -163,6 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--act", choices=sorted(ACTIVATIONS), default="tanh")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--plot", default=None, help="write a loss/accuracy plot (matplotlib)")
     args = ap.parse_args(argv)
     epochs = args.epochs if args.epochs is not None else (2 if args.smoke else 30)
 
@@ -176,6 +153,10 @@ def main(argv=None) -> int:
           f"{info['disk_hits']}), hits={info['hits']}, traces={info['traces']}, "
           f"compile {info['compile_seconds']:.1f}s, trace {info['trace_seconds']:.2f}s")
     print(f"  {info}")
+    if args.plot:
+        print(plot_history(args.plot, {"loss": [h[0] for h in history],
+                                       "test accuracy": [h[2] for h in history]},
+                           "MLP on digits"))
 
     threshold = 0.5 if args.smoke else 0.95
     assert test_acc >= threshold, f"test accuracy {test_acc:.4f} is below {threshold}"

@@ -58,3 +58,11 @@ __all__ = [
     "tree_leaves", "tree_map", "tree_unflatten", "value_and_grad", "vjp",
     "DeviceArray", "device_get", "device_put", "devices",
 ]
+
+# training toolkit
+from . import optim, random  # noqa: E402,F401
+from .checkpoint import load, save  # noqa: E402,F401
+from .train import train_step  # noqa: E402,F401
+from .tree import register_pytree_node  # noqa: E402,F401
+
+__all__ += ["load", "optim", "random", "register_pytree_node", "save", "train_step"]

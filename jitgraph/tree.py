@@ -62,6 +62,10 @@ def _flatten(x: Any, leaves: list, is_leaf: Callable | None) -> Any:
         return ("namedtuple", t, tuple(_flatten(c, leaves, is_leaf) for c in x))
     if x is None:
         return ("none", None, ())
+    custom = _CUSTOM.get(t)
+    if custom is not None:
+        children, aux = custom[0](x)
+        return ("custom", (t, aux), tuple(_flatten(c, leaves, is_leaf) for c in children))
     leaves.append(x)
     return _LEAF
 
@@ -78,7 +82,20 @@ def _build(node: Any, it) -> Any:
         return {k: _build(c, it) for k, c in zip(meta, children)}
     if kind == "namedtuple":
         return meta(*[_build(c, it) for c in children])
+    if kind == "custom":
+        cls, aux = meta
+        return _CUSTOM[cls][1](aux, [_build(c, it) for c in children])
     return None
+
+
+_CUSTOM: dict[type, tuple[Callable, Callable]] = {}
+
+
+def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable) -> None:
+    """Make instances of ``cls`` pytree nodes, as JAX's function of the same name:
+    ``flatten(x) -> (children, aux)`` with ``aux`` hashable (it is part of jit's cache key),
+    ``unflatten(aux, children) -> x``."""
+    _CUSTOM[cls] = (flatten, unflatten)
 
 
 def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, TreeDef]:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import math
 
-from . import numpy as jnp
-from .core import bind
-from .scipy.special import logsumexp  # noqa: F401  (re-exported)
+from .. import numpy as jnp
+from ..core import bind
+from ..scipy.special import logsumexp  # noqa: F401  (re-exported)
 
 
 def relu(x):

@@ -1,0 +1,75 @@
+"""``Module``: a layer whose instances are pytrees, so ``jit``, ``grad`` and optimizers see
+plain arrays (as Equinox modules).
+
+Attributes holding arrays, modules, or containers of them are children; every other attribute
+(sizes, strides, activation functions, rates) is static structure: part of the pytree's
+definition and of jit's cache key. ``grad(loss)(model, ...)`` returns a model-shaped tree of
+gradients; ``tree_map`` and the optimizers work on it leaf by leaf.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import Tracer
+from ..tree import register_pytree_node, tree_flatten, tree_leaves
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (np.ndarray, np.generic, Tracer))
+
+
+def _is_dynamic(v: Any) -> bool:
+    if _is_array(v) or isinstance(v, Module):
+        return True
+    if isinstance(v, (list, tuple, dict)):
+        return any(_is_array(x) or isinstance(x, Module)
+                   for x in tree_flatten(v, is_leaf=lambda y: isinstance(y, Module))[0])
+    return False
+
+
+def _flatten(m: "Module"):
+    items = sorted(vars(m).items())
+    dyn = tuple(k for k, v in items if _is_dynamic(v))
+    static = tuple((k, v) for k, v in items if k not in dyn)
+    return [getattr(m, k) for k in dyn], (dyn, static)
+
+
+def _unflatten(cls, aux, children):
+    dyn, static = aux
+    m = object.__new__(cls)
+    for k, v in static:
+        object.__setattr__(m, k, v)
+    for k, v in zip(dyn, children):
+        object.__setattr__(m, k, v)
+    return m
+
+
+class Module:
+    """Base class: subclasses set their parameters in ``__init__`` and compute in ``__call__``."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register_pytree_node(cls, _flatten, lambda aux, ch, cls=cls: _unflatten(cls, aux, ch))
+
+    def parameters(self) -> list:
+        """The array leaves, in pytree order."""
+        return tree_flatten(self)[0]
+
+    def num_parameters(self) -> int:
+        return int(sum(np.size(p) for p in self.parameters()))
+
+    def __repr__(self) -> str:
+        parts = []
+        for k, v in sorted(vars(self).items()):
+            if _is_array(v):
+                parts.append(f"{k}={getattr(v, 'dtype', '')}{list(np.shape(v))}")
+            elif isinstance(v, Module) or not _is_dynamic(v):
+                parts.append(f"{k}={v!r}")
+            else:
+                parts.append(f"{k}=<{len(tree_leaves(v))} arrays>")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+register_pytree_node(Module, _flatten, lambda aux, ch: _unflatten(Module, aux, ch))

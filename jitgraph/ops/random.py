@@ -1,0 +1,51 @@
+"""32-bit unsigned word arithmetic for counter-based random numbers (Threefry-2x32).
+
+jitgraph has no unsigned dtype, so a 32-bit word is an int64 holding a value in [0, 2**32).
+These elementwise primitives keep that invariant (wrapping add, xor, Threefry's mix step); the
+generator in ``jitgraph.random`` is written with them, so under ``jit`` it becomes scalar
+statements inside the fused kernels of its consumers (dropout masks never touch memory).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Aval, Primitive, register
+from .elementwise import broadcast_shapes
+
+MASK32 = 0xFFFFFFFF
+
+
+def _word_aval(*avals, **_):
+    for a in avals:
+        if a.dtype != dtypes.int64:
+            raise TypeError(f"32-bit word operations take int64 operands holding values in "
+                            f"[0, 2**32), got {a.dtype} (use jnp.astype(x, jnp.int64))")
+    return Aval(broadcast_shapes(*(a.shape for a in avals)), dtypes.int64,
+                weak=all(a.weak for a in avals))
+
+
+def _word_prim(name, impl, codegen):
+    return register(Primitive(name, kind="elementwise", abstract_eval=_word_aval, impl=impl,
+                              codegen=codegen, differentiable=False))
+
+
+uint32_add_p = _word_prim(
+    "uint32_add", lambda x, y: (x + y) & MASK32,
+    lambda c, x, y: f"(({x} + {y}) & {MASK32})")
+uint32_xor_p = _word_prim(
+    "uint32_xor", lambda x, y: np.bitwise_xor(x, y),
+    lambda c, x, y: f"({x} ^ {y})")
+
+
+def _mix_impl(x, y, *, r):
+    s = (x + y) & MASK32
+    return (((y << r) | (y >> (32 - r))) & MASK32) ^ s
+
+
+# Threefry's mix step, rotl(y, r) ^ (x + y), as one statement: the generated code for the
+# 20-round generator is about a third shorter, and Numba compiles it faster.
+threefry_mix_p = _word_prim(
+    "threefry_mix", _mix_impl,
+    lambda c, x, y, *, r: f"(((({y} << {r}) | ({y} >> {32 - r})) & {MASK32}) "
+                          f"^ (({x} + {y}) & {MASK32}))")

@@ -1,0 +1,104 @@
+"""``train_step(loss_fn, optimizer)``: forward, backward and update as one compiled program.
+
+The returned step is ``step(params, opt_state, *batch) -> (params, opt_state, loss)`` (plus
+``aux`` with ``has_aux=True``). It is a ``jit`` function with the parameters and the optimizer
+state donated: their buffers are overwritten with the new values, so rebind both on every call
+(``params, state, loss = step(params, state, x, y)``), as in JAX. ``step.lower(...)`` shows the
+fused kernels. ``check_nan=True`` checks each step's loss and, on a NaN or inf, re-runs that
+step's forward pass op by op to name the operation that produced it (it keeps a copy of the
+parameters for that, so the caller's arrays stay valid; it does not change the compiled step).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .core import run_impl
+from .errors import where
+from .jit import jit
+from .optim import GradientTransformation, apply_updates
+from .transforms import make_graph, value_and_grad
+from .tree import tree_flatten, tree_map
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A training step produced a NaN or infinite loss."""
+
+
+def _first_nonfinite_op(loss_fn: Callable, params, batch) -> str:
+    """Run the loss graph node by node with the NumPy reference; describe the first node whose
+    output is non-finite while its inputs are finite."""
+    graph = make_graph(loss_fn)(params, *batch)
+    leaves = tree_flatten((params, *batch))[0]
+    env = dict(graph.consts)
+    for v, x in zip(graph.inputs, leaves):
+        env[v] = np.asarray(x)
+    for node in graph.nodes:
+        ins = [env[v] for v in node.inputs]
+        outs = run_impl(node.prim, ins, node.params, [o.aval for o in node.outs])
+        for o, val in zip(node.outs, outs):
+            env[o] = val
+        bad_out = any(o.dtype.kind == "f" and not np.all(np.isfinite(o)) for o in outs)
+        bad_in = any(np.asarray(i).dtype.kind == "f" and not np.all(np.isfinite(i)) for i in ins)
+        if bad_out and not bad_in:
+            shapes = ", ".join(str(v.aval) for v in node.inputs)
+            return f"{node.prim.name}({shapes}) at {where(node.source)}"
+    return "no single operation (the inputs already hold NaN or inf)"
+
+
+class TrainStep:
+    """A compiled training step; see ``train_step``."""
+
+    def __init__(self, loss_fn: Callable, optimizer: GradientTransformation, has_aux: bool,
+                 donate: bool, check_nan: bool):
+        if not isinstance(optimizer, GradientTransformation):
+            raise TypeError("train_step: optimizer must be a jitgraph.optim transformation "
+                            f"(e.g. optim.adam(1e-3)), got {type(optimizer).__name__}")
+        self.loss_fn, self.optimizer, self.has_aux = loss_fn, optimizer, has_aux
+        self.check_nan = check_nan
+        self.steps = 0
+
+        def step(params, opt_state, *batch):
+            out, grads = value_and_grad(loss_fn, has_aux=has_aux)(params, *batch)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = apply_updates(params, updates)
+            if has_aux:
+                return params, opt_state, out[0], out[1]
+            return params, opt_state, out
+
+        step.__name__ = f"train_step[{getattr(loss_fn, '__name__', 'loss')}]"
+        self.donate = donate
+        self._jitted = jit(step, donate_argnums=(0, 1) if donate else ())
+
+    def __call__(self, params, opt_state, *batch) -> Any:
+        if self.check_nan and self.donate:       # keep the pre-step values to locate the op
+            params, opt_state = copy_tree(params), copy_tree(opt_state)
+            kept = copy_tree(params)
+        else:
+            kept = params
+        out = self._jitted(params, opt_state, *batch)
+        self.steps += 1
+        if self.check_nan and not np.all(np.isfinite(out[2])):
+            op = _first_nonfinite_op((lambda p, *b: self.loss_fn(p, *b)[0]) if self.has_aux
+                                     else self.loss_fn, kept, batch)
+            raise NonFiniteLossError(
+                f"train_step: the loss is {out[2]} at step {self.steps}; first non-finite "
+                f"value from {op}. The parameters passed to this step are unchanged.")
+        return out
+
+    def lower(self, params, opt_state, *batch):
+        """The compiled program for these arguments: graph, kernels and generated source."""
+        return self._jitted.lower(params, opt_state, *batch)
+
+
+def train_step(loss_fn: Callable, optimizer: GradientTransformation, *, has_aux: bool = False,
+               donate: bool = True, check_nan: bool = False) -> TrainStep:
+    """One cached, compiled program doing ``loss_fn``'s forward and backward pass and the
+    optimizer update: ``params, opt_state, loss = step(params, opt_state, *batch)``."""
+    return TrainStep(loss_fn, optimizer, has_aux, donate, check_nan)
+
+
+def copy_tree(tree):
+    """A copy of every array leaf (keep one before a donating call if you need the old values)."""
+    return tree_map(lambda x: np.array(x, copy=True), tree)
