@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 BENCHES = [
     ("w1", "w1_mlp_train_step.py"),
+    ("w2", "w2_softmax_xent.py"),
     ("w3", "w3_elementwise_grad.py"),
     ("w5", "w5_call_overhead.py"),
     ("trace", "trace_time.py"),
@@ -84,6 +85,14 @@ def print_report(results: dict, walls: dict) -> None:
         print()
     elif "w1" in walls:
         print("W1: no results (see its output above)\n")
+
+    w2 = (results.get("w2") or {}).get("w2")
+    if w2:
+        for table in w2.values():
+            ResultTable.from_dict(table).print()
+            print()
+    elif "w2" in walls:
+        print("W2: no results (see its output above)\n")
 
     w3 = (results.get("w3") or {}).get("w3")
     if w3:

@@ -174,11 +174,14 @@ class Primitive:
     vjp(cts, outs, *inputs, **params) -> list     (written with jnp/primitives; None = zero)
     jvp(tangents, outs, *inputs, **params) -> out tangent(s)
     codegen: backend-neutral codegen rule (see the ops modules for its form per kind)
+    keeps_dtype: the codegen expression already has the output's dtype when every input has
+        it (``x + y`` on float32, or int64), so the generated code needs no cast around it
     """
 
     def __init__(self, name: str, *, kind: str, abstract_eval: Callable, impl: Callable,
                  vjp: Callable | None = None, jvp: Callable | None = None, codegen: Any = None,
-                 multiple_results: bool = False, differentiable: bool = True):
+                 multiple_results: bool = False, differentiable: bool = True,
+                 keeps_dtype: bool = False):
         self.name = name
         self.kind = kind
         self.abstract_eval = abstract_eval
@@ -188,6 +191,7 @@ class Primitive:
         self.codegen = codegen
         self.multiple_results = multiple_results
         self.differentiable = differentiable
+        self.keeps_dtype = keeps_dtype
 
     def __repr__(self) -> str:
         return self.name

@@ -1053,5 +1053,20 @@ case("stats.multivariate_normal", lambda x, mu, a: (
                               sst.multivariate_normal.pdf(x[0], mu, _spd(np, a))))
 
 
+# ------------------------------------------------------------------ 32-bit word ops (random)
+def _words(*shape):
+    return _rng.integers(0, 2 ** 32, shape, dtype=np.int64)
+
+
+_M32 = 0xFFFFFFFF
+_RW = jitgraph.ops.random
+case("uint32_add", _RW.uint32_add_p, _words(3, 4), _words(4), grad=False,
+     expect=lambda x, y: (x + y) & _M32)
+case("uint32_xor", _RW.uint32_xor_p, _words(3, 4), _words(3, 4), grad=False,
+     expect=lambda x, y: x ^ y)
+case("threefry_mix[r=13]", lambda x, y: _RW.threefry_mix_p(x, y, r=13), _words(5), _words(5),
+     grad=False, expect=lambda x, y: (((y << 13) | (y >> 19)) & _M32) ^ ((x + y) & _M32))
+
+
 CASES_BY_NAME = {c.name: c for c in CASES}
 GRAD_CASES = [c for c in CASES if c.grad]

@@ -16,8 +16,10 @@ from ..core import Var
 from ..ops.layout import concat_index_map, row_major_strides
 
 
-# float op float of one type is that type in Numba's (and CUDA's) typing rules
+# x op y of one float type is that type in Numba's (and CUDA's) typing rules; int64 too,
+# except for true division
 _FLOAT_PRESERVING = {"add", "sub", "mul", "div", "neg", "stop_gradient"}
+_INT64_PRESERVING = _FLOAT_PRESERVING - {"div"}
 
 
 class CannotFuse(Exception):
@@ -159,10 +161,13 @@ class Emitter:
         """Whether the expression already has the output's float type, so the cast can go:
         each cast is a call Numba must type, a good part of compile time in long kernels."""
         dt = node.out.aval.dtype
-        if dt.kind != "f" or any(i.aval.dtype != dt for i in node.inputs[-2:]):
+        if dt.kind != "f" and dt != np.int64 or any(i.aval.dtype != dt for i in node.inputs[-2:]):
             return False
         name = node.prim.name
-        return name in _FLOAT_PRESERVING or (
+        if dt == np.int64:
+            return name in _INT64_PRESERVING or node.prim.keeps_dtype or (
+                name == "select" and node.inputs[0].aval.dtype.kind == "b")
+        return name in _FLOAT_PRESERVING or node.prim.keeps_dtype or (
             name == "select" and node.inputs[0].aval.dtype.kind == "b") or \
             name in getattr(self.ctx, "type_preserving_fns", ())
 

@@ -27,7 +27,7 @@ def _word_aval(*avals, **_):
 
 def _word_prim(name, impl, codegen):
     return register(Primitive(name, kind="elementwise", abstract_eval=_word_aval, impl=impl,
-                              codegen=codegen, differentiable=False))
+                              codegen=codegen, differentiable=False, keeps_dtype=True))
 
 
 uint32_add_p = _word_prim(
