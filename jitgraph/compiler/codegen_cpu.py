@@ -97,6 +97,27 @@ def _init(monoid: str, dtype) -> str:
     return literal(info.min if monoid in ("max", "argmax") else info.max, dtype)
 
 
+def acc_init_lines(reductions, pad: str) -> list[str]:
+    """Start values of a stage's accumulators (an arg-reduction keeps its value in
+    ``<acc>_v`` and its index in ``<acc>``, -1 until the first element)."""
+    out = []
+    for (n, acc, _, monoid) in reductions:
+        init = _init(monoid, n.inputs[0].aval.dtype)
+        if monoid.startswith("arg"):
+            out += [pad + f"{acc}_v = {init}", pad + f"{acc} = np.int64(-1)"]
+        else:
+            out.append(pad + f"{acc} = {init}")
+    return out
+
+
+def arg_update_lines(acc: str, val: str, monoid: str, index: str, pad: str) -> list[str]:
+    """One element of an argmax/argmin: the first extreme wins ties, and a NaN wins."""
+    cmp = ">" if monoid == "argmax" else "<"
+    return [pad + f"if {acc} < 0 or {val} {cmp} {acc}_v or ({val} != {val} and {acc}_v == {acc}_v):",
+            pad + f"    {acc}_v = {val}",
+            pad + f"    {acc} = {index}"]
+
+
 def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) -> str:
     """Kernels skip the wrappers they are not called through (the C wrapper always; the
     Python one when a compiled driver calls them): wrappers are a good part of a small
@@ -185,15 +206,10 @@ class CpuCodegen:
                 lines += [pad + l for l in st.lines]
                 lines += self._stores(st, k, pad)
                 continue
+            lines += acc_init_lines(st.reductions, pad)
             for (n, acc, _, monoid) in st.reductions:
-                dt = n.inputs[0].aval.dtype
-                if monoid.startswith("arg"):
-                    lines.append(pad + f"{acc}_v = {_init(monoid, dt)}")
-                    lines.append(pad + f"{acc} = np.int64(-1)")
-                else:
-                    lines.append(pad + f"{acc} = {_init(monoid, dt)}")
-                    if inner_par and monoid in ("max", "min") and dt.kind == "f":
-                        lines.append(pad + f"{acc}_nan = 0")
+                if inner_par and monoid in ("max", "min") and n.inputs[0].aval.dtype.kind == "f":
+                    lines.append(pad + f"{acc}_nan = 0")
             r_loop_vars = [(v, d) for v, d in zip(body.r_vars, r_shape) if d != 1]
             ind2 = ind
             for i, (v, d) in enumerate(r_loop_vars):
@@ -218,11 +234,7 @@ class CpuCodegen:
                         fn = "maximum" if monoid == "max" else "minimum"
                         lines.append(pad2 + f"{acc} = {fn}({acc}, {val})")
                 else:
-                    cmp = ">" if monoid == "argmax" else "<"
-                    lines.append(pad2 + f"if {acc} < 0 or {val} {cmp} {acc}_v or "
-                                        f"({val} != {val} and {acc}_v == {acc}_v):")
-                    lines.append(pad2 + f"    {acc}_v = {val}")
-                    lines.append(pad2 + f"    {acc} = {r_lin}")
+                    lines += arg_update_lines(acc, val, monoid, r_lin, pad2)
             lines += self._stores(st, k, pad2)
             if not r_loop_vars and not st.lines and not st.reductions and not st.stores:
                 lines.append(pad2 + "pass")
@@ -369,7 +381,7 @@ class CpuCodegen:
             else:
                 src, params = None, None
             if src is not None:
-                key = _structure_key(src, s.name, params)
+                key = _canonical(src, s.name, params)
                 shared = by_structure.get(key)
                 if shared is None:
                     shared = by_structure[key] = KernelSource(s.name, src, [], tuple(params))
@@ -592,11 +604,6 @@ def _canonical(src: str, name: str, params) -> str:
     table = {name + "_{H}": "{NAME}", **{p: f"a{i}" for i, p in enumerate(params)}}
     pattern = re.compile(r"(?<![\w{])(" + "|".join(map(re.escape, table)) + r")(?!\w)")
     return pattern.sub(lambda m: table[m.group(1)], src)
-
-
-def _structure_key(src: str, name: str, params: list) -> str:
-    """A kernel's source with its own name and its parameters' names replaced by positions."""
-    return _canonical(src, name, params)
 
 
 def _ops(step):

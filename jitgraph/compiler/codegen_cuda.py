@@ -23,7 +23,8 @@ import os
 
 import numpy as np
 
-from .codegen_cpu import CpuCodegen, CpuContext, KernelSource, _init, _ops
+from .codegen_cpu import (CpuCodegen, CpuContext, KernelSource, _ops, acc_init_lines,
+                          arg_update_lines)
 from .emit import offset
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
@@ -171,25 +172,13 @@ class CudaCodegen(CpuCodegen):
         return out
 
     def _init_accs(self, st, pad: str) -> list[str]:
-        out = []
-        for (n, acc, _, monoid) in st.reductions:
-            dt = n.inputs[0].aval.dtype
-            if monoid.startswith("arg"):
-                out.append(pad + f"{acc}_v = {_init(monoid, dt)}")
-                out.append(pad + f"{acc} = np.int64(-1)")
-            else:
-                out.append(pad + f"{acc} = {_init(monoid, dt)}")
-        return out
+        return acc_init_lines(st.reductions, pad)
 
     def _accumulate(self, st, index: str, pad: str) -> list[str]:
         out = []
         for (n, acc, val, monoid) in st.reductions:
             if monoid.startswith("arg"):
-                cmp = ">" if monoid == "argmax" else "<"
-                out.append(pad + f"if {acc} < 0 or {val} {cmp} {acc}_v or "
-                                 f"({val} != {val} and {acc}_v == {acc}_v):")
-                out.append(pad + f"    {acc}_v = {val}")
-                out.append(pad + f"    {acc} = {index}")
+                out += arg_update_lines(acc, val, monoid, index, pad)
             else:
                 out.append(pad + f"{acc} = {_combine(monoid, acc, val)}")
         return out

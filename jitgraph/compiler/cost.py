@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, kernel_ops
 
 
@@ -75,7 +73,3 @@ def step_cost(step, plan: Plan) -> StepCost:
 def plan_costs(plan: Plan) -> list[StepCost]:
     return [step_cost(s, plan) for s in plan.steps]
 
-
-def total(costs) -> StepCost:
-    return StepCost("total", int(np.sum([c.bytes for c in costs])),
-                    int(np.sum([c.flops for c in costs])))
