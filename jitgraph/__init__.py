@@ -66,3 +66,8 @@ from .train import train_step  # noqa: E402,F401
 from .tree import register_pytree_node  # noqa: E402,F401
 
 __all__ += ["load", "optim", "random", "register_pytree_node", "save", "train_step"]
+
+# batching
+from .batching import vmap  # noqa: E402
+
+__all__ += ["vmap"]
