@@ -44,16 +44,25 @@ def reshape(x, shape: Sequence[int]):
     return x if aval_of(x).shape == shape else bind(_prim("reshape"), x, shape=shape)
 
 
+def permute(x, perm: Sequence[int]):
+    """``transpose(x, perm)``, or a reshape when the permutation only moves size-1 axes (the
+    elements keep their order: no copy, and nothing for fusion to index around)."""
+    a = aval_of(x)
+    perm = tuple(perm)
+    if perm == tuple(range(a.ndim)):
+        return x
+    if [p for p in perm if a.shape[p] != 1] == [i for i in range(a.ndim) if a.shape[i] != 1]:
+        return reshape(x, tuple(a.shape[p] for p in perm))
+    return bind(_prim("transpose"), x, perm=perm)
+
+
 def move_batch_axis(x, dim: int, to: int):
     """``x`` with its axis ``dim`` moved to position ``to`` (a transpose; none if equal)."""
     if dim == to:
         return x
-    a = aval_of(x)
-    perm = [i for i in range(a.ndim) if i != dim]
+    perm = [i for i in range(aval_of(x).ndim) if i != dim]
     perm.insert(to, dim)
-    if all(a.shape[i] == 1 for i in range(a.ndim) if i != dim):   # only size-1 axes move
-        return reshape(x, tuple(a.shape[p] for p in perm))
-    return bind(_prim("transpose"), x, perm=tuple(perm))
+    return permute(x, perm)
 
 
 def broadcast_batch(x, size: int, to: int = 0):
@@ -378,21 +387,27 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
         axes = _normalize_in_axes(leaves, axes, names)
         size = _mapped_size(leaves, axes, names, axis_size)
         with Trace(abstract=True, what="vmap") as t:
-            tracers = []
+            # a mapped argument enters as one example's traced value, an unmapped array as a
+            # traced value too (so indexing a constant with it works as under jit); unmapped
+            # Python scalars and values of an enclosing transformation enter as themselves
+            # (Python control flow on a static number works, as in JAX)
+            ins, traced = [], []
             for x, a in zip(leaves, axes):
-                av = aval_of(x)
-                if a is not None:
-                    shape = av.shape[:a] + av.shape[a + 1:]
-                    av = Aval(shape, av.dtype, av.weak)
-                tracers.append(t.new_input(av))
-            a_t, kw_t = in_tree.unflatten(tracers)
+                if a is not None or type(x) not in (bool, int, float) and not isinstance(x, Tracer):
+                    av = aval_of(x)
+                    if a is not None:
+                        av = Aval(av.shape[:a] + av.shape[a + 1:], av.dtype, av.weak)
+                    traced.append((x, a))
+                    x = t.new_input(av)
+                ins.append(x)
+            a_t, kw_t = in_tree.unflatten(ins)
             out = fun(*a_t, **kw_t)
             out_leaves, out_tree = tree_flatten(out)
             out_leaves = [_leaf_operand(o, "output") for o in out_leaves]
             graph = t.to_graph(out_leaves)
             captured = t.captured_values()
-        outs, odims = batch_eval(graph, list(leaves) + captured,
-                                 list(axes) + [None] * len(captured))
+        outs, odims = batch_eval(graph, [x for x, _ in traced] + captured,
+                                 [a for _, a in traced] + [None] * len(captured))
         oaxes = prefix_axes(out_axes, _shape_template(out_tree), "out_axes")
         return out_tree.unflatten([_place_output(o, d, a, size)
                                    for o, d, a in zip(outs, odims, oaxes)])

@@ -256,6 +256,12 @@ def test_out_axes_trees_and_unbatched_outputs():
     _assert_close(b, np.broadcast_to(c[:, None], (4, 3)))
 
 
+def test_unmapped_python_scalars_are_static():
+    """As in JAX, an unmapped Python number reaches the function as itself."""
+    f = lambda x, n: x ** n if n > 1 else x                          # noqa: E731
+    _assert_close(vmap(f, (0, None))(np.arange(3.0), 2), np.arange(3.0) ** 2)
+
+
 def test_axis_size_with_no_mapped_argument():
     out = vmap(lambda v: v * 2.0, in_axes=None, axis_size=4)(np.arange(3.0))
     _assert_close(out, np.broadcast_to(np.arange(3.0) * 2.0, (4, 3)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..batching import all_to_front, batch_size, move_batch_axis, reshape, shift_axis
+from ..batching import all_to_front, move_batch_axis, permute, reshape, shift_axis
 from ..core import Aval, Primitive, aval_of, register
 from ..errors import ShapeError
 from .. import numpy as jnp
@@ -247,7 +247,7 @@ def _transpose_batch(args, dims, *, perm):
     d = dims[0]
     new = [shift_axis(p, d) for p in perm]
     new.insert(d, d)
-    return transpose_p(args[0], perm=tuple(new)), d
+    return permute(args[0], new), d
 
 
 def _broadcast_batch(args, dims, *, shape):
