@@ -202,20 +202,23 @@ class custom_vjp:
 # ------------------------------------------------------------------ user primitives
 def defprimitive(name: str, impl: Callable, abstract_eval: Callable | None = None, *,
                  vjp: Callable | None = None, jvp: Callable | None = None,
-                 codegen: Any = None, kind: str = "opaque") -> Primitive:
+                 codegen: Any = None, kind: str = "opaque",
+                 batch: Callable | None = None) -> Primitive:
     """Define a new primitive with the same mechanism as the built-in ones.
 
     ``impl(*arrays, **params)`` is the NumPy reference; ``abstract_eval(*avals, **params)`` returns
     an ``Aval`` (default: the first operand's); ``vjp(g, out, *inputs, **params)`` returns a tuple
     of input cotangents written with jitgraph.numpy (``None`` = zero); ``jvp(tangents, out,
     *inputs, **params)`` returns the output tangent. Without ``codegen`` a compiled program calls
-    ``impl`` between generated kernels. The primitive is callable: ``prim(x, **params)``.
+    ``impl`` between generated kernels. ``batch(args, dims, **params) -> (out, out_dim)`` is
+    its batching rule for ``vmap`` (see ``jitgraph.batching``). The primitive is callable:
+    ``prim(x, **params)``.
     """
     if abstract_eval is None:
         def abstract_eval(x, *rest, **params):
             return Aval(x.shape, x.dtype, x.weak)
     return register(Primitive(name, kind=kind, abstract_eval=abstract_eval, impl=impl,
-                              vjp=vjp, jvp=jvp, codegen=codegen))
+                              vjp=vjp, jvp=jvp, codegen=codegen, batch=batch))
 
 
 def defvjp(prim: Primitive, vjp: Callable) -> Primitive:
