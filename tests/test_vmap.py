@@ -178,6 +178,16 @@ def _small_loss(p, x, y):
     return (jnp.sum(jnp.tanh(x @ p["W1"] + p["b1"]) * p["W2"][:, 0]) - y) ** 2
 
 
+def test_vmap_closing_over_traced_values():
+    """The vmapped function closes over a value of the enclosing grad / jit trace."""
+    W = _rng.standard_normal((4, 3))
+    xs = _rng.standard_normal((5, 4))
+    total = lambda W: jnp.sum(vmap(lambda x: jnp.tanh(x @ W))(xs) ** 2)  # noqa: E731
+    want = grad(lambda W: jnp.sum(jnp.tanh(xs @ W) ** 2))(W)
+    _assert_close(grad(total)(W), want, 1e-12, 1e-12)
+    _assert_close(jit(grad(total))(W), want, 1e-10, 1e-12)
+
+
 def test_jit_of_vmap_of_grad_is_one_program():
     params, X, Y = _mlp()
     Y = Y.astype(np.float64)
