@@ -104,9 +104,11 @@ def test_case_table_per_example_grads(case):
 
 # the primitives the explicit tests below batch (the table has no case that reaches them)
 EXPLICIT = {"custom_vjp_call", "threefry_mix", "uint32_add", "uint32_xor"}
-# the primitives this file's rules were written for: a primitive added later brings its own
-# batching rule and tests
-BUILTIN = 84
+# the modules whose primitives this file covers (a primitive defined elsewhere later, such
+# as control flow, brings its own batching tests)
+COVERED_MODULES = {f"jitgraph.ops.{m}" for m in (
+    "elementwise", "reductions", "layout", "indexing", "linalg", "transcendental", "sorting",
+    "decompositions", "random")} | {"jitgraph.custom"}
 
 
 def _package_primitive(p) -> bool:
@@ -131,8 +133,10 @@ def test_table_reaches_every_builtin_primitive():
     for c in GRAD_CASES:
         g = make_graph(_scalar_loss(c))(*c.args)
         seen.update(n.prim.name for n in g.nodes)
-    builtin = list(PRIMITIVES)[:BUILTIN]
-    assert not [n for n in builtin if n not in seen]
+    covered = [n for n, p in PRIMITIVES.items() if _package_primitive(p)
+               and p.abstract_eval.__module__ in COVERED_MODULES]
+    assert len(covered) >= 84
+    assert not [n for n in covered if n not in seen]
 
 
 # ------------------------------------------------------------------ compositions
