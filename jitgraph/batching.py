@@ -363,6 +363,9 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
     """
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
+    if not (_is_axis(in_axes) or type(in_axes) is tuple):
+        raise TypeError("vmap in_axes must be an int, None, or a tuple of entries corresponding "
+                        f"to the positional arguments passed to the function, but got {in_axes!r}")
     _check_spec(in_axes, "in_axes")
     _check_spec(out_axes, "out_axes")
 

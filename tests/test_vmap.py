@@ -315,6 +315,8 @@ def test_error_in_axes_tree_mismatch():
         vmap(lambda a: a, in_axes=(0, 0))(np.ones(3))
     with pytest.raises(TypeError, match="in_axes must be an int, None"):
         vmap(lambda a: a, in_axes="x")
+    with pytest.raises(TypeError, match="tuple of entries corresponding to the positional"):
+        vmap(lambda t: t["a"], in_axes={"a": 0})
 
 
 def test_error_all_none_and_mapped_output_with_out_axes_none():
