@@ -132,8 +132,8 @@ def time_cuda(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
 def _device_name(device: str) -> str:
     if device == "cuda":
         from numba import cuda
-        return cuda.get_current_device().name.decode() if isinstance(
-            cuda.get_current_device().name, bytes) else str(cuda.get_current_device().name)
+        name = getattr(cuda.get_current_device(), "name", "CUDA simulator")
+        return name.decode() if isinstance(name, bytes) else str(name)
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -259,6 +259,7 @@ class BenchmarkResult:
     compile_s: float | None = None
     kernels: list = field(default_factory=list)       # StepProfile, one per program step
     peaks: dict | None = None
+    note: str = ""              # e.g. that the CUDA simulator's events measure nothing
 
     @property
     def steps_s(self) -> float:
@@ -268,7 +269,8 @@ class BenchmarkResult:
         d = {"name": self.name, "device": self.device, "stats": asdict(self.stats),
              "first_call_s": self.first_call_s, "compile_s": self.compile_s,
              "steps_s": self.steps_s if self.kernels else None, "peaks": self.peaks,
-             "kernels": [dict(asdict(k), gbps=k.gbps, gflops=k.gflops) for k in self.kernels]}
+             "kernels": [dict(asdict(k), gbps=k.gbps, gflops=k.gflops) for k in self.kernels],
+             "note": self.note}
         d["stats"]["iqr"] = self.stats.iqr
         return d
 
@@ -331,6 +333,8 @@ class BenchmarkResult:
             lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(s.median)} call "
                          f"({100 * self.steps_s / s.median:.1f}%); launch and Python overhead "
                          f"{_fmt_s(max(rest, 0.0))}")
+        if self.note:
+            lines.append(f"  note: {self.note}")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -388,8 +392,13 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
     stats = timer(call, warmup=warmup, reps=reps, min_time=min_time)
     result = BenchmarkResult(getattr(f, "__name__", type(f).__name__), device, stats, first,
                              max(first - stats.median, 0.0) if compiled else None)
-    if isinstance(f, JitFunction) and profile is not False and device == "cpu":
-        result.kernels = _profile_steps(f, args, kwargs, reps=max(reps, 5))
+    if device == "cuda":
+        from .device import simulator
+        if simulator():
+            result.note = ("CUDA simulator: its events record no time, so these times are "
+                           "placeholders; byte and FLOP counts are exact")
+    if isinstance(f, JitFunction) and profile is not False:
+        result.kernels = _profile_steps(f, args, kwargs, reps=max(reps, 5), device=device)
         if peaks:
             result.peaks = machine_peaks(device)
             _rate(result.kernels, result.peaks)
@@ -412,8 +421,10 @@ def _cuda_sync() -> None:
     cuda.synchronize()
 
 
-def _profile_steps(f, args, kwargs, reps: int) -> list[StepProfile]:
-    """Per-step medians from the profiling variant of ``f``'s program for these arguments."""
+def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> list[StepProfile]:
+    """Per-step medians from the profiling variant of ``f``'s program for these arguments:
+    on the CPU ``perf_counter`` marks after each step, on the GPU CUDA events recorded between
+    the launches (read after one synchronisation per call, never a host clock)."""
     from .compiler.cost import step_cost
     from .compiler.fusion import kernel_ops
     from .compiler.runtime import compile_settings
@@ -421,14 +432,19 @@ def _profile_steps(f, args, kwargs, reps: int) -> list[StepProfile]:
     prog = entry.program.profiled()
     run = prog.make_runner(entry.in_dtypes, entry.out_tree)
     marks = prog.module.profile_marks
-    with compile_settings():
+    if device == "cuda":
+        from .compiler.runtime_cuda import event_intervals as intervals
+    else:
+        intervals = np.diff
+    with compile_settings(device):
         run(*leaves)
     per_step = []
     for _ in range(reps):
         del marks[:]
         run(*leaves)
-        per_step.append(np.diff(marks))
-    med = np.median(np.asarray(per_step), axis=0)
+        per_step.append(intervals(marks))
+    del marks[:]
+    med = np.median(np.asarray(per_step, dtype=np.float64), axis=0)
     steps = []
     for s, t in zip(prog.plan.steps, med):
         c = step_cost(s, prog.plan)
