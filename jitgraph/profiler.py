@@ -260,6 +260,13 @@ class BenchmarkResult:
     kernels: list = field(default_factory=list)       # StepProfile, one per program step
     peaks: dict | None = None
     note: str = ""              # e.g. that the CUDA simulator's events measure nothing
+    # measured around the same profiled calls as the steps (medians, seconds): the whole call
+    # through jit's dispatch, its entry (dispatch, argument checks, output and scratch
+    # allocation: up to the first step) and its exit (after the last step: results returned)
+    call_s: float | None = None
+    call_entry_s: float | None = None
+    call_exit_s: float | None = None
+    coverage: float | None = None   # median over profiled calls of (steps' sum / whole call)
 
     @property
     def steps_s(self) -> float:
@@ -270,7 +277,8 @@ class BenchmarkResult:
              "first_call_s": self.first_call_s, "compile_s": self.compile_s,
              "steps_s": self.steps_s if self.kernels else None, "peaks": self.peaks,
              "kernels": [dict(asdict(k), gbps=k.gbps, gflops=k.gflops) for k in self.kernels],
-             "note": self.note}
+             "note": self.note, "call_s": self.call_s, "call_entry_s": self.call_entry_s,
+             "call_exit_s": self.call_exit_s, "coverage": self.coverage}
         d["stats"]["iqr"] = self.stats.iqr
         return d
 
@@ -320,19 +328,32 @@ class BenchmarkResult:
                  f"({s.n} samples x {s.number} calls); first call {_fmt_s(self.first_call_s)}"
                  + (f", compile {_fmt_s(self.compile_s)}" if self.compile_s is not None else "")]
         if self.kernels:
+            call = self.call_s or s.median
             lines.append(f"  {'step':<16} {'kind':<8} {'time':>10} {'%call':>6} {'MB':>9} "
                          f"{'MFLOP':>9} {'GB/s':>7} {'GFLOP/s':>8} {'bound':>8} {'%peak':>6}  ops")
             for k in self.kernels:
                 ops = ",".join(dict.fromkeys(k.ops))
                 lines.append(
                     f"  {k.name:<16} {k.kind:<8} {_fmt_s(k.seconds):>10} "
-                    f"{100 * k.seconds / s.median:5.1f}% {k.bytes / 1e6:9.3f} "
+                    f"{100 * k.seconds / call:5.1f}% {k.bytes / 1e6:9.3f} "
                     f"{k.flops / 1e6:9.3f} {k.gbps:7.2f} {k.gflops:8.2f} {k.bound or '-':>8} "
                     f"{_pct(k.peak_fraction):>6}  {ops[:40]}")
-            rest = s.median - self.steps_s
-            lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(s.median)} call "
-                         f"({100 * self.steps_s / s.median:.1f}%); launch and Python overhead "
-                         f"{_fmt_s(max(rest, 0.0))}")
+            if self.call_s is None:
+                rest = s.median - self.steps_s
+                lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(s.median)} "
+                             f"call ({100 * self.steps_s / s.median:.1f}%); launch and Python "
+                             f"overhead {_fmt_s(max(rest, 0.0))}")
+            else:
+                for what, t in (("call entry", self.call_entry_s), ("call exit", self.call_exit_s)):
+                    lines.append(f"  {what:<16} {'call':<8} {_fmt_s(t):>10} "
+                                 f"{100 * t / call:5.1f}%  "
+                                 + ("dispatch, argument checks, output allocation"
+                                    if what == "call entry" else "results returned"))
+                named = self.steps_s + self.call_entry_s + self.call_exit_s
+                lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(call)} "
+                             f"profiled call ({100 * self.coverage:.1f}%, median per call); "
+                             f"with call entry and exit {100 * named / call:.1f}%; "
+                             f"the plain call's median {_fmt_s(s.median)}")
         if self.note:
             lines.append(f"  note: {self.note}")
         return "\n".join(lines)
@@ -398,7 +419,8 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
             result.note = ("CUDA simulator: its events record no time, so these times are "
                            "placeholders; byte and FLOP counts are exact")
     if isinstance(f, JitFunction) and profile is not False:
-        result.kernels = _profile_steps(f, args, kwargs, reps=max(reps, 5), device=device)
+        for k, v in _profile_steps(f, args, kwargs, reps=max(reps, 5), device=device).items():
+            setattr(result, k, v)
         if peaks:
             result.peaks = machine_peaks(device)
             _rate(result.kernels, result.peaks)
@@ -421,36 +443,53 @@ def _cuda_sync() -> None:
     cuda.synchronize()
 
 
-def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> list[StepProfile]:
-    """Per-step medians from the profiling variant of ``f``'s program for these arguments:
-    on the CPU ``perf_counter`` marks after each step, on the GPU CUDA events recorded between
-    the launches (read after one synchronisation per call, never a host clock)."""
+def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
+    """Per-step medians from the profiling variant of ``f``'s program for these arguments,
+    called through ``f`` itself (its dispatch, checks and allocation included): on the CPU
+    ``perf_counter`` marks before the call, after each step and after the call; on the GPU
+    CUDA events recorded there on the stream the kernels run on (read after the call, never a
+    host clock around a launch). Returns the ``BenchmarkResult`` fields it measured."""
     from .compiler.cost import step_cost
     from .compiler.fusion import kernel_ops
     from .compiler.runtime import compile_settings
     entry, leaves, _ = f._entry(args, kwargs)
     prog = entry.program.profiled()
     run = prog.make_runner(entry.in_dtypes, entry.out_tree)
-    marks = prog.module.profile_marks
+    marks, clock = prog.module.profile_marks, prog.module.profile_clock
     if device == "cuda":
         from .compiler.runtime_cuda import event_intervals as intervals
     else:
         intervals = np.diff
     with compile_settings(device):
         run(*leaves)
-    per_step = []
-    for _ in range(reps):
+    rows = []
+    plain, entry.run = entry.run, run      # f's own call path, with the profiled program
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(reps):
+            del marks[:]
+            t0 = clock()
+            f(*args, **kwargs)
+            t1 = clock()
+            rows.append(intervals([t0, *marks, t1]))
+    finally:
+        entry.run = plain
         del marks[:]
-        run(*leaves)
-        per_step.append(intervals(marks))
-    del marks[:]
-    med = np.median(np.asarray(per_step, dtype=np.float64), axis=0)
+        if was_enabled:
+            gc.enable()
+    a = np.asarray(rows, dtype=np.float64)   # reps x (entry, steps..., exit)
+    med = np.median(a, axis=0)
     steps = []
-    for s, t in zip(prog.plan.steps, med):
+    for s, t in zip(prog.plan.steps, med[1:-1]):
         c = step_cost(s, prog.plan)
         steps.append(StepProfile(s.name, c.kind, [n.prim.name for n in kernel_ops(s)],
                                  float(t), c.bytes, c.flops))
-    return steps
+    whole = a.sum(axis=1)
+    return {"kernels": steps, "call_s": float(np.median(whole)), "call_entry_s": float(med[0]),
+            "call_exit_s": float(med[-1]),
+            "coverage": float(np.median(a[:, 1:-1].sum(axis=1) / np.where(whole > 0, whole,
+                                                                            np.nan)))}
 
 
 def _rate(steps: list[StepProfile], peaks: dict) -> None:

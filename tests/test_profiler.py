@@ -112,6 +112,23 @@ def test_profile_names_every_step_of_the_program():
     assert res.compile_s is not None                        # the first call compiled
     text = str(res)
     assert "steps total" in text and all(k.name in text for k in res.kernels)
+    assert "call entry" in text and "call exit" in text
+    assert res.call_s > 0 and res.call_entry_s >= 0 and res.call_exit_s >= 0
+    assert 0 < res.coverage <= 1
+    # the accounting, on a clock that ticks once per reading: the profiled calls go through
+    # f itself (a mark before the call, one before the first step, one after each step, one
+    # after the call), and f's own call path is back afterwards
+    entry = f._entry((params, x, y), {})[0]
+    plain = entry.run
+    module = entry.program.profiled().module
+    ticks = iter(range(10 ** 6))
+    module.profile_clock = lambda: float(next(ticks))
+    got = profiler._profile_steps(f, (params, x, y), {}, reps=3)
+    n = len(lo.plan.steps)
+    assert [k.seconds for k in got["kernels"]] == [1.0] * n
+    assert (got["call_entry_s"], got["call_exit_s"], got["call_s"]) == (1.0, 1.0, n + 2.0)
+    assert got["coverage"] == n / (n + 2)
+    assert entry.run is plain and module.profile_marks == []
     # the profiled variant computes what the program computes
     np.testing.assert_allclose(f(params, x, y)[1], mlp_step(params, x, y)[1], rtol=1e-5)
 

@@ -79,8 +79,11 @@ def test_gpu_profile_times_each_step_with_events(monkeypatch):
     assert (loop.flops, loop.bytes) == (2 * 6, 2 * 6 * 4)   # tanh, add; read, write 3x2
     assert set(_FakeEvent.log) == {0}             # all on the default stream, where kernels run
     assert res.stats.median == 1e-3               # whole call: one start-to-end interval
-    text = str(res)
-    assert "steps total 2 ms of the 1 ms call" in text
+    # profiled calls: an event before the call, before the first step, after each step and
+    # after the call, all read as intervals on the GPU's clock
+    assert (res.call_entry_s, res.call_exit_s, res.call_s) == (1e-3, 1e-3, 4e-3)
+    assert res.coverage == 0.5
+    assert "steps total 2 ms of the 4 ms profiled call (50.0%" in str(res)
     np.testing.assert_allclose(np.asarray(f(da, db)), np.tanh(a @ b) + 1.0, rtol=1e-6)
 
 
