@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["BenchmarkResult", "Stats", "StepProfile", "benchmark", "machine_peaks", "profile"]
+__all__ = ["BenchmarkResult", "Stats", "StepProfile", "benchmark", "machine_peaks", "profile",
+           "sample_host", "time_cuda", "time_host"]
 
 
 # ---------------------------------------------------------------- statistics
@@ -69,26 +70,43 @@ def _autorange(call: Callable[[], Any], target: float, clock) -> int:
         number = max(number * 2, int(number * target / max(dt, 1e-9) * 1.2))
 
 
-def time_host(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
-              min_time: float = 0.2) -> Stats:
-    """Time a synchronous call with ``time.perf_counter``."""
-    clock = time.perf_counter
-    for _ in range(warmup):
-        call()
-    number = _autorange(call, max(min_time / max(reps, 1), 2e-4), clock)
+def sample_host(call: Callable[..., Any], reps: int, number: int, *, args: tuple = (),
+                sync: Callable[[Any], Any] | None = None, clock=time.perf_counter) -> list[float]:
+    """Seconds per call of ``reps`` samples, each ``number`` back-to-back calls of
+    ``call(*args)`` (no wrapper around it: a 2 us function is timed, not a closure) timed by
+    ``clock`` with garbage collection off; ``sync`` is applied to each sample's last result
+    (``block_until_ready`` for JAX's asynchronous dispatch). The sampling loop of
+    ``time_host`` and of the project's own benchmarks (``bench/common.py``)."""
     samples = []
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(reps):
             t0 = clock()
-            for _ in range(number):
-                call()
+            for _ in range(number - 1):
+                call(*args)
+            r = call(*args)
+            if sync is not None:
+                sync(r)
             samples.append((clock() - t0) / number)
     finally:
         if was_enabled:
             gc.enable()
-    return Stats.from_samples(samples, number)
+    return samples
+
+
+def time_host(call: Callable[..., Any], *, warmup: int = 3, reps: int = 20,
+              min_time: float = 0.2, sync: Callable[[Any], Any] | None = None,
+              args: tuple = ()) -> Stats:
+    """Time a synchronous ``call(*args)`` with ``time.perf_counter``: ``warmup`` calls, then
+    ``reps`` samples of enough calls each (autoranged) that they last ``min_time`` in all."""
+    def timed():
+        r = call(*args)
+        return r if sync is None else sync(r)
+    for _ in range(warmup):
+        timed()
+    number = _autorange(timed, max(min_time / max(reps, 1), 2e-4), time.perf_counter)
+    return Stats.from_samples(sample_host(call, reps, number, args=args, sync=sync), number)
 
 
 def time_cuda(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
@@ -349,11 +367,10 @@ class BenchmarkResult:
                                  f"{100 * t / call:5.1f}%  "
                                  + ("dispatch, argument checks, output allocation"
                                     if what == "call entry" else "results returned"))
-                named = self.steps_s + self.call_entry_s + self.call_exit_s
                 lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(call)} "
-                             f"profiled call ({100 * self.coverage:.1f}%, median per call); "
-                             f"with call entry and exit {100 * named / call:.1f}%; "
-                             f"the plain call's median {_fmt_s(s.median)}")
+                             f"profiled call ({100 * self.coverage:.1f}%, median per call; the "
+                             f"rest is the call's entry and exit); the plain call's median "
+                             f"{_fmt_s(s.median)}")
         if self.note:
             lines.append(f"  note: {self.note}")
         return "\n".join(lines)
@@ -409,8 +426,12 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
     sync()
     first = time.perf_counter() - t0
     compiled = isinstance(f, JitFunction) and cache_info()["misses"] > before
-    timer = time_cuda if device == "cuda" else time_host
-    stats = timer(call, warmup=warmup, reps=reps, min_time=min_time)
+    if device == "cuda":
+        stats = time_cuda(call, warmup=warmup, reps=reps, min_time=min_time)
+    elif kwargs:
+        stats = time_host(call, warmup=warmup, reps=reps, min_time=min_time)
+    else:        # f itself in the timed loop, no closure around it
+        stats = time_host(f, warmup=warmup, reps=reps, min_time=min_time, args=args)
     result = BenchmarkResult(getattr(f, "__name__", type(f).__name__), device, stats, first,
                              max(first - stats.median, 0.0) if compiled else None)
     if device == "cuda":
