@@ -549,12 +549,12 @@ def _load_target(target: str):
     return f, tuple(args), dict(rest[0]) if rest else {}
 
 
-def main(argv=None) -> None:
-    """``python -m jitgraph.profiler FILE.py:FUNCTION [--reps N] [--json OUT] [--roofline PNG]``:
-    FUNCTION() returns ``(f, args[, kwargs])``; prints the benchmark (and, for a jit function,
-    the per-step profile)."""
+def main(argv=None, prog: str = "python -m jitgraph.profiler") -> None:
+    """``python -m jitgraph.bench FILE.py:FUNCTION [--reps N] [--json OUT] [--roofline PNG]``
+    (or ``python -m jitgraph.profiler``): FUNCTION() returns ``(f, args[, kwargs])``; prints
+    the benchmark (and, for a jit function, the per-step profile)."""
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m jitgraph.profiler", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog=prog, description=main.__doc__)
     ap.add_argument("target")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--min-time", type=float, default=0.2)

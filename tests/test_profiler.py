@@ -210,3 +210,27 @@ def test_command_line(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "median" in text and "steps total" in text
     assert json.loads(out.read_text())["stats"]["n"] == 2
+
+
+def test_command_line_end_to_end(tmp_path):
+    """``python -m jitgraph.bench FILE.py:FUNCTION`` in a fresh process (the same function as
+    above: its kernels come from the session's disk cache)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "target.py"
+    script.write_text("import numpy as np\nimport jitgraph, jitgraph.numpy as jnp\n"
+                      "def make():\n"
+                      "    return jitgraph.jit(lambda x: jnp.exp(x) + 1.0), (np.ones(8),)\n")
+    out = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "jitgraph.bench", f"{script}:make", "--reps", "2",
+                        "--min-time", "0.001", "--no-peaks", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "median" in p.stdout and "steps total" in p.stdout and "k0_loop" in p.stdout
+    d = json.loads(out.read_text())
+    assert d["stats"]["n"] == 2 and [k["flops"] for k in d["kernels"]] == [16]
+    with pytest.raises(SystemExit, match="FILE.py:FUNCTION"):
+        profiler.main(["nonsense"])
