@@ -477,6 +477,7 @@ def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
     prog = entry.program.profiled()
     run = prog.make_runner(entry.in_dtypes, entry.out_tree)
     marks, clock = prog.module.profile_marks, prog.module.profile_clock
+    reset = getattr(clock, "reset", lambda: None)    # a pool of CUDA events, reused per call
     if device == "cuda":
         from .compiler.runtime_cuda import event_intervals as intervals
     else:
@@ -490,6 +491,7 @@ def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
     try:
         for _ in range(reps):
             del marks[:]
+            reset()
             t0 = clock()
             f(*args, **kwargs)
             t1 = clock()

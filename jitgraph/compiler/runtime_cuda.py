@@ -130,7 +130,7 @@ class CudaProgram:
             prog = compile_graph_cuda(self.graph, name=self.name, fastmath=self.fastmath,
                                       profile=True)
             prog.module.profile_marks = []
-            prog.module.profile_clock = record_event
+            prog.module.profile_clock = EventClock()
             self._profiled = prog
         return self._profiled
 
@@ -138,11 +138,26 @@ class CudaProgram:
         return 0     # CUDA kernels compile on first launch; not counted per module
 
 
-def record_event():
-    """A CUDA event recorded now on the default stream (the one jitgraph launches on)."""
-    ev = cuda_api().event()
-    ev.record()
-    return ev
+class EventClock:
+    """``profile_clock`` of a CUDA program: each reading records a CUDA event on the default
+    stream (the one jitgraph launches on). Events are created once and reused after
+    ``reset`` (between profiled calls, once the last ones were read), so creating them does
+    not sit between two launches."""
+
+    def __init__(self):
+        self.events: list = []
+        self.next = 0
+
+    def __call__(self):
+        if self.next == len(self.events):
+            self.events.append(cuda_api().event())
+        ev = self.events[self.next]
+        self.next += 1
+        ev.record()
+        return ev
+
+    def reset(self) -> None:
+        self.next = 0
 
 
 def event_intervals(marks: Sequence) -> list[float]:
