@@ -7,10 +7,13 @@ range, not means. On the GPU the host clock is never put around an asynchronous 
 events recorded on the stream time the calls, after a synchronisation.
 
 For a ``jit`` function the result also has a per-step table: each generated kernel, BLAS call
-and host call, with its time (from a variant of the program whose driver records a timestamp
-after every step), the bytes it must move and the FLOPs it performs (from the fusion plan's
-shapes, ``compiler/cost.py``), the GB/s and GFLOP/s it reached and whether the roofline of this
-machine (``machine_peaks``) says it is memory- or compute-bound.
+and host call, with its time (from a variant of the program whose driver reads a clock after
+every step: ``perf_counter`` on the CPU, a CUDA event recorded on the launch stream on the
+GPU), the bytes it must move and the FLOPs it performs (from the fusion plan's shapes,
+``compiler/cost.py``), the GB/s and GFLOP/s it reached and whether the roofline of this
+machine (``machine_peaks``) says it is memory- or compute-bound. The profiled calls go through
+the ``jit`` function itself, so the call's entry (dispatch, argument checks, allocation) and
+exit are measured in the same calls as the steps.
 """
 from __future__ import annotations
 
@@ -474,7 +477,15 @@ def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
     from .compiler.fusion import kernel_ops
     from .compiler.runtime import compile_settings
     entry, leaves, _ = f._entry(args, kwargs)
-    prog = entry.program.profiled()
+    prog = entry.program
+    if getattr(prog, "symbols", ()) and any(
+            np.shape(x) != v.aval.shape for x, v in zip(leaves, prog.graph.inputs)):
+        # a program with runtime sizes serving other sizes: profile it at this call's
+        statics, dyn_args, dyn_kwargs = f._split(args, kwargs)
+        graph, _ = f._trace(args, kwargs, statics, dyn_args, dyn_kwargs, probe=True)
+        prog = prog.profiled(graph)
+    else:
+        prog = prog.profiled()
     run = prog.make_runner(entry.in_dtypes, entry.out_tree)
     marks, clock = prog.module.profile_marks, prog.module.profile_clock
     reset = getattr(clock, "reset", lambda: None)    # a pool of CUDA events, reused per call

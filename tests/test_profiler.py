@@ -133,6 +133,19 @@ def test_profile_names_every_step_of_the_program():
     np.testing.assert_allclose(f(params, x, y)[1], mlp_step(params, x, y)[1], rtol=1e-5)
 
 
+def test_profile_of_a_call_served_by_a_program_with_runtime_sizes():
+    f = jitgraph.jit(lambda a, b: jnp.tanh(a @ b).sum(axis=1))
+    b = np.ones((4, 3), np.float32)
+    f(np.ones((8, 4), np.float32), b)
+    f(np.ones((6, 4), np.float32), b)              # the batch size becomes a runtime argument
+    a = np.full((5, 4), 0.1, np.float32)
+    res = jitgraph.profile(f, a, b, reps=2, min_time=0.001, peaks=False)
+    mm, loop = res.kernels                          # costed at this call's sizes
+    assert (mm.flops, mm.bytes) == (2 * 5 * 3 * 4, (5 * 4 + 4 * 3 + 5 * 3) * 4)
+    assert (loop.flops, loop.bytes) == (2 * 5 * 3, (5 * 3 + 5) * 4)
+    np.testing.assert_allclose(f(a, b), np.tanh(a @ b).sum(axis=1), rtol=1e-6)
+
+
 def test_profile_rates_steps_against_peaks(monkeypatch, tmp_path):
     monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
     monkeypatch.setitem(profiler._MEASURE, "cpu", lambda: {
@@ -199,22 +212,8 @@ def test_compare_and_roofline(tmp_path):
     assert (tmp_path / "roof.png").stat().st_size > 0 and out.endswith("roof.png")
 
 
-def test_command_line(tmp_path, capsys):
-    script = tmp_path / "target.py"
-    script.write_text("import numpy as np\nimport jitgraph, jitgraph.numpy as jnp\n"
-                      "def make():\n"
-                      "    return jitgraph.jit(lambda x: jnp.exp(x) + 1.0), (np.ones(8),)\n")
-    out = tmp_path / "r.json"
-    profiler.main([f"{script}:make", "--reps", "2", "--min-time", "0.001", "--no-peaks",
-                   "--json", str(out)])
-    text = capsys.readouterr().out
-    assert "median" in text and "steps total" in text
-    assert json.loads(out.read_text())["stats"]["n"] == 2
-
-
 def test_command_line_end_to_end(tmp_path):
-    """``python -m jitgraph.bench FILE.py:FUNCTION`` in a fresh process (the same function as
-    above: its kernels come from the session's disk cache)."""
+    """``python -m jitgraph.bench FILE.py:FUNCTION`` in a fresh process."""
     import os
     import subprocess
     import sys
