@@ -1,4 +1,5 @@
-"""jitgraph.benchmark on the GPU path (simulator): timed with CUDA events, not a host clock."""
+"""jitgraph.benchmark and jitgraph.profile on the GPU path (simulator): the whole call and each
+step timed with CUDA events on the launch stream, never a host clock; exact bytes and FLOPs."""
 from __future__ import annotations
 
 import numpy as np
@@ -61,7 +62,8 @@ def test_gpu_profile_times_each_step_with_events(monkeypatch):
 
     from jitgraph.compiler.cost import step_cost
     monkeypatch.setattr(cuda, "event", _FakeEvent)
-    f = jitgraph.jit(lambda a, b: jnp.tanh(a @ b) + 1.0, device="cuda")
+    cube = jitgraph.defprimitive("cuda_profile_cube", impl=lambda x: x * x * x)   # host step
+    f = jitgraph.jit(lambda a, b: jnp.tanh(cube(a @ b)) + 1.0, device="cuda")
     a = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
     b = np.ones((4, 2), np.float32)
     da, db = jitgraph.device_put((a, b))
@@ -69,22 +71,23 @@ def test_gpu_profile_times_each_step_with_events(monkeypatch):
     lo = f.lower(da, db)
     assert res.device == "cuda"
     assert [k.name for k in res.kernels] == [s.name for s in lo.plan.steps]
-    assert [k.kind for k in res.kernels] == ["matmul", "loop"]
+    assert [k.kind for k in res.kernels] == ["matmul", "host", "loop"]
     for k, s in zip(res.kernels, lo.plan.steps):
         assert k.seconds == 1e-3                  # one fake-event interval: timed by events
         c = step_cost(s, lo.plan)
         assert (k.bytes, k.flops) == (c.bytes, c.flops)
-    mm, loop = res.kernels
+    mm, host, loop = res.kernels
     assert (mm.flops, mm.bytes) == (2 * 3 * 2 * 4, (12 + 8 + 6) * 4)
+    assert host.bytes == 2 * 6 * 4                 # the 3x2 product in, its cube out
     assert (loop.flops, loop.bytes) == (2 * 6, 2 * 6 * 4)   # tanh, add; read, write 3x2
     assert set(_FakeEvent.log) == {0}             # all on the default stream, where kernels run
     assert res.stats.median == 1e-3               # whole call: one start-to-end interval
     # profiled calls: an event before the call, before the first step, after each step and
     # after the call, all read as intervals on the GPU's clock
-    assert (res.call_entry_s, res.call_exit_s, res.call_s) == (1e-3, 1e-3, 4e-3)
-    assert res.coverage == 0.5
-    assert "steps total 2 ms of the 4 ms profiled call (50.0%" in str(res)
-    np.testing.assert_allclose(np.asarray(f(da, db)), np.tanh(a @ b) + 1.0, rtol=1e-6)
+    assert (res.call_entry_s, res.call_exit_s, res.call_s) == (1e-3, 1e-3, 5e-3)
+    assert res.coverage == 0.6
+    assert "steps total 3 ms of the 5 ms profiled call (60.0%" in str(res)
+    np.testing.assert_allclose(np.asarray(f(da, db)), np.tanh((a @ b) ** 3) + 1.0, rtol=1e-6)
 
 
 def test_gpu_profile_rates_against_gpu_peaks(monkeypatch, tmp_path):
