@@ -40,7 +40,7 @@ else
     echo "== GPU benchmarks"
     timeout 260 python bench/gpu_bench.py --out "$OUT" || status=1
     echo "== jitgraph.profile of the MLP step on the GPU (appended to $OUT)"
-    timeout 120 python bench/gpu_profile.py --out "$OUT" || status=1
+    timeout 150 python bench/gpu_profile.py --out "$OUT" || status=1
 fi
 echo "== done in $(( $(date +%s) - START )) s (exit status $status); table in $OUT"
 exit $status
