@@ -6,7 +6,8 @@ variables, which only take effect if they are set before those libraries load.
 
 Provides
   * ``setup_env`` (run at import): thread limits, fresh compile-cache dirs;
-  * ``Timing`` / ``timeit`` / ``time_per_call``: warmup, N repeats, median & IQR;
+  * ``Timing`` / ``timeit`` / ``time_per_call``: warmup, N repeats, median & IQR, sampled and
+    summarised by ``jitgraph.profiler`` (the timing code ``jitgraph.benchmark`` uses);
   * ``lib_available`` / ``import_torch`` / ``import_jax`` / ``import_jitgraph``:
     optional-library detection (a missing library becomes a row showing "n/a");
   * ``print_header``: versions, thread settings, CPU;
@@ -22,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -220,20 +220,21 @@ def short_error(exc: BaseException, limit: int = 160) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def _profiler():
+    """jitgraph's own timing code (``jitgraph.profiler``): the project's comparisons time
+    every library with what users call (``jitgraph.benchmark``)."""
+    from jitgraph import profiler
+    return profiler
+
+
 class Timing:
-    """Per-call times in seconds: median, quartiles, IQR."""
+    """Per-call times in seconds: median, quartiles, IQR (``jitgraph.profiler.Stats``)."""
 
     def __init__(self, samples: list[float], number: int = 1):
+        st = _profiler().Stats.from_samples(samples, number)
         self.samples = sorted(samples)
         self.number = number
-        self.median = statistics.median(self.samples)
-        if len(self.samples) >= 4:
-            q = statistics.quantiles(self.samples, n=4, method="inclusive")
-            self.q1, self.q3 = q[0], q[2]
-        else:
-            self.q1, self.q3 = self.samples[0], self.samples[-1]
-        self.iqr = self.q3 - self.q1
-        self.min = self.samples[0]
+        self.median, self.q1, self.q3, self.iqr, self.min = st.median, st.q1, st.q3, st.iqr, st.min
         self.other_load: float | None = None   # CPUs used by other processes meanwhile
 
     def __repr__(self) -> str:
@@ -276,22 +277,14 @@ def timeit(fn, *, warmup: int = 3, repeats: int = 20, number: int = 1,
     return best
 
 
+def sample_host(fn, repeats: int, number: int, **kw) -> list[float]:
+    """``jitgraph.profiler.sample_host``: per-call seconds of samples of back-to-back calls."""
+    return _profiler().sample_host(fn, repeats, number, **kw)
+
+
 def _sample(fn, repeats: int, number: int, sync) -> Timing:
-    samples = []
-    perf = time.perf_counter
     probe = _LoadProbe()
-    for _ in range(repeats):
-        if number == 1:
-            t0 = perf()
-            sync(fn())
-            samples.append(perf() - t0)
-        else:
-            t0 = perf()
-            for _ in range(number - 1):
-                fn()
-            sync(fn())
-            samples.append((perf() - t0) / number)
-    timing = Timing(samples, number)
+    timing = Timing(sample_host(fn, repeats, number, sync=sync), number)
     timing.other_load = probe.stop()
     return timing
 

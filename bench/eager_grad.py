@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from common import (ResultTable, check_close, guarded, import_error, import_jitgraph,
-                    print_kv, _try_import)
+                    print_kv, sample_host, _try_import)
 
 
 class Lib:
@@ -263,11 +263,7 @@ def interleaved(fns: dict, *, warmup: int, max_time: float, repeats: int, min_re
     end = time.perf_counter() + max_time
     while True:
         for name, fn in fns.items():
-            n = number[name]
-            t0 = clock()
-            for _ in range(n):
-                fn()
-            samples[name].append((clock() - t0) / n)
+            samples[name] += sample_host(fn, 1, number[name], clock=clock)
         k = len(samples[name])
         if k >= repeats or (k >= min_repeats and time.perf_counter() > end):
             break

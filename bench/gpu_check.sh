@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with one NVIDIA GPU and the CUDA Python stack already installed
 # (numba, numba-cuda, CuPy, PyTorch, JAX), run the CUDA backend's tests on the hardware, then
-# the GPU benchmarks side by side; prints one markdown table and writes it to a file.
+# the GPU benchmarks side by side; prints one markdown table and writes it to a file, then
+# appends jitgraph.profile's per-step table of the MLP training step (bench/gpu_profile.py).
 # Installs nothing from a package registry (the machine may have no network).
 #
 #   bash bench/gpu_check.sh [OUT.md]        # default OUT: bench/gpu_results.md
@@ -29,6 +30,8 @@ if [ "$SIM" = 1 ]; then
     timeout 300 python -m pytest tests_cuda -q -p no:cacheprovider || status=1
     echo "== GPU benchmarks (simulator, tiny sizes)"
     timeout 300 python bench/gpu_bench.py --sim --quick --out "$OUT" || status=1
+    echo "== jitgraph.profile of the MLP step (simulator, tiny sizes)"
+    timeout 300 python bench/gpu_profile.py --sim --out "$OUT" || status=1
 else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     echo "== CUDA tests on the GPU"
@@ -36,6 +39,8 @@ else
         --durations=5 || status=1
     echo "== GPU benchmarks"
     timeout 260 python bench/gpu_bench.py --out "$OUT" || status=1
+    echo "== jitgraph.profile of the MLP step on the GPU (appended to $OUT)"
+    timeout 150 python bench/gpu_profile.py --out "$OUT" || status=1
 fi
 echo "== done in $(( $(date +%s) - START )) s (exit status $status); table in $OUT"
 exit $status

@@ -1,7 +1,7 @@
 """Run every jitgraph comparison benchmark, one fresh process each, then print one
 combined report.
 
-    python bench/run_all.py [--quick] [--json all.json] [--only w1,w3,w5,trace,eager]
+    python bench/run_all.py [--quick] [--json all.json] [--only w1,w3,w5,trace,eager,prof]
 
 Each benchmark runs as its own process (``python bench/<script>.py --json ...``) so that
 compile caches, thread pools and torch.compile/JAX state do not leak between them; their
@@ -31,6 +31,7 @@ BENCHES = [
     ("trace", "trace_time.py"),
     ("cold", "cold_start.py"),
     ("eager", "eager_grad.py"),
+    ("prof", "profiler_check.py"),
 ]
 
 
@@ -128,6 +129,18 @@ def print_report(results: dict, walls: dict) -> None:
             print()
     elif "eager" in walls:
         print("eager grad: no results (see its output above)\n")
+
+    prof = results.get("prof")
+    if prof:
+        cov, ovh = prof["coverage"], prof["overhead"]
+        print_kv("jitgraph.profile and jitgraph.benchmark (bench/profiler_check.py)", [
+            ("W1 step: program steps' share of each profiled call (median)",
+             f"{100 * cov['steps_share_median_per_call']:.1f} %"),
+            (f"benchmark / timeit on {ovh['function']}",
+             f"{ovh['ratio_median']:.3f} (overhead {100 * (ovh['ratio_median'] - 1):+.1f} %)")])
+        print()
+    elif "prof" in walls:
+        print("profiler check: no results (see its output above)\n")
 
     print_kv("process wall time (s)", [(k, f"{v:.1f}") for k, v in walls.items()]
              + [("total", f"{sum(walls.values()):.1f}")])

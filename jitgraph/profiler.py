@@ -7,10 +7,13 @@ range, not means. On the GPU the host clock is never put around an asynchronous 
 events recorded on the stream time the calls, after a synchronisation.
 
 For a ``jit`` function the result also has a per-step table: each generated kernel, BLAS call
-and host call, with its time (from a variant of the program whose driver records a timestamp
-after every step), the bytes it must move and the FLOPs it performs (from the fusion plan's
-shapes, ``compiler/cost.py``), the GB/s and GFLOP/s it reached and whether the roofline of this
-machine (``machine_peaks``) says it is memory- or compute-bound.
+and host call, with its time (from a variant of the program whose driver reads a clock after
+every step: ``perf_counter`` on the CPU, a CUDA event recorded on the launch stream on the
+GPU), the bytes it must move and the FLOPs it performs (from the fusion plan's shapes,
+``compiler/cost.py``), the GB/s and GFLOP/s it reached and whether the roofline of this
+machine (``machine_peaks``) says it is memory- or compute-bound. The profiled calls go through
+the ``jit`` function itself, so the call's entry (dispatch, argument checks, allocation) and
+exit are measured in the same calls as the steps.
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["BenchmarkResult", "Stats", "StepProfile", "benchmark", "machine_peaks", "profile"]
+__all__ = ["BenchmarkResult", "Stats", "StepProfile", "benchmark", "machine_peaks", "profile",
+           "sample_host", "time_cuda", "time_host"]
 
 
 # ---------------------------------------------------------------- statistics
@@ -69,26 +73,43 @@ def _autorange(call: Callable[[], Any], target: float, clock) -> int:
         number = max(number * 2, int(number * target / max(dt, 1e-9) * 1.2))
 
 
-def time_host(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
-              min_time: float = 0.2) -> Stats:
-    """Time a synchronous call with ``time.perf_counter``."""
-    clock = time.perf_counter
-    for _ in range(warmup):
-        call()
-    number = _autorange(call, max(min_time / max(reps, 1), 2e-4), clock)
+def sample_host(call: Callable[..., Any], reps: int, number: int, *, args: tuple = (),
+                sync: Callable[[Any], Any] | None = None, clock=time.perf_counter) -> list[float]:
+    """Seconds per call of ``reps`` samples, each ``number`` back-to-back calls of
+    ``call(*args)`` (no wrapper around it: a 2 us function is timed, not a closure) timed by
+    ``clock`` with garbage collection off; ``sync`` is applied to each sample's last result
+    (``block_until_ready`` for JAX's asynchronous dispatch). The sampling loop of
+    ``time_host`` and of the project's own benchmarks (``bench/common.py``)."""
     samples = []
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(reps):
             t0 = clock()
-            for _ in range(number):
-                call()
+            for _ in range(number - 1):
+                call(*args)
+            r = call(*args)
+            if sync is not None:
+                sync(r)
             samples.append((clock() - t0) / number)
     finally:
         if was_enabled:
             gc.enable()
-    return Stats.from_samples(samples, number)
+    return samples
+
+
+def time_host(call: Callable[..., Any], *, warmup: int = 3, reps: int = 20,
+              min_time: float = 0.2, sync: Callable[[Any], Any] | None = None,
+              args: tuple = ()) -> Stats:
+    """Time a synchronous ``call(*args)`` with ``time.perf_counter``: ``warmup`` calls, then
+    ``reps`` samples of enough calls each (autoranged) that they last ``min_time`` in all."""
+    def timed():
+        r = call(*args)
+        return r if sync is None else sync(r)
+    for _ in range(warmup):
+        timed()
+    number = _autorange(timed, max(min_time / max(reps, 1), 2e-4), time.perf_counter)
+    return Stats.from_samples(sample_host(call, reps, number, args=args, sync=sync), number)
 
 
 def time_cuda(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
@@ -132,8 +153,8 @@ def time_cuda(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
 def _device_name(device: str) -> str:
     if device == "cuda":
         from numba import cuda
-        return cuda.get_current_device().name.decode() if isinstance(
-            cuda.get_current_device().name, bytes) else str(cuda.get_current_device().name)
+        name = getattr(cuda.get_current_device(), "name", "CUDA simulator")
+        return name.decode() if isinstance(name, bytes) else str(name)
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -259,6 +280,14 @@ class BenchmarkResult:
     compile_s: float | None = None
     kernels: list = field(default_factory=list)       # StepProfile, one per program step
     peaks: dict | None = None
+    note: str = ""              # e.g. that the CUDA simulator's events measure nothing
+    # measured around the same profiled calls as the steps (medians, seconds): the whole call
+    # through jit's dispatch, its entry (dispatch, argument checks, output and scratch
+    # allocation: up to the first step) and its exit (after the last step: results returned)
+    call_s: float | None = None
+    call_entry_s: float | None = None
+    call_exit_s: float | None = None
+    coverage: float | None = None   # median over profiled calls of (steps' sum / whole call)
 
     @property
     def steps_s(self) -> float:
@@ -268,7 +297,9 @@ class BenchmarkResult:
         d = {"name": self.name, "device": self.device, "stats": asdict(self.stats),
              "first_call_s": self.first_call_s, "compile_s": self.compile_s,
              "steps_s": self.steps_s if self.kernels else None, "peaks": self.peaks,
-             "kernels": [dict(asdict(k), gbps=k.gbps, gflops=k.gflops) for k in self.kernels]}
+             "kernels": [dict(asdict(k), gbps=k.gbps, gflops=k.gflops) for k in self.kernels],
+             "note": self.note, "call_s": self.call_s, "call_entry_s": self.call_entry_s,
+             "call_exit_s": self.call_exit_s, "coverage": self.coverage}
         d["stats"]["iqr"] = self.stats.iqr
         return d
 
@@ -318,19 +349,33 @@ class BenchmarkResult:
                  f"({s.n} samples x {s.number} calls); first call {_fmt_s(self.first_call_s)}"
                  + (f", compile {_fmt_s(self.compile_s)}" if self.compile_s is not None else "")]
         if self.kernels:
+            call = self.call_s or s.median
             lines.append(f"  {'step':<16} {'kind':<8} {'time':>10} {'%call':>6} {'MB':>9} "
                          f"{'MFLOP':>9} {'GB/s':>7} {'GFLOP/s':>8} {'bound':>8} {'%peak':>6}  ops")
             for k in self.kernels:
                 ops = ",".join(dict.fromkeys(k.ops))
                 lines.append(
                     f"  {k.name:<16} {k.kind:<8} {_fmt_s(k.seconds):>10} "
-                    f"{100 * k.seconds / s.median:5.1f}% {k.bytes / 1e6:9.3f} "
+                    f"{100 * k.seconds / call:5.1f}% {k.bytes / 1e6:9.3f} "
                     f"{k.flops / 1e6:9.3f} {k.gbps:7.2f} {k.gflops:8.2f} {k.bound or '-':>8} "
                     f"{_pct(k.peak_fraction):>6}  {ops[:40]}")
-            rest = s.median - self.steps_s
-            lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(s.median)} call "
-                         f"({100 * self.steps_s / s.median:.1f}%); launch and Python overhead "
-                         f"{_fmt_s(max(rest, 0.0))}")
+            if self.call_s is None:
+                rest = s.median - self.steps_s
+                lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(s.median)} "
+                             f"call ({100 * self.steps_s / s.median:.1f}%); launch and Python "
+                             f"overhead {_fmt_s(max(rest, 0.0))}")
+            else:
+                for what, t in (("call entry", self.call_entry_s), ("call exit", self.call_exit_s)):
+                    lines.append(f"  {what:<16} {'call':<8} {_fmt_s(t):>10} "
+                                 f"{100 * t / call:5.1f}%  "
+                                 + ("dispatch, argument checks, output allocation"
+                                    if what == "call entry" else "results returned"))
+                lines.append(f"  steps total {_fmt_s(self.steps_s)} of the {_fmt_s(call)} "
+                             f"profiled call ({100 * self.coverage:.1f}%, median per call; the "
+                             f"rest is the call's entry and exit); the plain call's median "
+                             f"{_fmt_s(s.median)}")
+        if self.note:
+            lines.append(f"  note: {self.note}")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -384,12 +429,22 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
     sync()
     first = time.perf_counter() - t0
     compiled = isinstance(f, JitFunction) and cache_info()["misses"] > before
-    timer = time_cuda if device == "cuda" else time_host
-    stats = timer(call, warmup=warmup, reps=reps, min_time=min_time)
+    if device == "cuda":
+        stats = time_cuda(call, warmup=warmup, reps=reps, min_time=min_time)
+    elif kwargs:
+        stats = time_host(call, warmup=warmup, reps=reps, min_time=min_time)
+    else:        # f itself in the timed loop, no closure around it
+        stats = time_host(f, warmup=warmup, reps=reps, min_time=min_time, args=args)
     result = BenchmarkResult(getattr(f, "__name__", type(f).__name__), device, stats, first,
                              max(first - stats.median, 0.0) if compiled else None)
-    if isinstance(f, JitFunction) and profile is not False and device == "cpu":
-        result.kernels = _profile_steps(f, args, kwargs, reps=max(reps, 5))
+    if device == "cuda":
+        from .device import simulator
+        if simulator():
+            result.note = ("CUDA simulator: its events record no time, so these times are "
+                           "placeholders; byte and FLOP counts are exact")
+    if isinstance(f, JitFunction) and profile is not False:
+        for k, v in _profile_steps(f, args, kwargs, reps=max(reps, 5), device=device).items():
+            setattr(result, k, v)
         if peaks:
             result.peaks = machine_peaks(device)
             _rate(result.kernels, result.peaks)
@@ -412,29 +467,63 @@ def _cuda_sync() -> None:
     cuda.synchronize()
 
 
-def _profile_steps(f, args, kwargs, reps: int) -> list[StepProfile]:
-    """Per-step medians from the profiling variant of ``f``'s program for these arguments."""
+def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
+    """Per-step medians from the profiling variant of ``f``'s program for these arguments,
+    called through ``f`` itself (its dispatch, checks and allocation included): on the CPU
+    ``perf_counter`` marks before the call, after each step and after the call; on the GPU
+    CUDA events recorded there on the stream the kernels run on (read after the call, never a
+    host clock around a launch). Returns the ``BenchmarkResult`` fields it measured."""
     from .compiler.cost import step_cost
     from .compiler.fusion import kernel_ops
     from .compiler.runtime import compile_settings
     entry, leaves, _ = f._entry(args, kwargs)
-    prog = entry.program.profiled()
+    prog = entry.program
+    if getattr(prog, "symbols", ()) and any(
+            np.shape(x) != v.aval.shape for x, v in zip(leaves, prog.graph.inputs)):
+        # a program with runtime sizes serving other sizes: profile it at this call's
+        statics, dyn_args, dyn_kwargs = f._split(args, kwargs)
+        graph, _ = f._trace(args, kwargs, statics, dyn_args, dyn_kwargs, probe=True)
+        prog = prog.profiled(graph)
+    else:
+        prog = prog.profiled()
     run = prog.make_runner(entry.in_dtypes, entry.out_tree)
-    marks = prog.module.profile_marks
-    with compile_settings():
+    marks, clock = prog.module.profile_marks, prog.module.profile_clock
+    reset = getattr(clock, "reset", lambda: None)    # a pool of CUDA events, reused per call
+    if device == "cuda":
+        from .compiler.runtime_cuda import event_intervals as intervals
+    else:
+        intervals = np.diff
+    with compile_settings(device):
         run(*leaves)
-    per_step = []
-    for _ in range(reps):
+    rows = []
+    plain, entry.run = entry.run, run      # f's own call path, with the profiled program
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(reps):
+            del marks[:]
+            reset()
+            t0 = clock()
+            f(*args, **kwargs)
+            t1 = clock()
+            rows.append(intervals([t0, *marks, t1]))
+    finally:
+        entry.run = plain
         del marks[:]
-        run(*leaves)
-        per_step.append(np.diff(marks))
-    med = np.median(np.asarray(per_step), axis=0)
+        if was_enabled:
+            gc.enable()
+    a = np.asarray(rows, dtype=np.float64)   # reps x (entry, steps..., exit)
+    med = np.median(a, axis=0)
     steps = []
-    for s, t in zip(prog.plan.steps, med):
+    for s, t in zip(prog.plan.steps, med[1:-1]):
         c = step_cost(s, prog.plan)
         steps.append(StepProfile(s.name, c.kind, [n.prim.name for n in kernel_ops(s)],
                                  float(t), c.bytes, c.flops))
-    return steps
+    whole = a.sum(axis=1)
+    return {"kernels": steps, "call_s": float(np.median(whole)), "call_entry_s": float(med[0]),
+            "call_exit_s": float(med[-1]),
+            "coverage": float(np.median(a[:, 1:-1].sum(axis=1) / np.where(whole > 0, whole,
+                                                                            np.nan)))}
 
 
 def _rate(steps: list[StepProfile], peaks: dict) -> None:
@@ -473,12 +562,12 @@ def _load_target(target: str):
     return f, tuple(args), dict(rest[0]) if rest else {}
 
 
-def main(argv=None) -> None:
-    """``python -m jitgraph.profiler FILE.py:FUNCTION [--reps N] [--json OUT] [--roofline PNG]``:
-    FUNCTION() returns ``(f, args[, kwargs])``; prints the benchmark (and, for a jit function,
-    the per-step profile)."""
+def main(argv=None, prog: str = "python -m jitgraph.profiler") -> None:
+    """``python -m jitgraph.bench FILE.py:FUNCTION [--reps N] [--json OUT] [--roofline PNG]``
+    (or ``python -m jitgraph.profiler``): FUNCTION() returns ``(f, args[, kwargs])``; prints
+    the benchmark (and, for a jit function, the per-step profile)."""
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m jitgraph.profiler", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog=prog, description=main.__doc__)
     ap.add_argument("target")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--min-time", type=float, default=0.2)

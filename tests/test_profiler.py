@@ -112,8 +112,38 @@ def test_profile_names_every_step_of_the_program():
     assert res.compile_s is not None                        # the first call compiled
     text = str(res)
     assert "steps total" in text and all(k.name in text for k in res.kernels)
+    assert "call entry" in text and "call exit" in text
+    assert res.call_s > 0 and res.call_entry_s >= 0 and res.call_exit_s >= 0
+    assert 0 < res.coverage <= 1
+    # the accounting, on a clock that ticks once per reading: the profiled calls go through
+    # f itself (a mark before the call, one before the first step, one after each step, one
+    # after the call), and f's own call path is back afterwards
+    entry = f._entry((params, x, y), {})[0]
+    plain = entry.run
+    module = entry.program.profiled().module
+    ticks = iter(range(10 ** 6))
+    module.profile_clock = lambda: float(next(ticks))
+    got = profiler._profile_steps(f, (params, x, y), {}, reps=3)
+    n = len(lo.plan.steps)
+    assert [k.seconds for k in got["kernels"]] == [1.0] * n
+    assert (got["call_entry_s"], got["call_exit_s"], got["call_s"]) == (1.0, 1.0, n + 2.0)
+    assert got["coverage"] == n / (n + 2)
+    assert entry.run is plain and module.profile_marks == []
     # the profiled variant computes what the program computes
     np.testing.assert_allclose(f(params, x, y)[1], mlp_step(params, x, y)[1], rtol=1e-5)
+
+
+def test_profile_of_a_call_served_by_a_program_with_runtime_sizes():
+    f = jitgraph.jit(lambda a, b: jnp.tanh(a @ b).sum(axis=1))
+    b = np.ones((4, 3), np.float32)
+    f(np.ones((8, 4), np.float32), b)
+    f(np.ones((6, 4), np.float32), b)              # the batch size becomes a runtime argument
+    a = np.full((5, 4), 0.1, np.float32)
+    res = jitgraph.profile(f, a, b, reps=2, min_time=0.001, peaks=False)
+    mm, loop = res.kernels                          # costed at this call's sizes
+    assert (mm.flops, mm.bytes) == (2 * 5 * 3 * 4, (5 * 4 + 4 * 3 + 5 * 3) * 4)
+    assert (loop.flops, loop.bytes) == (2 * 5 * 3, (5 * 3 + 5) * 4)
+    np.testing.assert_allclose(f(a, b), np.tanh(a @ b).sum(axis=1), rtol=1e-6)
 
 
 def test_profile_rates_steps_against_peaks(monkeypatch, tmp_path):
@@ -182,14 +212,24 @@ def test_compare_and_roofline(tmp_path):
     assert (tmp_path / "roof.png").stat().st_size > 0 and out.endswith("roof.png")
 
 
-def test_command_line(tmp_path, capsys):
+def test_command_line_end_to_end(tmp_path):
+    """``python -m jitgraph.bench FILE.py:FUNCTION`` in a fresh process."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     script = tmp_path / "target.py"
     script.write_text("import numpy as np\nimport jitgraph, jitgraph.numpy as jnp\n"
                       "def make():\n"
                       "    return jitgraph.jit(lambda x: jnp.exp(x) + 1.0), (np.ones(8),)\n")
     out = tmp_path / "r.json"
-    profiler.main([f"{script}:make", "--reps", "2", "--min-time", "0.001", "--no-peaks",
-                   "--json", str(out)])
-    text = capsys.readouterr().out
-    assert "median" in text and "steps total" in text
-    assert json.loads(out.read_text())["stats"]["n"] == 2
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "jitgraph.bench", f"{script}:make", "--reps", "2",
+                        "--min-time", "0.001", "--no-peaks", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "median" in p.stdout and "steps total" in p.stdout and "k0_loop" in p.stdout
+    d = json.loads(out.read_text())
+    assert d["stats"]["n"] == 2 and [k["flops"] for k in d["kernels"]] == [16]
+    with pytest.raises(SystemExit, match="FILE.py:FUNCTION"):
+        profiler.main(["nonsense"])

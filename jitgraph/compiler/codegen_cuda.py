@@ -105,10 +105,13 @@ def _combine(monoid: str, a: str, b: str) -> str:
 
 
 class CudaCodegen(CpuCodegen):
-    """Generates the CUDA module; the memory plan (buffer reuse, donation) is the CPU one."""
+    """Generates the CUDA module; the memory plan (buffer reuse, donation) is the CPU one.
+    ``profile``: the driver appends ``profile_clock()`` after every step, as on the CPU; the
+    CUDA program sets it to record an event on the stream the kernels run on."""
 
-    def __init__(self, plan: Plan, ctx: CudaContext, shuffle: bool = True, fastmath: bool = False):
-        super().__init__(plan, ctx, fastmath=fastmath)
+    def __init__(self, plan: Plan, ctx: CudaContext, shuffle: bool = True, fastmath: bool = False,
+                 profile: bool = False):
+        super().__init__(plan, ctx, fastmath=fastmath, profile=profile)
         self.shuffle = shuffle
         self.extra_scratch: list = []     # (name, size, dtype): partial sums of split reductions
 

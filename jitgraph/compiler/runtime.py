@@ -127,7 +127,7 @@ class CompiledProgram:
         self._scratch_pools: dict = {}
         self.kernel_modules: list = []
         self.options: dict = {}          # how it was generated (fastmath, donate, ...)
-        self._profiled: CompiledProgram | None = None
+        self._profiled: dict = {}        # input shapes (None: self.graph's) -> profiled
 
     def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
         """A call path specialised to this program: checks, allocation and the driver call as
@@ -149,17 +149,21 @@ class CompiledProgram:
         run.source = self.runner_template
         return run
 
-    def profiled(self) -> "CompiledProgram":
-        """The same program (at the sizes of ``self.graph``) with a driver that records a
-        timestamp after each step in ``module.profile_marks`` (see ``jitgraph.profile``)."""
-        if self._profiled is None:
-            gen = generate(self.graph, profile=True, **self.options)
+    def profiled(self, graph: Graph | None = None) -> "CompiledProgram":
+        """The same program (at the sizes of ``self.graph``, or of ``graph``: the same
+        function traced at the sizes of a call a program with runtime sizes serves) with a
+        driver that records a timestamp after each step in ``module.profile_marks`` (see
+        ``jitgraph.profile``)."""
+        key = None if graph is None else tuple(v.aval.shape for v in graph.inputs)
+        if key not in self._profiled:
+            options = {k: v for k, v in self.options.items() if k != "symbols"}
+            gen = generate(self.graph if graph is None else graph, profile=True, **options)
             prog = load(gen, time.perf_counter())
             prog.module.profile_marks = []
             prog.module.profile_clock = time.perf_counter
-            prog.options = self.options
-            self._profiled = prog
-        return self._profiled
+            prog.options = options
+            self._profiled[key] = prog
+        return self._profiled[key]
 
     def numba_compiles(self) -> int:
         """How many functions Numba really compiled (not loaded from its cache) for this

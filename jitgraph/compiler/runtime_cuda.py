@@ -32,9 +32,11 @@ class CudaProgram:
 
     def __init__(self, graph: Graph, plan, source: str, kernels, driver, const_values, info,
                  was_on_disk: bool, module, compile_seconds: float, name: str = "f",
-                 donate: Sequence[int] = ()):
+                 donate: Sequence[int] = (), fastmath: bool = False):
         cuda = cuda_api()
         self.name = name
+        self.fastmath = fastmath
+        self._profiled: CudaProgram | None = None
         self.donate = set(donate)
         self.graph = graph
         self.plan = plan
@@ -118,8 +120,52 @@ class CudaProgram:
         run.source = "\n".join(lines)
         return run
 
+    def profiled(self) -> "CudaProgram":
+        """The same program with a driver that records a CUDA event after each step in
+        ``module.profile_marks`` (see ``jitgraph.profile``). Events go on the default stream,
+        where every kernel, cuBLAS call and host copy of the program runs, so the time between
+        two marks is the GPU time of the step between them. Built without donation: profiling
+        calls the program many times with the same arguments."""
+        if self._profiled is None:
+            prog = compile_graph_cuda(self.graph, name=self.name, fastmath=self.fastmath,
+                                      profile=True)
+            prog.module.profile_marks = []
+            prog.module.profile_clock = EventClock()
+            self._profiled = prog
+        return self._profiled
+
     def numba_compiles(self) -> int:
         return 0     # CUDA kernels compile on first launch; not counted per module
+
+
+class EventClock:
+    """``profile_clock`` of a CUDA program: each reading records a CUDA event on the default
+    stream (the one jitgraph launches on). Events are created once and reused after
+    ``reset`` (between profiled calls, once the last ones were read), so creating them does
+    not sit between two launches."""
+
+    def __init__(self):
+        self.events: list = []
+        self.next = 0
+
+    def __call__(self):
+        if self.next == len(self.events):
+            self.events.append(cuda_api().event())
+        ev = self.events[self.next]
+        self.next += 1
+        ev.record()
+        return ev
+
+    def reset(self) -> None:
+        self.next = 0
+
+
+def event_intervals(marks: Sequence) -> list[float]:
+    """Seconds between consecutive recorded events, after waiting for the last one."""
+    if not marks:
+        return []
+    marks[-1].synchronize()
+    return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
 
 
 def _overlaps(b, others) -> bool:
@@ -154,8 +200,9 @@ _FINGERPRINT: str | None = None
 
 
 def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (), name: str = "f",
-                       fastmath: bool = False) -> CudaProgram:
-    """Fuse, generate CUDA source, load it through the disk cache and wrap it."""
+                       fastmath: bool = False, profile: bool = False) -> CudaProgram:
+    """Fuse, generate CUDA source, load it through the disk cache and wrap it (``profile``:
+    the driver marks the end of every step, see ``CudaProgram.profiled``)."""
     global _FINGERPRINT
     from .runtime import _codegen_fingerprint
     t0 = time.perf_counter()
@@ -165,7 +212,7 @@ def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (), name: str = 
     plan = make_plan(graph, ctx)
     sim = simulator()
     shuffle = shuffle_default(sim)
-    gen = CudaCodegen(plan, ctx, shuffle=shuffle, fastmath=fastmath)
+    gen = CudaCodegen(plan, ctx, shuffle=shuffle, fastmath=fastmath, profile=profile)
     source, kernels, driver_name, info = gen.module(set(donate))
     if _FINGERPRINT is None:
         _FINGERPRINT = _codegen_fingerprint()
@@ -177,4 +224,4 @@ def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (), name: str = 
     driver = getattr(module, driver_name)
     consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
     return CudaProgram(graph, plan, source, kernels, driver, consts, info, was_on_disk, module,
-                       time.perf_counter() - t0, name, donate)
+                       time.perf_counter() - t0, name, donate, fastmath)
