@@ -21,7 +21,6 @@ every function raises ``DistributedUnavailableError`` saying so.
 from __future__ import annotations
 
 import sys
-import traceback
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -164,13 +163,18 @@ def pack(leaves: Sequence[Any], plan: BucketPlan, out: list[np.ndarray] | None =
     multiplied by ``scale`` if given. NumPy arrays in, NumPy arrays out."""
     bufs = plan.empty() if out is None else out
     for buf, b in zip(bufs, plan.buckets):
-        for i, off, shape in b.entries:
-            dst = buf[off:off + _size(shape)].reshape(shape)
-            if scale is None:
-                np.copyto(dst, leaves[i], casting="same_kind")
-            else:
-                np.multiply(leaves[i], scale, out=dst, casting="same_kind")
+        _pack_bucket(buf, b, leaves, scale)
     return bufs
+
+
+def _pack_bucket(buf: np.ndarray, b: Bucket, leaves: Sequence[Any], scale=None) -> np.ndarray:
+    for i, off, shape in b.entries:
+        dst = buf[off:off + _size(shape)].reshape(shape)
+        if scale is None:
+            np.copyto(dst, leaves[i], casting="same_kind")
+        else:
+            np.multiply(leaves[i], scale, out=dst, casting="same_kind")
+    return buf
 
 
 def unpack(buffers: Sequence[np.ndarray], plan: BucketPlan, copy: bool = False) -> list:
@@ -274,10 +278,13 @@ def _leaves_of(tree, fn: str) -> tuple[list[np.ndarray], Any]:
     return arrays, treedef
 
 
-def allreduce(tree: Any, op: str = "mean", *, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Any:
-    """The elementwise sum or mean of ``tree`` over all ranks (every rank gets it), as a new
-    tree of the same structure; leaves are reduced in a few bucketed ``Allreduce`` calls, and
-    the returned leaves are views into the reduced buckets."""
+def allreduce(tree: Any, op: str = "mean", *, inplace: bool = False,
+              bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Any:
+    """The elementwise sum or mean of ``tree`` over all ranks (every rank gets it), reduced in
+    a few bucketed ``Allreduce`` calls. By default a new tree whose leaves are views into the
+    reduced buckets (one packing copy); with ``inplace=True`` the reduction is written into
+    ``tree``'s own arrays (as ``torch.distributed.all_reduce``) and a leaf that fills a bucket
+    by itself is reduced where it lies, without any copy."""
     _check_op(op, "allreduce")
     arrays, treedef = _leaves_of(tree, "allreduce")
     if op == "mean":
@@ -286,8 +293,24 @@ def allreduce(tree: Any, op: str = "mean", *, bucket_bytes: int = DEFAULT_BUCKET
                 raise TypeError(f"allreduce: op='mean' needs float leaves; leaf {k} is {a.dtype} "
                                 "(use op='sum' for integers)")
     plan = plan_buckets(arrays, bucket_bytes)
-    buffers = allreduce_buffers(pack(arrays, plan), op)
-    return tree_unflatten(treedef, unpack(buffers, plan))
+    if not inplace:
+        buffers = allreduce_buffers(pack(arrays, plan), op)
+        return tree_unflatten(treedef, unpack(buffers, plan))
+    leaves = tree_flatten(tree)[0]
+    for k, (x, a) in enumerate(zip(leaves, arrays)):
+        if a is not x or not a.flags.writeable:
+            raise TypeError(f"allreduce(inplace=True): leaf {k} is not a writable NumPy array "
+                            f"({type(x).__name__})")
+    buffers = [arrays[b.entries[0][0]].reshape(-1)          # a leaf alone: reduced where it is
+               if len(b.entries) == 1 and arrays[b.entries[0][0]].flags.c_contiguous
+               else _pack_bucket(np.empty(b.size, b.dtype), b, arrays) for b in plan.buckets]
+    allreduce_buffers(buffers, op)
+    for buf, b in zip(buffers, plan.buckets):
+        for i, off, shape in b.entries:
+            src = buf[off:off + _size(shape)].reshape(shape)
+            if not np.shares_memory(src, arrays[i]):
+                np.copyto(arrays[i], src)
+    return tree
 
 
 def broadcast(tree: Any, root: int = 0, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Any:

@@ -57,6 +57,23 @@ def train(data: str, distributed: bool, global_batch: int = GLOBAL_BATCH):
     return model, state, losses
 
 
+def check_collectives() -> None:
+    """allreduce and broadcast of rank-dependent trees, small buckets so leaves share them."""
+    import jitgraph.distributed as dist
+    r, n = dist.rank(), dist.world_size()
+    tree = {"a": np.full((3, 2), r + 1.0), "b": [np.arange(5) * (r + 1)],
+            "c": np.full(7, r + 1.0, np.float32)}
+    total = n * (n + 1) // 2
+    s = dist.allreduce(tree, op="sum", bucket_bytes=16)
+    assert np.all(s["a"] == total) and np.array_equal(s["b"][0], np.arange(5) * total)
+    m = dist.allreduce({"a": tree["a"], "c": tree["c"]}, bucket_bytes=24)
+    assert np.all(m["a"] == (n + 1) / 2) and m["c"].dtype == np.float32
+    dist.allreduce(tree, op="sum", inplace=True, bucket_bytes=1 << 20)
+    assert np.all(tree["c"] == total) and np.array_equal(tree["b"][0], np.arange(5) * total)
+    b = dist.broadcast({"x": np.full(4, float(r)), "y": [np.int64(r)]}, root=n - 1)
+    assert np.all(b["x"] == n - 1) and b["y"][0] == n - 1
+
+
 def main(argv: list[str]) -> int:
     import jitgraph
     import jitgraph.distributed as dist
@@ -67,6 +84,7 @@ def main(argv: list[str]) -> int:
         back, _ = dist.load(argv[2], like=(model, losses))
         for a, b in zip(jitgraph.tree_leaves(back), jitgraph.tree_leaves(model)):
             assert np.array_equal(a, b), f"rank {dist.rank()}: parameters differ from rank 0's"
+        check_collectives()
         if dist.is_main():
             print(f"ok {dist.world_size()} ranks, losses {losses}")
         return 0

@@ -13,7 +13,6 @@ import pytest
 
 import jitgraph
 import jitgraph.distributed as dist
-import jitgraph.numpy as jnp
 
 try:
     import mpi4py  # noqa: F401
@@ -130,6 +129,11 @@ def test_world_size_one_without_mpiexec():
     assert mean["a"].dtype == np.float64 and mean["b"][0].dtype == np.float32
     total = dist.allreduce({"n": np.arange(3)}, op="sum")
     assert np.array_equal(total["n"], [0, 1, 2])
+    arrays = {"a": tree["a"], "b": [np.ones(3, np.float32)]}
+    assert dist.allreduce(arrays, inplace=True) is arrays
+    assert np.array_equal(arrays["a"], np.arange(6.0).reshape(2, 3))
+    with pytest.raises(TypeError, match="leaf 1 is not a writable NumPy array"):
+        dist.allreduce(tree, inplace=True)
     copy = dist.broadcast(tree)
     assert np.array_equal(copy["a"], tree["a"]) and copy["a"] is not tree["a"]
     with pytest.raises(ValueError, match="op must be 'mean' or 'sum'"):
@@ -233,3 +237,11 @@ def test_a_failing_rank_ends_the_run(mode):
     else:
         assert "signal 9" in text or "Killed" in text
     assert seconds < 60
+
+
+def test_ring_allreduce_model_worked_example():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from scaling_model import ring_allreduce_s
+    # 8 ranks, 1 GB over 1 GB/s, 10 us per message, 2 buckets: 2*7/8 s + 2*7*10us*2
+    assert ring_allreduce_s(1e9, 8, 1e9, 1e-5, buckets=2) == pytest.approx(1.75 + 2.8e-4)
+    assert ring_allreduce_s(1e9, 1, 1e9, 1e-5) == 0.0
