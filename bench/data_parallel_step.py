@@ -6,7 +6,7 @@ the step spent communicating; whether a non-blocking allreduce progresses while 
 computes; and the inputs of the scaling model (bench/scaling_model.py): gradient bytes and
 1-thread compute time of the MLP and of examples/char_transformer.py's model.
 
-    python bench/data_parallel_step.py [--quick] [--json out.json]   # launches mpiexec itself
+    python bench/data_parallel_step.py [--quick] [--rounds 3] [--json out.json]  # runs mpiexec
     MPIR_CVAR_ASYNC_PROGRESS=1 python bench/data_parallel_step.py   # MPICH progress thread
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import common  # noqa: I001  (first: sets thread limits)
 import argparse
 import json
 import os
+import statistics
 import sys
 
 import numpy as np
@@ -145,19 +146,32 @@ def ms(t) -> str:
     return f"{t['median_s'] * 1e3:8.1f} ms"
 
 
-def report(single: dict, single1: dict, dp: dict, tr: dict) -> dict:
+def median_of_rounds(rounds: list[dict]) -> dict:
+    """One dict like each round's, every number the median over the rounds."""
+    first = rounds[0]
+    if isinstance(first, dict):
+        return {k: median_of_rounds([r[k] for r in rounds]) for k in first}
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        return statistics.median(rounds)
+    return first
+
+
+def report(rounds: list[tuple[dict, dict, dict]], tr: dict) -> dict:
+    single, single1, dp = (median_of_rounds([r[i] for r in rounds]) for i in range(3))
+    paired = [s["step_s"] / d["blocking"]["median_s"] for s, _, d in rounds]
     name = "-".join(map(str, SIZES))
+    print(f"{len(rounds)} rounds, the configurations in turn; medians over the rounds")
     print(f"== MLP {name} tanh, global batch {GLOBAL_BATCH}, SGD, float32 (median, slowest "
           "rank) ==")
-    ratio_b = single["step_s"] / dp["blocking"]["median_s"]
-    ratio_o = single["step_s"] / dp["overlap"]["median_s"]
+    ratio_b = statistics.median(paired)
+    ratio_o = statistics.median(s["step_s"] / d["overlap"]["median_s"] for s, _, d in rounds)
     print(f"  1 process x 2 threads, train_step         {single['step_s'] * 1e3:8.1f} ms  "
           f"(IQR {single['iqr_s'] * 1e3:.1f} ms)")
     print(f"  1 process x 1 thread, train_step          {single1['step_s'] * 1e3:8.1f} ms  "
           f"(IQR {single1['iqr_s'] * 1e3:.1f} ms): 2 ranks are "
           f"{single1['step_s'] / dp['blocking']['median_s']:.2f}x its throughput")
     print(f"  2 ranks x 1 thread, distributed, blocking {ms(dp['blocking'])}  throughput "
-          f"{ratio_b:.2f}x of 1 x 2 threads")
+          f"{ratio_b:.2f}x of 1 x 2 threads (rounds: {', '.join(f'{p:.2f}' for p in paired)})")
     print(f"  2 ranks x 1 thread, distributed, overlap  {ms(dp['overlap'])}  throughput "
           f"{ratio_o:.2f}x  (Iallreduce per bucket)")
     step = dp["blocking"]["median_s"]
@@ -181,7 +195,7 @@ def report(single: dict, single1: dict, dp: dict, tr: dict) -> dict:
           f"of gradients), step {tr['step_s'] * 1e3:.1f} ms at {tr['config']['batch']} x "
           f"{tr['config']['context']} tokens")
     print()
-    return {"single": single, "single_1thread": single1, "data_parallel": dp, "transformer": tr,
+    return {"rounds": rounds, "single": single, "single_1thread": single1, "data_parallel": dp, "transformer": tr,
             "throughput_ratio_blocking": ratio_b, "throughput_ratio_overlap": ratio_o,
             "comm_fraction": comm / step, "overlap_hidden_fraction": hidden,
             "model_inputs": {
@@ -193,6 +207,8 @@ def main(argv: list[str]) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="run the configurations in turn this many times (shared machine)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -205,11 +221,12 @@ def main(argv: list[str]) -> dict:
         return {}
     common.print_header("data-parallel training step")
     flags = ["--quick"] if args.quick else []
-    single = run_child(__file__, ["single", *flags], ranks=1, threads=2)
-    single1 = run_child(__file__, ["single", *flags], ranks=1, threads=1)
-    dp = run_child(__file__, ["dp", *flags], ranks=2, threads=1)
+    rounds = [(run_child(__file__, ["single", *flags], ranks=1, threads=2),
+               run_child(__file__, ["single", *flags], ranks=1, threads=1),
+               run_child(__file__, ["dp", *flags], ranks=2, threads=1))
+              for _ in range(args.rounds)]
     tr = run_child(__file__, ["transformer", *flags], ranks=1, threads=1)
-    r = report(single, single1, dp, tr)
+    r = report(rounds, tr)
     common.dump_json(args.json, r)
     return r
 

@@ -21,6 +21,7 @@ def child_env(threads: int) -> dict:
     env = dict(os.environ)
     env["BENCH_THREADS"] = str(threads)
     env["BENCH_NO_PIN"] = "1"          # common.py would pin every rank to the same first CPU
+    env["BENCH_KEEP_CACHES"] = "1"     # children share the parent's (fresh) compile caches
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(
         os.pathsep) if p])
@@ -50,6 +51,31 @@ def run_child(script: str, args: list[str], ranks: int, threads: int,
     return result
 
 
+def sync_time_interleaved(comm, fns: dict, repeats: int, warmup: int = 2) -> dict:
+    """``sync_time`` of several functions, one sample of each in turn, so that the load of a
+    shared machine falls on all of them alike (their ratios are what to read)."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            comm.Barrier()
+            fn()
+    samples: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: _summary(comm, ts) for name, ts in samples.items()}
+
+
+def _summary(comm, samples: list[float]) -> dict:
+    slowest = [max(ts) for ts in zip(*comm.allgather(samples))]
+    q = statistics.quantiles(slowest, n=4) if len(slowest) >= 4 else [min(slowest),
+                                                                        0, max(slowest)]
+    return {"median_s": statistics.median(slowest), "q1_s": q[0], "q3_s": q[2],
+            "n": len(slowest)}
+
+
 def sync_time(comm, fn, repeats: int, warmup: int = 2) -> dict:
     """Median (and quartiles) over ``repeats`` samples of the slowest rank's time for ``fn()``."""
     for _ in range(warmup):
@@ -61,8 +87,4 @@ def sync_time(comm, fn, repeats: int, warmup: int = 2) -> dict:
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-    slowest = [max(ts) for ts in zip(*comm.allgather(samples))]
-    q = statistics.quantiles(slowest, n=4) if len(slowest) >= 4 else [min(slowest),
-                                                                        0, max(slowest)]
-    return {"median_s": statistics.median(slowest), "q1_s": q[0], "q3_s": q[2],
-            "n": len(slowest)}
+    return _summary(comm, samples)
