@@ -60,7 +60,10 @@ def child(args) -> None:
         result = {"ranks": n, "mpi": MPI.Get_library_version().splitlines()[0].strip(),
                   "sweep": sweep, "bucket_4MB": rows,
                   "latency_s": sweep[0]["median_s"],
-                  "bus_bandwidth_Bps": max(s["bus_GBps"] for s in sweep) * 1e9}
+                  "bus_bandwidth_Bps": max(s["bus_GBps"] for s in sweep) * 1e9,
+                  # what the scaling model takes: the bandwidth at the bucket size
+                  "bucket_bus_bandwidth_Bps": 2 * (n - 1) / n * BUCKET
+                  / rows["raw mpi4py Allreduce(IN_PLACE)"]["median_s"]}
         with open(args.out, "w") as f:
             json.dump(result, f)
 
@@ -72,7 +75,8 @@ def report(r: dict) -> None:
         print(f"  {s['bytes']:>10,}  {s['median_s'] * 1e6:8.1f}µs  "
               f"{(s['q3_s'] - s['q1_s']) * 1e6:7.1f}µs  {s['n']:>4}  {s['bus_GBps']:8.2f}")
     print(f"  latency (8 B) {r['latency_s'] * 1e6:.1f} µs, peak bus bandwidth "
-          f"{r['bus_bandwidth_Bps'] / 1e9:.2f} GB/s")
+          f"{r['bus_bandwidth_Bps'] / 1e9:.2f} GB/s, at the 4 MB bucket "
+          f"{r['bucket_bus_bandwidth_Bps'] / 1e9:.2f} GB/s")
     print()
     print("== one 4 MB float32 bucket (median, slowest rank; the rows' samples interleaved) ==")
     raw = r["bucket_4MB"]["raw mpi4py Allreduce(IN_PLACE)"]["median_s"]

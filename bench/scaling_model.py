@@ -9,7 +9,7 @@ Weak scaling (every rank keeps its local batch, so the compute time t_c per step
 step = t_c + T_comm without overlap, max(t_c, T_comm) with perfect overlap; efficiency =
 t_c / step. The inputs are what bench/data_parallel_step.py and bench/allreduce.py measure (the
 1-thread compute time of each model, its gradient bytes, the local allreduce's bandwidth and
-latency), read from their --json files or, by default, the values measured for bench/README.md.
+latency at the 4 MB bucket size), read from their --json files or, by default, the values measured for bench/README.md.
 
     python bench/scaling_model.py [--dp dp.json] [--allreduce allreduce.json]
 """
@@ -56,7 +56,8 @@ def inputs(dp_path: str | None, ar_path: str | None) -> dict:
     if ar_path:
         with open(ar_path) as f:
             ar = json.load(f)
-        out["local"].update(bus_bandwidth_Bps=ar["bus_bandwidth_Bps"], latency_s=ar["latency_s"])
+        out["local"].update(bus_bandwidth_Bps=ar["bucket_bus_bandwidth_Bps"],
+                            latency_s=ar["latency_s"])
     return out
 
 

@@ -43,7 +43,7 @@ class DistributedUnavailableError(ImportError):
 
 
 _MPI: Any = None
-_HOOKED = False
+_INITIALIZED = False
 
 
 def _mpi():
@@ -60,12 +60,16 @@ def _mpi():
 
 
 def init(abort_on_error: bool = True) -> None:
-    """Initialize MPI (idempotent; every function here calls it). With ``abort_on_error`` and
-    more than one rank, an uncaught exception on any rank aborts all ranks with a message naming
-    the failed rank, instead of leaving the others blocked in a collective."""
-    global _HOOKED
+    """Initialize MPI (every function here calls it; only the first call counts). With
+    ``abort_on_error`` and more than one rank, an uncaught exception on any rank aborts all
+    ranks with a message naming the failed rank, instead of leaving the others blocked in a
+    collective."""
+    global _INITIALIZED
     MPI = _mpi()
-    if abort_on_error and not _HOOKED and MPI.COMM_WORLD.Get_size() > 1:
+    if _INITIALIZED:
+        return
+    _INITIALIZED = True
+    if abort_on_error and MPI.COMM_WORLD.Get_size() > 1:
         previous = sys.excepthook
 
         def abort_all(exc_type, exc, tb):
@@ -80,11 +84,11 @@ def init(abort_on_error: bool = True) -> None:
             comm.Abort(1)
 
         sys.excepthook = abort_all
-        _HOOKED = True
 
 
 def _comm():
-    init()
+    if not _INITIALIZED:
+        init()
     return _MPI.COMM_WORLD
 
 
@@ -138,7 +142,8 @@ class BucketPlan:
 def plan_buckets(leaves: Sequence[Any], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> BucketPlan:
     """Assign ``leaves`` (arrays, or anything with ``.shape`` and ``.dtype``) to buckets of one
     dtype each, last leaf first. A bucket is closed when the next leaf would take it past
-    ``bucket_bytes``; a leaf larger than that gets a bucket of its own."""
+    ``bucket_bytes``; a leaf larger than that gets a bucket of its own (and the small leaves
+    around it keep filling the open one, so a bias does not end up alone)."""
     if bucket_bytes <= 0:
         raise ValueError(f"plan_buckets: bucket_bytes must be positive, got {bucket_bytes}")
     open_: dict[np.dtype, list] = {}         # dtype -> [entries, size]
@@ -147,6 +152,9 @@ def plan_buckets(leaves: Sequence[Any], bucket_bytes: int = DEFAULT_BUCKET_BYTES
         shape = tuple(int(d) for d in leaves[i].shape)
         dtype = np.dtype(leaves[i].dtype)
         n = int(np.prod(shape, dtype=np.int64))
+        if n * dtype.itemsize > bucket_bytes:            # alone, leaving the open bucket open
+            done.append(Bucket(dtype, n, ((i, 0, shape),)))
+            continue
         cur = open_.setdefault(dtype, [[], 0])
         if cur[0] and (cur[1] + n) * dtype.itemsize > bucket_bytes:
             done.append(Bucket(dtype, cur[1], tuple(cur[0])))

@@ -42,10 +42,10 @@ def test_bucket_boundaries_last_leaf_first():
     leaves = leaves_of([(2, 3), (4,), (3,), (3, 4), (2,)])
     plan = dist.plan_buckets(leaves, bucket_bytes=40)
     got = [[(i, off) for i, off, _ in b.entries] for b in plan.buckets]
-    # 2 el (8 B) + 12 el would be 56 B > 40: close; 12 el (48 B) alone exceeds 40 but gets its
-    # own bucket; then 3 + 4 = 7 el = 28 B, + 6 would be 52 B: close; 6 alone
-    assert got == [[(4, 0)], [(3, 0)], [(2, 0), (1, 3)], [(0, 0)]]
-    assert [b.size for b in plan.buckets] == [2, 12, 7, 6]
+    # leaf 4 (8 B) opens a bucket; leaf 3 (48 B > 40 B) gets its own and leaves it open;
+    # leaves 2 and 1 join it (9 elements, 36 B); leaf 0 would make 60 B: close, leaf 0 alone
+    assert got == [[(3, 0)], [(4, 0), (2, 2), (1, 5)], [(0, 0)]]
+    assert [b.size for b in plan.buckets] == [12, 9, 6]
 
 
 def test_buckets_separate_dtypes_and_default_size():
