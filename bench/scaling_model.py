@@ -11,7 +11,7 @@ t_c / step. The inputs are what bench/data_parallel_step.py and bench/allreduce.
 1-thread compute time of each model, its gradient bytes, the local allreduce's bandwidth and
 latency at the 4 MB bucket size), read from their --json files or, by default, the values measured for bench/README.md.
 
-    python bench/scaling_model.py [--dp dp.json] [--allreduce allreduce.json]
+    python bench/scaling_model.py [--dp dp.json] [--allreduce allreduce.json] [--speedup 100]
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ BUCKET = 4 << 20
 # Measured on the 2-core AMD EPYC (AVX2) used for bench/README.md, loaded by other work:
 # 1-thread compute per rank and gradient bytes, and 2 local ranks' allreduce.
 DEFAULTS = {
-    "mlp": {"grad_bytes": 23_298_088, "compute_s": 0.239,
+    "mlp": {"grad_bytes": 23_298_088, "compute_s": 0.302,
             "label": "MLP 784-2048-2048-10, 256 rows/rank"},
-    "transformer": {"grad_bytes": 466_304, "compute_s": 0.095,
+    "transformer": {"grad_bytes": 466_304, "compute_s": 0.0866,
                     "label": "char transformer (2 layers, d=64), 16x64 tokens/rank"},
-    "local": {"bus_bandwidth_Bps": 1.31e9, "latency_s": 7.8e-6, "allreduce_s": 0.0185},
+    "local": {"bus_bandwidth_Bps": 0.60e9, "latency_s": 7.5e-6, "allreduce_s": 0.0239},
 }
 # Networks: bandwidth in bits/s and an assumed per-message latency (not measured here).
 NETWORKS = [("25 Gb/s Ethernet (RoCE), 10 us", 25e9, 10e-6),
@@ -80,8 +80,12 @@ def main(argv: list[str]) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dp", default=None, help="bench/data_parallel_step.py --json output")
     ap.add_argument("--allreduce", default=None, help="bench/allreduce.py --json output")
+    ap.add_argument("--speedup", type=float, default=1.0,
+                    help="divide the compute times by this (a faster node, e.g. a GPU)")
     args = ap.parse_args(argv)
     inp = inputs(args.dp, args.allreduce)
+    for name in ("mlp", "transformer"):
+        inp[name]["compute_s"] /= args.speedup
     loc = inp["local"]
     mlp = inp["mlp"]
     k = max(1, math.ceil(mlp["grad_bytes"] / BUCKET))
