@@ -195,7 +195,8 @@ def report(rounds: list[tuple[dict, dict, dict]], tr: dict) -> dict:
           f"of gradients), step {tr['step_s'] * 1e3:.1f} ms at {tr['config']['batch']} x "
           f"{tr['config']['context']} tokens")
     print()
-    return {"rounds": rounds, "single": single, "single_1thread": single1, "data_parallel": dp, "transformer": tr,
+    return {"rounds": rounds, "single": single, "single_1thread": single1, "data_parallel": dp,
+            "transformer": tr,
             "throughput_ratio_blocking": ratio_b, "throughput_ratio_overlap": ratio_o,
             "comm_fraction": comm / step, "overlap_hidden_fraction": hidden,
             "model_inputs": {

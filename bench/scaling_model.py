@@ -9,7 +9,8 @@ Weak scaling (every rank keeps its local batch, so the compute time t_c per step
 step = t_c + T_comm without overlap, max(t_c, T_comm) with perfect overlap; efficiency =
 t_c / step. The inputs are what bench/data_parallel_step.py and bench/allreduce.py measure (the
 1-thread compute time of each model, its gradient bytes, the local allreduce's bandwidth and
-latency at the 4 MB bucket size), read from their --json files or, by default, the values measured for bench/README.md.
+latency at the 4 MB bucket size), read from their --json files or, by default, the values
+measured for bench/README.md.
 
     python bench/scaling_model.py [--dp dp.json] [--allreduce allreduce.json] [--speedup 100]
 """

@@ -3,7 +3,7 @@
     python examples/train_digits.py                 # full run, asserts test accuracy >= 95 %
     python examples/train_digits.py --smoke         # 2 epochs, for CI
     python examples/train_digits.py --epochs 40 --seed 1 --hidden 256 --act relu --plot digits.png
-    mpiexec -n 2 python examples/train_digits.py --data-parallel     # 2 ranks (jitgraph[distributed])
+    mpiexec -n 2 python examples/train_digits.py --data-parallel   # needs jitgraph[distributed]
 
 The data is ``sklearn.datasets.load_digits()`` (1797 8x8 images, bundled with scikit-learn, no
 download). The model is ``jitgraph.nn.MLP``, the loss ``jitgraph.nn.cross_entropy`` and the

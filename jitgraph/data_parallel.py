@@ -94,5 +94,5 @@ class DataParallelStep:
     def lower(self, params, opt_state, *batch):
         """The two compiled programs for these arguments: (grads, update)."""
         plan, grads, update = self.programs(params, batch)
-        buckets = plan.empty()
-        return grads.lower(params, 1.0 / self.world, *batch), update.lower(params, opt_state, buckets)
+        return (grads.lower(params, 1.0 / self.world, *batch),
+                update.lower(params, opt_state, plan.empty()))

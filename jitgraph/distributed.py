@@ -33,7 +33,7 @@ __all__ = ["DistributedUnavailableError", "init", "rank", "world_size", "is_main
            "global_batches", "shard_batches", "save", "load", "BucketPlan", "plan_buckets",
            "pack", "unpack", "DEFAULT_BUCKET_BYTES"]
 
-DEFAULT_BUCKET_BYTES = 4 << 20          # 4 MiB: large enough for bandwidth, small enough to pipeline
+DEFAULT_BUCKET_BYTES = 4 << 20      # 4 MiB: large enough for bandwidth, small enough to pipeline
 INSTALL_HINT = ("pip install 'jitgraph[distributed]' (or: pip install mpi4py mpich), then "
                 "launch with mpiexec -n N python your_script.py")
 
