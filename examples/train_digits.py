@@ -3,6 +3,7 @@
     python examples/train_digits.py                 # full run, asserts test accuracy >= 95 %
     python examples/train_digits.py --smoke         # 2 epochs, for CI
     python examples/train_digits.py --epochs 40 --seed 1 --hidden 256 --act relu --plot digits.png
+    mpiexec -n 2 python examples/train_digits.py --data-parallel   # needs jitgraph[distributed]
 
 The data is ``sklearn.datasets.load_digits()`` (1797 8x8 images, bundled with scikit-learn, no
 download). The model is ``jitgraph.nn.MLP``, the loss ``jitgraph.nn.cross_entropy`` and the
@@ -15,6 +16,11 @@ Every call must have the same shapes, or the step compiles again for the new sha
 minibatches have a fixed size (the last partial batch of each epoch is dropped; the data is
 reshuffled every epoch, so every example is still seen), and evaluation runs a jitted
 ``predict`` over fixed-size chunks, padding the last one.
+
+With ``--data-parallel`` (launched by ``mpiexec -n N``) the step is
+``train_step(..., distributed=True)``: every rank draws the same permutation (same seed), takes
+its shard of each global batch of ``--batch-size`` rows (``jitgraph.distributed.shard``), and
+the gradients are averaged over the ranks; only rank 0 prints.
 """
 from __future__ import annotations
 
@@ -64,8 +70,8 @@ def loss_fn(model, x, labels):
     return nn.cross_entropy(model(x), labels)
 
 
-def make_functions(act_name: str, lr: float):
-    step = jitgraph.train_step(loss_fn, optim.sgd(lr))
+def make_functions(act_name: str, lr: float, data_parallel: bool = False):
+    step = jitgraph.train_step(loss_fn, optim.sgd(lr), distributed=data_parallel)
 
     @jitgraph.jit
     def predict(model, x):
@@ -89,18 +95,26 @@ def accuracy(predict, params, X, y) -> float:
 
 # ------------------------------------------------------------------ training
 def train(epochs: int, seed: int, hidden: int, act: str, batch_size: int, lr: float,
-          verbose: bool = True):
+          verbose: bool = True, data_parallel: bool = False):
+    shard = lambda idx: idx                                # noqa: E731
+    if data_parallel:
+        import jitgraph.distributed as dist
+        shard = dist.shard                                 # this rank's rows of a global batch
+        verbose = verbose and dist.is_main()
     X_tr, y_tr, X_te, y_te = load_data(seed)
     rng = np.random.default_rng(seed)
     sizes = [X_tr.shape[1], hidden, NUM_CLASSES]
     params = nn.MLP(sizes, key=jr.key(seed), activation=ACTIVATIONS[act])
-    step, predict = make_functions(act, lr)
+    step, predict = make_functions(act, lr, data_parallel)
     opt_state = step.optimizer.init(params)
     n_batches = len(X_tr) // batch_size                    # drop the last partial batch
     if verbose:
         print(f"digits: {len(X_tr)} train / {len(X_te)} test, {X_tr.shape[1]} features; "
               f"MLP {'-'.join(map(str, sizes))} ({act}), batch {batch_size}, "
               f"{n_batches} steps/epoch, lr {lr}, seed {seed}")
+        if data_parallel:
+            print(f"data-parallel: {dist.world_size()} ranks x {batch_size // dist.world_size()} "
+                  f"rows of each global batch of {batch_size}")
         print(f"{'epoch':>5} {'loss':>8} {'train acc':>9} {'test acc':>8} {'time':>8}")
 
     history = []
@@ -111,7 +125,7 @@ def train(epochs: int, seed: int, hidden: int, act: str, batch_size: int, lr: fl
         perm = rng.permutation(len(X_tr))
         losses = np.empty(n_batches)
         for i in progress(range(n_batches), desc=f"epoch {epoch}", enabled=verbose):
-            idx = perm[i * batch_size:(i + 1) * batch_size]
+            idx = shard(perm[i * batch_size:(i + 1) * batch_size])
             # params and state are donated: the old arrays are invalid now, keep the new ones
             params, opt_state, loss = step(params, opt_state, X_tr[idx], y_tr[idx])
             losses[i] = float(loss)
@@ -130,23 +144,8 @@ def train(epochs: int, seed: int, hidden: int, act: str, batch_size: int, lr: fl
     return params, history, total
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--smoke", action="store_true", help="2 quick epochs (CI); accuracy > 50%%")
-    ap.add_argument("--epochs", type=int, default=None, help="default 30 (2 with --smoke)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--act", choices=sorted(ACTIVATIONS), default="tanh")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--plot", default=None, help="write a loss/accuracy plot (matplotlib)")
-    args = ap.parse_args(argv)
-    epochs = args.epochs if args.epochs is not None else (2 if args.smoke else 30)
-
-    params, history, total = train(epochs, args.seed, args.hidden, args.act, args.batch_size,
-                                   args.lr)
+def print_summary(args, epochs: int, history, total: float, info: dict) -> None:
     loss, train_acc, test_acc, _ = history[-1]
-    info = jitgraph.cache_info()
     print(f"final test accuracy: {100 * test_acc:.2f}%  (train {100 * train_acc:.2f}%, "
           f"loss {loss:.4f}) after {epochs} epochs in {total:.1f}s")
     print(f"jitgraph.cache_info(): compiles={info['misses']} (from disk cache: "
@@ -158,10 +157,40 @@ def main(argv=None) -> int:
                                        "test accuracy": [h[2] for h in history]},
                            "MLP on digits"))
 
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="2 quick epochs (CI); accuracy > 50%%")
+    ap.add_argument("--epochs", type=int, default=None, help="default 30 (2 with --smoke)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--act", choices=sorted(ACTIVATIONS), default="tanh")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--plot", default=None, help="write a loss/accuracy plot (matplotlib)")
+    ap.add_argument("--data-parallel", action="store_true",
+                    help="data-parallel over MPI ranks: mpiexec -n N python train_digits.py "
+                         "--data-parallel (pip install -e '.[distributed]')")
+    args = ap.parse_args(argv)
+    epochs = args.epochs if args.epochs is not None else (2 if args.smoke else 30)
+    main_rank = True
+    if args.data_parallel:
+        import jitgraph.distributed as dist
+        main_rank = dist.is_main()
+
+    params, history, total = train(epochs, args.seed, args.hidden, args.act, args.batch_size,
+                                   args.lr, data_parallel=args.data_parallel)
+    test_acc = history[-1][2]
+    info = jitgraph.cache_info()
+    if main_rank:
+        print_summary(args, epochs, history, total, info)
+
     threshold = 0.5 if args.smoke else 0.95
     assert test_acc >= threshold, f"test accuracy {test_acc:.4f} is below {threshold}"
-    # one compile per jitted function: fixed batch and chunk shapes never recompile
-    assert info["misses"] == 2, f"expected 2 compiles (step, predict), got {info['misses']}"
+    # one compile per jitted function (the data-parallel step is two: gradients, update):
+    # fixed batch and chunk shapes never recompile
+    expected = 3 if args.data_parallel else 2
+    assert info["misses"] == expected, f"expected {expected} compiles, got {info['misses']}"
     return 0
 
 

@@ -7,6 +7,12 @@ state donated: their buffers are overwritten with the new values, so rebind both
 fused kernels. ``check_nan=True`` checks each step's loss and, on a NaN or inf, re-runs that
 step's forward pass op by op to name the operation that produced it (it keeps a copy of the
 parameters for that, so the caller's arrays stay valid; it does not change the compiled step).
+
+``distributed=True`` makes the step data-parallel over MPI ranks (``jitgraph.distributed``,
+launched with ``mpiexec``): each rank passes its shard of the global batch, the gradients are
+averaged over the ranks in bucketed in-place allreduces, and every rank applies the same update
+(parameters and optimizer state are broadcast from rank 0 on the first call); the loss returned
+is the global batch's mean on every rank. See ``jitgraph/data_parallel.py``.
 """
 from __future__ import annotations
 
@@ -51,7 +57,8 @@ class TrainStep:
     """A compiled training step; see ``train_step``."""
 
     def __init__(self, loss_fn: Callable, optimizer: GradientTransformation, has_aux: bool,
-                 donate: bool, check_nan: bool):
+                 donate: bool, check_nan: bool, distributed: bool = False,
+                 bucket_bytes: int | None = None, overlap: bool = False):
         if not isinstance(optimizer, GradientTransformation):
             raise TypeError("train_step: optimizer must be a jitgraph.optim transformation "
                             f"(e.g. optim.adam(1e-3)), got {type(optimizer).__name__}")
@@ -70,6 +77,12 @@ class TrainStep:
         step.__name__ = f"train_step[{getattr(loss_fn, '__name__', 'loss')}]"
         self.donate = donate
         self._jitted = jit(step, donate_argnums=(0, 1) if donate else ())
+        self.distributed = distributed
+        if distributed:
+            from .data_parallel import DataParallelStep
+            from .distributed import DEFAULT_BUCKET_BYTES
+            self._jitted = DataParallelStep(loss_fn, optimizer, has_aux, donate,
+                                            bucket_bytes or DEFAULT_BUCKET_BYTES, overlap)
 
     def __call__(self, params, opt_state, *batch) -> Any:
         if self.check_nan and self.donate:       # keep the pre-step values to locate the op
@@ -93,10 +106,16 @@ class TrainStep:
 
 
 def train_step(loss_fn: Callable, optimizer: GradientTransformation, *, has_aux: bool = False,
-               donate: bool = True, check_nan: bool = False) -> TrainStep:
+               donate: bool = True, check_nan: bool = False, distributed: bool = False,
+               bucket_bytes: int | None = None, overlap: bool = False) -> TrainStep:
     """One cached, compiled program doing ``loss_fn``'s forward and backward pass and the
-    optimizer update: ``params, opt_state, loss = step(params, opt_state, *batch)``."""
-    return TrainStep(loss_fn, optimizer, has_aux, donate, check_nan)
+    optimizer update: ``params, opt_state, loss = step(params, opt_state, *batch)``.
+
+    ``distributed=True``: data-parallel over MPI ranks (pass each rank's shard of the batch,
+    ``jitgraph.distributed.shard``); gradients averaged in buckets of ``bucket_bytes``
+    (default 4 MiB); ``overlap=True`` uses non-blocking ``Iallreduce`` per bucket."""
+    return TrainStep(loss_fn, optimizer, has_aux, donate, check_nan, distributed, bucket_bytes,
+                     overlap)
 
 
 def copy_tree(tree):
