@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from .emit import literal, offset
+from ..ops.control_flow import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
 PARALLEL_MIN_WORK = 1 << 16        # elements below which threads cost more than they save
@@ -557,8 +558,9 @@ class CpuCodegen:
         args = ", ".join(f"{self.plan.array_name(v)}.reshape({v.aval.shape!r})" for v in n.inputs)
         outs = n.outs
         if len(outs) == 1:
-            return [f"{self.plan.array_name(outs[0])}[:] = host_{s.name}({args}).reshape(-1)"]
-        lines = [f"_r = host_{s.name}({args})"]
+            return subgraph_comment(n) + [
+                f"{self.plan.array_name(outs[0])}[:] = host_{s.name}({args}).reshape(-1)"]
+        lines = subgraph_comment(n) + [f"_r = host_{s.name}({args})"]
         for k, o in enumerate(outs):
             if o in self.plan.needed:       # an unused result has no buffer
                 lines.append(f"{self.plan.array_name(o)}[:] = _r[{k}].reshape(-1)")

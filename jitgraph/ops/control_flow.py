@@ -460,3 +460,119 @@ remat_p = register(Primitive(
     "remat", kind="call", abstract_eval=_remat_aval, impl=_remat_impl, vjp=_remat_vjp,
     jvp=_remat_jvp, multiple_results=True))
 remat_p.batch = _remat_batch
+
+
+# ------------------------------------------------------------------ compiled programs
+def subgraph_comment(node) -> list[str]:
+    """A comment naming the sub-graphs a node holds by their structure, for generated
+    source: the disk cache keys on source, and two scans with the same shapes but different
+    bodies must never share a program."""
+    graphs = []
+    for k in sorted(node.params):
+        p = node.params[k]
+        graphs += [p] if isinstance(p, Graph) else \
+            [x for x in p if isinstance(x, Graph)] if isinstance(p, tuple) else []
+    if not graphs:
+        return []
+    return [f"# {node.prim.name} of sub-graphs {', '.join(graph_fingerprint(g) for g in graphs)}"]
+
+
+class _ListTree:
+    """The output structure of a sub-program: a plain list."""
+    unflatten = staticmethod(list)
+
+
+def compile_sub(g: Graph) -> Callable:
+    """A closed sub-graph compiled like any program (its kernels shared by structure through
+    the kernel cache): the call path taking and returning flat arrays."""
+    from ..compiler.runtime import compile_graph
+    prog = compile_graph(g)
+    return prog.make_runner([v.aval.dtype for v in g.inputs], _ListTree)
+
+
+def _result(res: list):
+    return res[0] if len(res) == 1 else tuple(res)
+
+
+def _cond_compiled(node) -> Callable:
+    runners = [compile_sub(b) for b in node.params["_branches"]]
+    last = len(runners) - 1
+
+    def run(index, *ops):
+        i = int(index)
+        return _result(runners[0 if i < 0 else last if i > last else i](*ops))
+    return run
+
+
+def _scan_compiled(node) -> Callable:
+    """The loop a compiled program runs for a scan: the body compiled once, called once per
+    step on the carry and a slice of each xs (views, no copies), each y written in place."""
+    p = node.params
+    nc, nk, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
+    body = compile_sub(p["_body"])
+    y_specs = [((length,) + o.aval.shape, o.aval.dtype) for o in p["_body"].outputs[nk:]]
+    order = range(length - 1, -1, -1) if reverse else range(length)
+
+    def run(*args):
+        consts, carry, xs = list(args[:nc]), list(args[nc:nc + nk]), args[nc + nk:]
+        ys = [np.empty(s, d) for s, d in y_specs]
+        for t in order:
+            outs = body(*consts, *carry, *[x[t] for x in xs])
+            carry = outs[:nk]
+            for y, o in zip(ys, outs[nk:]):
+                y[t] = o
+        return _result(list(carry) + ys)
+    return run
+
+
+def _while_compiled(node) -> Callable:
+    p = node.params
+    n_cc, n_bc = p["n_cc"], p["n_bc"]
+    cond, body = compile_sub(p["_cond"]), compile_sub(p["_body"])
+
+    def run(*args):
+        cc, bc, carry = list(args[:n_cc]), list(args[n_cc:n_cc + n_bc]), list(args[n_cc + n_bc:])
+        while cond(*cc, *carry)[0]:
+            carry = body(*bc, *carry)
+        return _result(carry)
+    return run
+
+
+cond_p.compiled_impl = _cond_compiled
+scan_p.compiled_impl = _scan_compiled
+while_p.compiled_impl = _while_compiled
+
+
+def merge_residual_scans(g: Graph) -> Graph:
+    """Reverse mode adds, next to a primal scan, a scan of the same operands whose body
+    ``extends`` the primal body with residual outputs (``_scan_vjp``). Its first results are
+    the primal scan's: keep it alone, at the primal scan's place, so a compiled gradient runs
+    the forward loop once."""
+    from ..core import Node
+    scans = [n for n in g.nodes if n.prim is scan_p]
+    replace: dict = {}
+    for e in scans:
+        base = getattr(e.params["_body"], "extends", None)
+        if base is None:
+            continue
+        for n in scans:
+            if n is not e and n not in replace and n.params["_body"] is base and \
+                    n.inputs == e.inputs and all(n.params[k] == e.params[k] for k in
+                                                 ("num_consts", "num_carry", "length", "reverse")):
+                replace[n] = e
+                break
+    if not replace:
+        return g
+    dropped = set(replace.values())
+    subst: dict = {}
+    nodes = []
+    for n in g.nodes:
+        if n in dropped:
+            continue
+        m = replace.get(n, n)
+        nodes.append(Node(m.prim, [subst.get(v, v) for v in m.inputs], m.params, m.outs,
+                          m.source))
+        if m is not n:
+            subst.update(zip(n.outs, m.outs))
+    return Graph(g.inputs, nodes, [subst.get(v, v) for v in g.outputs], g.consts,
+                 g.in_tree, g.out_tree)
