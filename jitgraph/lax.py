@@ -69,7 +69,7 @@ def _with_captures(g: Graph, n_args: int, own: list, caps: list) -> Graph:
 
 
 def _fmt(avals) -> str:
-    return "(" + ", ".join(map(repr, avals)) + ")"
+    return "(" + ", ".join(repr(a) for a in avals) + ")"
 
 
 def _cast_outputs(g: Graph, out_dtypes: Sequence, what: str) -> Graph:
@@ -130,18 +130,21 @@ def _switch(index, branches: list, operands, site: str, what: str) -> Any:
     first_g, _, (first_t,) = traced[0]
     desc = lambda i: f"{names[i]} ({_describe_fn(branches[i])})"
     out_dtypes = []
+    shown = range(len(branches))[::-1] if what == "cond" else range(len(branches))
     for i, (g, _, (t,)) in enumerate(traced[1:], 1):
         if t != first_t:
-            raise TypeError(f"{what}: {desc(0)} and {desc(i)} must return the same pytree "
-                            f"structure, got {first_t} and {t} (at {site})")
+            a, b = (i, 0) if what == "cond" else (0, i)
+            raise TypeError(f"{what}: {desc(a)} and {desc(b)} must return the same pytree "
+                            f"structure, got {traced[a][2][0]} and {traced[b][2][0]} (at {site})")
     for j, o in enumerate(first_g.outputs):
         outs = [g.outputs[j].aval for g, _, _ in traced]
         strong = {a.dtype for a in outs if not a.weak}
         if len({a.shape for a in outs}) > 1 or len(strong) > 1:
             raise TypeError(
-                f"{what}: {' and '.join(names)} output must have identical types, got "
-                + "; ".join(f"{desc(i)}: {_fmt([v.aval for v in g.outputs])}"
-                            for i, (g, _, _) in enumerate(traced))
+                f"{what}: {' and '.join(names[i] for i in shown)} output must have identical "
+                "types, got "
+                + "; ".join(f"{desc(i)}: {_fmt([v.aval for v in traced[i][0].outputs])}"
+                            for i in shown)
                 + f" (output leaf {j} differs; at {site}). Make the branches return arrays of "
                   "the same shapes and dtypes (e.g. with .astype or jnp.broadcast_to).")
         out_dtypes.append(strong.pop() if strong else np.result_type(*[a.dtype for a in outs]))

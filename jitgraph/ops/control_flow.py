@@ -569,10 +569,13 @@ def merge_residual_scans(g: Graph) -> Graph:
     for n in g.nodes:
         if n in dropped:
             continue
-        m = replace.get(n, n)
+        chain = [n]
+        while chain[-1] in replace:         # a residual scan may itself be extended (grad of grad)
+            chain.append(replace[chain[-1]])
+        m = chain[-1]
         nodes.append(Node(m.prim, [subst.get(v, v) for v in m.inputs], m.params, m.outs,
                           m.source))
-        if m is not n:
-            subst.update(zip(n.outs, m.outs))
+        for k in chain[:-1]:
+            subst.update(zip(k.outs, m.outs))
     return Graph(g.inputs, nodes, [subst.get(v, v) for v in g.outputs], g.consts,
                  g.in_tree, g.out_tree)
