@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..core import Graph, Node, Var
-from ..ops.control_flow import merge_residual_scans
+from ..ops.control_flow import lower_control_flow
 from ..passes import optimize
 from .codegen_cpu import CpuCodegen, CpuContext, finish_module
 from .disk_cache import DiskCache
@@ -238,7 +238,7 @@ def generate(graph: Graph, *, fastmath: bool = False, donate: Sequence[int] = ()
              approx_math: bool = True, symbols: Sequence = (), decisions=None,
              single_output: bool = False, profile: bool = False) -> Generated:
     """Fuse ``graph`` and generate its module and call-path templates (no compiling)."""
-    graph = merge_residual_scans(inline_calls(graph))
+    graph = lower_control_flow(inline_calls(graph))
     ctx = CpuContext(approx_math=approx_math)
     plan = make_plan(graph, ctx)
     gen = CpuCodegen(plan, ctx, fastmath=fastmath, symbols=symbols, decisions=decisions,

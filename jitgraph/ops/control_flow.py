@@ -490,6 +490,44 @@ def compile_sub(g: Graph) -> Callable:
     return prog.make_runner([v.aval.dtype for v in g.inputs], _ListTree)
 
 
+# A loop body's matrix products are small and come one after another: OpenBLAS's threads
+# then cost more than they bring (measured here, 2 cores shared with other processes: a
+# 32x256x256 float32 product took 1-7 ms with 2 threads, 0.2 ms with one; the RNN benchmark's
+# 100-step forward+backward went from 1 s to 80 ms). Loops whose products are all below this
+# many multiply-adds run with one BLAS thread (threadpoolctl, when it is installed).
+SMALL_PRODUCT = 1 << 23
+_BLAS: list = []        # [threadpoolctl's BLAS selection] once looked up ([None]: unavailable)
+
+
+def _blas_limit(graphs: Sequence[Graph]):
+    """A context manager giving the loop one BLAS thread, or None to leave BLAS as it is."""
+    sizes = [int(np.prod(n.inputs[0].aval.shape)) * n.out.aval.shape[-1]
+             for g in graphs for n in g.nodes if n.prim.kind == "matmul"]
+    if not sizes or max(sizes) >= SMALL_PRODUCT:
+        return None
+    if not _BLAS:
+        try:
+            import scipy.linalg.cython_blas  # noqa: F401  (the BLAS Numba's products call)
+            from threadpoolctl import ThreadpoolController
+            _BLAS.append(ThreadpoolController().select(user_api="blas"))
+        except ImportError:
+            _BLAS.append(None)
+    return None if _BLAS[0] is None else (lambda: _BLAS[0].limit(limits=1))
+
+
+class _NoLimit:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _limited(graphs: Sequence[Graph]):
+    limit = _blas_limit(graphs)
+    return limit if limit is not None else _NoLimit
+
+
 def _result(res: list):
     return res[0] if len(res) == 1 else tuple(res)
 
@@ -512,15 +550,17 @@ def _scan_compiled(node) -> Callable:
     body = compile_sub(p["_body"])
     y_specs = [((length,) + o.aval.shape, o.aval.dtype) for o in p["_body"].outputs[nk:]]
     order = range(length - 1, -1, -1) if reverse else range(length)
+    limit = _limited([p["_body"]])
 
     def run(*args):
         consts, carry, xs = list(args[:nc]), list(args[nc:nc + nk]), args[nc + nk:]
         ys = [np.empty(s, d) for s, d in y_specs]
-        for t in order:
-            outs = body(*consts, *carry, *[x[t] for x in xs])
-            carry = outs[:nk]
-            for y, o in zip(ys, outs[nk:]):
-                y[t] = o
+        with limit():
+            for t in order:
+                outs = body(*consts, *carry, *[x[t] for x in xs])
+                carry = outs[:nk]
+                for y, o in zip(ys, outs[nk:]):
+                    y[t] = o
         return _result(list(carry) + ys)
     return run
 
@@ -529,11 +569,13 @@ def _while_compiled(node) -> Callable:
     p = node.params
     n_cc, n_bc = p["n_cc"], p["n_bc"]
     cond, body = compile_sub(p["_cond"]), compile_sub(p["_body"])
+    limit = _limited([p["_cond"], p["_body"]])
 
     def run(*args):
         cc, bc, carry = list(args[:n_cc]), list(args[n_cc:n_cc + n_bc]), list(args[n_cc + n_bc:])
-        while cond(*cc, *carry)[0]:
-            carry = body(*bc, *carry)
+        with limit():
+            while cond(*cc, *carry)[0]:
+                carry = body(*bc, *carry)
         return _result(carry)
     return run
 
@@ -541,6 +583,31 @@ def _while_compiled(node) -> Callable:
 cond_p.compiled_impl = _cond_compiled
 scan_p.compiled_impl = _scan_compiled
 while_p.compiled_impl = _while_compiled
+
+
+def prune_scans(g: Graph) -> Graph:
+    """Drop the stacked outputs of scans that nothing reads, and what computes them in the
+    body (a VJP scan computes the xs' cotangents whether or not xs are differentiated)."""
+    from ..core import Node
+    from ..passes import optimize
+    if not any(n.prim is scan_p for n in g.nodes):
+        return g
+    used = set(g.outputs)
+    for n in g.nodes:
+        used.update(n.inputs)
+    nodes = []
+    for n in g.nodes:
+        nk = n.params["num_carry"] if n.prim is scan_p else 0
+        keep = [j for j, o in enumerate(n.outs) if j < nk or o in used]
+        if n.prim is not scan_p or len(keep) == len(n.outs):
+            nodes.append(n)
+            continue
+        body = n.params["_body"]
+        pruned = optimize(Graph(body.inputs, body.nodes, [body.outputs[j] for j in keep],
+                                body.consts))
+        nodes.append(Node(n.prim, n.inputs, dict(n.params, _body=pruned),
+                          [n.outs[j] for j in keep], n.source))
+    return Graph(g.inputs, nodes, g.outputs, g.consts, g.in_tree, g.out_tree)
 
 
 def merge_residual_scans(g: Graph) -> Graph:
@@ -579,3 +646,9 @@ def merge_residual_scans(g: Graph) -> Graph:
             subst.update(zip(k.outs, m.outs))
     return Graph(g.inputs, nodes, [subst.get(v, v) for v in g.outputs], g.consts,
                  g.in_tree, g.out_tree)
+
+
+def lower_control_flow(g: Graph) -> Graph:
+    """The compiler's control-flow rewrites: merge each primal scan with its VJP's residual
+    scan, then drop stacked outputs nothing reads."""
+    return prune_scans(merge_residual_scans(g))
