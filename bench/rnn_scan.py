@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import common  # noqa: I001  (first: sets thread limits before numpy/jax load)
 
+import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -69,22 +71,35 @@ def make_step(lib):
     return lib.jit(lib.value_and_grad(loss))
 
 
-def _fresh_caches() -> None:
-    """Point jitgraph's disk cache at an empty directory, so a compile is measured cold."""
-    os.environ["JITGRAPH_CACHE_DIR"] = common.fresh_dir("jitgraph-rnn")
-
-
-def compile_seconds(lib, steps: int, conv) -> float:
-    """First call minus a warm call of a new step function at ``steps`` steps."""
-    if lib.__name__ == "jitgraph":
-        _fresh_caches()
-        lib.clear_cache()
+def compile_child(name: str, steps: int) -> None:
+    """Runs in a fresh process (empty caches): the compile seconds of a new step function at
+    ``steps`` steps, as first call minus a warm call."""
+    lib = import_jax() if name == "jax.jit" else import_jitgraph()
+    if name == "jax.jit":
+        import jax.lax
+        conv = jax.numpy.asarray
+    else:
+        conv = lambda a: a  # noqa: E731
     params, xs = init(steps=steps)
     params, xs = [conv(p) for p in params], conv(xs)
     step = make_step(lib)
     first = first_call_seconds(lambda: step(params, xs))
     warm = min(first_call_seconds(lambda: step(params, xs)) for _ in range(2))
-    return first - warm
+    print("COMPILE_JSON " + json.dumps({"compile_s": first - warm}), flush=True)
+
+
+def compile_seconds(name: str, steps: int) -> float:
+    """``compile_child`` in a new process with fresh jitgraph and Numba caches."""
+    cache = common.fresh_dir("rnn-compile")
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=os.path.join(cache, "jitgraph"),
+               NUMBA_CACHE_DIR=os.path.join(cache, "numba"), BENCH_KEEP_CACHES="1")
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--compile-child", name,
+                           str(steps)], env=env, capture_output=True, text=True, timeout=900)
+    for line in proc.stdout.splitlines():
+        if line.startswith("COMPILE_JSON "):
+            return json.loads(line[len("COMPILE_JSON "):])["compile_s"]
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    raise RuntimeError(f"child exited {proc.returncode}: {tail[0][:200]}")
 
 
 def run(args) -> dict:
@@ -109,8 +124,6 @@ def run(args) -> dict:
     results: dict = {"compile_s": {}}
     for name, lib, conv in libs:
         def bench(name=name, lib=lib, conv=conv):
-            if name == "jitgraph.jit":
-                _fresh_caches()
             step = make_step(lib)
             p, x = [conv(a) for a in params], conv(xs)
             loss, grads = step(p, x)
@@ -122,14 +135,14 @@ def run(args) -> dict:
             table.add(name, t, check=bad[0] if bad else "ok")
         guarded(name, bench)
         lengths = (10, 100) if args.quick else (10, 1000)
-        secs = {n: guarded(f"{name} compile at {n} steps", compile_seconds, lib, n, conv)
+        secs = {n: guarded(f"{name} compile at {n} steps", compile_seconds, name, n)
                 for n in lengths}
         results["compile_s"][name] = secs
         compile_rows.append((name, "   ".join(
             f"{n} steps: {fmt_time(s) if s is not None else 'n/a'}" for n, s in secs.items())))
     table.print()
     print()
-    print_kv("RNN scan cold compile (first call - warm call, fresh caches, in-process)",
+    print_kv("RNN scan cold compile (first call - warm call, fresh caches, new process each)",
              compile_rows)
     print()
     results["table"] = table.as_dict()
@@ -137,6 +150,11 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--compile-child" in argv:
+        i = argv.index("--compile-child")
+        compile_child(argv[i + 1], int(argv[i + 2]))
+        return {}
     return run_main(__doc__, "RNN scan benchmark", "rnn_scan", run, argv)
 
 

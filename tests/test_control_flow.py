@@ -206,6 +206,24 @@ def test_scan_body_compiles_once_whatever_the_length():
     np.testing.assert_allclose(ys, ys_ref, rtol=1e-12)
 
 
+def test_compiled_loops_never_update_their_operands_in_place():
+    """Carries are updated in place from the second step on: a body passing a closed-over
+    array or an xs slice through as a carry must leave both untouched."""
+    w = np.arange(3.0)
+    xs = np.arange(12.0).reshape(4, 3)
+
+    def f(c0, xs):
+        (a, b, c), ys = lax.scan(lambda c, x: ((c[1] * 2.0 + x, x, w), c[0] + c[2]),
+                                 (c0, c0, c0), xs)
+        v = lax.while_loop(lambda v: v[0][0] < 50.0, lambda v: (v[0] * 2.0 + v[1], w), (c0, c0))
+        return a, b, c, ys, v[0]
+    c0 = np.ones(3)
+    for got, want in zip(jg.jit(f)(c0, xs), f(c0, xs)):
+        np.testing.assert_allclose(got, want)
+    assert c0.tolist() == [1.0, 1.0, 1.0] and w.tolist() == [0.0, 1.0, 2.0]
+    assert xs.tolist() == np.arange(12.0).reshape(4, 3).tolist()
+
+
 def test_scans_with_different_bodies_never_share_a_program():
     xs = np.arange(6.0).reshape(3, 2)
     f2 = jg.jit(lambda xs: lax.scan(lambda c, x: (c + 2.0 * x, c), np.zeros(2), xs)[0])

@@ -482,11 +482,12 @@ class _ListTree:
     unflatten = staticmethod(list)
 
 
-def compile_sub(g: Graph) -> Callable:
+def compile_sub(g: Graph, donate: Sequence[int] = ()) -> Callable:
     """A closed sub-graph compiled like any program (its kernels shared by structure through
-    the kernel cache): the call path taking and returning flat arrays."""
+    the kernel cache): the call path taking and returning flat arrays. ``donate``: inputs
+    whose buffers the program may update in place."""
     from ..compiler.runtime import compile_graph
-    prog = compile_graph(g)
+    prog = compile_graph(g, donate=tuple(donate))
     return prog.make_runner([v.aval.dtype for v in g.inputs], _ListTree)
 
 
@@ -547,13 +548,18 @@ def _scan_compiled(node) -> Callable:
     step on the carry and a slice of each xs (views, no copies), each y written in place."""
     p = node.params
     nc, nk, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
-    body = compile_sub(p["_body"])
-    y_specs = [((length,) + o.aval.shape, o.aval.dtype) for o in p["_body"].outputs[nk:]]
+    g = p["_body"]
+    owned = _owned_carries(g, nc, nk)
+    body = compile_sub(g, [nc + k for k in owned])
+    y_specs = [((length,) + o.aval.shape, o.aval.dtype) for o in g.outputs[nk:]]
     order = range(length - 1, -1, -1) if reverse else range(length)
-    limit = _limited([p["_body"]])
+    limit = _limited([g])
 
     def run(*args):
         consts, carry, xs = list(args[:nc]), list(args[nc:nc + nk]), args[nc + nk:]
+        if length:
+            for k in owned:             # the caller's buffers are never updated in place
+                carry[k] = carry[k].copy()
         ys = [np.empty(s, d) for s, d in y_specs]
         with limit():
             for t in order:
@@ -565,14 +571,27 @@ def _scan_compiled(node) -> Callable:
     return run
 
 
+def _owned_carries(body: Graph, n_before: int, nk: int) -> list[int]:
+    """The carries a loop may let its body update in place (donate): after the first step
+    (which gets copies) each is a buffer the loop owns, unless the body passes a const or an
+    xs slice through as that carry."""
+    carries = set(body.inputs[n_before:n_before + nk])
+    outside = set(body.inputs) - carries
+    return [k for k in range(nk) if body.outputs[k] not in outside]
+
+
 def _while_compiled(node) -> Callable:
     p = node.params
     n_cc, n_bc = p["n_cc"], p["n_bc"]
-    cond, body = compile_sub(p["_cond"]), compile_sub(p["_body"])
+    nk = len(p["_body"].outputs)
+    owned = _owned_carries(p["_body"], n_bc, nk)
+    cond, body = compile_sub(p["_cond"]), compile_sub(p["_body"], [n_bc + k for k in owned])
     limit = _limited([p["_cond"], p["_body"]])
 
     def run(*args):
         cc, bc, carry = list(args[:n_cc]), list(args[n_cc:n_cc + n_bc]), list(args[n_cc + n_bc:])
+        for k in owned:
+            carry[k] = carry[k].copy()
         with limit():
             while cond(*cc, *carry)[0]:
                 carry = body(*bc, *carry)
