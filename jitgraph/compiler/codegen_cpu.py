@@ -149,7 +149,8 @@ class CpuCodegen:
 
     def __init__(self, plan: Plan, ctx: CpuContext, fastmath: bool = False,
                  symbols: Sequence[tuple[str, int, int]] = (),
-                 decisions: Sequence[LoopDecision] | None = None, profile: bool = False):
+                 decisions: Sequence[LoopDecision] | None = None, profile: bool = False,
+                 compiled_driver: bool = False):
         self.plan = plan
         self.ctx = ctx
         self.fastmath = fastmath
@@ -157,7 +158,8 @@ class CpuCodegen:
         self.host = any(isinstance(s, HostStep) for s in plan.steps)
         small = len(plan.steps) <= SMALL_PROGRAM_STEPS and not has_blas
         self.profile = profile
-        self.python_driver = self.host or not small or profile
+        # compiled_driver: a loop body, whose driver a compiled loop calls (control flow)
+        self.python_driver = self.host or not (small or compiled_driver) or profile
         self.parallel_min = PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None

@@ -236,13 +236,14 @@ class Generated:
 
 def generate(graph: Graph, *, fastmath: bool = False, donate: Sequence[int] = (),
              approx_math: bool = True, symbols: Sequence = (), decisions=None,
-             single_output: bool = False, profile: bool = False) -> Generated:
+             single_output: bool = False, profile: bool = False,
+             compiled_driver: bool = False) -> Generated:
     """Fuse ``graph`` and generate its module and call-path templates (no compiling)."""
     graph = lower_control_flow(inline_calls(graph))
     ctx = CpuContext(approx_math=approx_math)
     plan = make_plan(graph, ctx)
     gen = CpuCodegen(plan, ctx, fastmath=fastmath, symbols=symbols, decisions=decisions,
-                     profile=profile)
+                     profile=profile, compiled_driver=compiled_driver)
     template, kernels, driver, info = gen.module(set(donate))
     runner = runner_template(plan.graph, info, len(plan.const_args), symbols, single_output)
     return Generated(plan.graph, plan, template, kernels, driver, info, gen.made_decisions, runner)
