@@ -222,6 +222,22 @@ def test_compiled_loops_never_update_their_operands_in_place():
     assert xs.tolist() == np.arange(12.0).reshape(4, 3).tolist()
 
 
+def test_compiled_loops_swap_and_pass_through_carries():
+    """Bodies of loop kernels only run in compiled loops, whose carries may come back
+    swapped, passed through, or be a closed-over constant."""
+    w = np.arange(3.0)
+    xs = np.linspace(-1.0, 1.0, 120).reshape(40, 3)       # long enough for a compiled loop
+
+    def f(a, b):
+        (p, q, r), ys = lax.scan(lambda c, x: ((c[1], c[0] + x, w), (c[2], x)), (a, b, a), xs)
+        v = lax.while_loop(lambda c: c[2] < 5, lambda c: (c[1], c[0] * 2.0, c[2] + 1), (a, b, 0))
+        return p, q, r, ys, v
+    a, b = np.ones(3), np.full(3, 2.0)
+    for got, want in zip(jg.tree_leaves(jg.jit(f)(a, b)), jg.tree_leaves(f(a, b))):
+        np.testing.assert_allclose(got, want)
+    assert a.tolist() == [1.0] * 3 and b.tolist() == [2.0] * 3
+
+
 def test_nested_scan_compiled():
     def f(xs):
         def outer(c, row):

@@ -549,26 +549,27 @@ def _cond_compiled(node) -> Callable:
 # their work hides its microseconds per step, and linking BLAS calls into one compiled loop
 # tripled the RNN benchmark's compile time.
 LOOP_BODY_MAX_STEPS = 16
+# Shorter scans keep the Python loop: compiling the loop costs more than it would save them.
+COMPILED_LOOP_MIN_LENGTH = 32
 
 
 def _compiled_body(g: Graph):
     """The body compiled with a driver a compiled loop can call, or None when its program
-    needs Python (a host step) or is too big, or returns a value it did not compute."""
+    needs Python (a host step) or is too big."""
     import time
     from ..compiler.fusion import HostStep, MatmulStep
     from ..compiler.runtime import generate, load
     gen = generate(g, compiled_driver=True)
     steps = gen.plan.steps
     if len(steps) > LOOP_BODY_MAX_STEPS or \
-            any(isinstance(s, (HostStep, MatmulStep)) for s in steps) or \
-            any(kind != "out" for kind, _ in gen.info["output_sources"]):
+            any(isinstance(s, (HostStep, MatmulStep)) for s in steps):
         return None
     return load(gen, time.perf_counter())
 
 
-def _loop_module(source: str, callee):
+def _loop_module(source: str, *callees):
     """Name the loop by its source's hash, load it through the disk cache and give it the
-    body driver it calls (as ``runtime.load`` gives drivers their kernels)."""
+    drivers it calls (as ``runtime.load`` gives drivers their kernels)."""
     import hashlib
     from ..compiler.codegen_cpu import HEADER
     from ..compiler import runtime
@@ -576,26 +577,44 @@ def _loop_module(source: str, callee):
     key = runtime._FINGERPRINT or runtime._codegen_fingerprint()    # set by runtime.load
     module, _ = runtime.disk_cache().load_module(
         HEADER + "\n\n" + source.replace("{H}", h) + "\n", key_extra=key)
-    setattr(module, callee.__name__, callee)
-    return getattr(module, f"scanloop_{h}")
+    for callee in callees:
+        setattr(module, callee.__name__, callee)
+    return getattr(module, source.split("def ", 1)[1].split("_{H}", 1)[0] + "_" + h)
 
 
-def _scan_loop_source(driver: str, nc: int, nk: int, nx: int, ny: int, nb: int, srcs,
-                      n_out: int, n_scratch: int, reverse: bool) -> str:
+def _results(prog, args: list[str], consts: list[str], outs: list[str]) -> list[str]:
+    """Where each output of a compiled sub-program is after its driver ran: an output buffer,
+    one of its arguments passed through, or a constant."""
+    return [outs[j] if kind == "out" else args[j] if kind == "input" else consts[j]
+            for kind, j in prog.sources]
+
+
+def _carry_updates(carries: list[str], new: list[str], pad: str) -> list[str]:
+    """Copy the new carry values in; values that are themselves carries (passed through,
+    perhaps swapped) are copied out first."""
+    tmp = {v: f"t{i}" for i, v in enumerate(new) if v in carries and v != carries[i]}
+    lines = [pad + f"{t} = {v}.copy()" for v, t in tmp.items()]
+    return lines + [pad + f"{a}[:] = {tmp.get(v, v)}" for a, v in zip(carries, new) if a != v]
+
+
+def _scan_loop_source(prog, nc: int, nk: int, nx: int, ny: int, reverse: bool) -> str:
     """``scanloop(n, consts, init, xs, ys, final, body consts, outs, scratch)``: all arrays
     flat (xs and ys ``(n, size)``); the trip count is an argument, so one compiled loop
     serves every length."""
     names = lambda p, k: [f"{p}{i}" for i in range(k)]  # noqa: E731
     c, k, x, y, f = names("c", nc), names("k", nk), names("x", nx), names("y", ny), names("f", nk)
-    b, o, s = names("b", nb), names("o", n_out), names("s", n_scratch)
-    call = c + [f"a{i}" for i in range(nk)] + [f"{v}[t]" for v in x] + b + o + s
+    b, o = names("b", len(prog.const_values)), names("o", len(prog.out_specs))
+    s = names("s", len(prog.scratch_specs))
+    a = names("a", nk)
+    args = c + a + [f"{v}[t]" for v in x]
+    res = _results(prog, args, b, o)
     lines = ["@njit(cache=True, nogil=True)",
              f"def scanloop_{{H}}(n, {', '.join(c + k + x + y + f + b + o + s)}):"]
     lines += [f"    a{i} = k{i}.copy()" for i in range(nk)]
     lines += ["    for i in range(n):", "        t = n - 1 - i" if reverse else "        t = i",
-              f"        {driver}({', '.join(call)})"]
-    lines += [f"        y{j}[t, :] = o{srcs[nk + j]}" for j in range(ny)]
-    lines += [f"        a{i}[:] = o{srcs[i]}" for i in range(nk)]
+              f"        {prog.driver.__name__}({', '.join(args + b + o + s)})"]
+    lines += [f"        y{j}[t, :] = {res[nk + j]}" for j in range(ny)]
+    lines += _carry_updates(a, res[:nk], "        ")
     lines += [f"    f{i}[:] = a{i}" for i in range(nk)]
     lines.append("    return None")
     return "\n".join(lines)
@@ -605,19 +624,15 @@ def _scan_compiled_loop(node):
     """A scan whose loop is compiled too, or None (see ``_compiled_body``)."""
     p = node.params
     nc, nk, length, g = p["num_consts"], p["num_carry"], p["length"], p["_body"]
-    prog = _compiled_body(g)
+    prog = _compiled_body(g) if length >= COMPILED_LOOP_MIN_LENGTH else None
     if prog is None:
         return None
     nx, ny = len(g.inputs) - nc - nk, len(g.outputs) - nk
-    srcs = [j for _, j in prog.sources]
-    src = _scan_loop_source(prog.driver.__name__, nc, nk, nx, ny, len(prog.const_values), srcs,
-                            len(prog.out_specs), len(prog.scratch_specs), p["reverse"])
-    loop = _loop_module(src, prog.driver)
+    loop = _loop_module(_scan_loop_source(prog, nc, nk, nx, ny, p["reverse"]), prog.driver)
     dts = [v.aval.dtype for v in g.inputs]
     sizes = [v.aval.size for v in g.inputs]
     carry_shapes = [v.aval.shape for v in g.inputs[nc:nc + nk]]
     y_specs = [((length,) + o.aval.shape, o.aval.dtype) for o in g.outputs[nk:]]
-    buffers = list(prog.out_specs) + list(prog.scratch_specs)     # (size, dtype)
     consts = prog.const_values
     limit = _limited([g])
 
@@ -629,7 +644,7 @@ def _scan_compiled_loop(node):
         final = [np.empty(sizes[nc + i], dts[nc + i]) for i in range(nk)]
         with limit():
             loop(length, *flat, *[y.reshape(length, int(np.prod(y.shape[1:]))) for y in ys],
-                 *final, *consts, *[np.empty(n, d) for n, d in buffers])
+                 *final, *consts, *_buffers(prog))
         return _result([f.reshape(sh) for f, sh in zip(final, carry_shapes)] + ys)
     return run
 
@@ -674,7 +689,57 @@ def _owned_carries(body: Graph, n_before: int, nk: int) -> list[int]:
     return [k for k in range(nk) if body.outputs[k] not in outside]
 
 
+def _buffers(prog) -> list:
+    """Fresh output and scratch buffers for one call of a compiled sub-program's driver."""
+    return [np.empty(n, d) for n, d in list(prog.out_specs) + list(prog.scratch_specs)]
+
+
+def _while_compiled_loop(node):
+    """A while loop whose condition and body have compiled drivers, run by a compiled loop;
+    None when either does not qualify (``_compiled_body``)."""
+    p = node.params
+    n_cc, n_bc, cg, bg = p["n_cc"], p["n_bc"], p["_cond"], p["_body"]
+    nk = len(bg.outputs)
+    cp = _compiled_body(cg)
+    bp = _compiled_body(bg) if cp is not None else None
+    if bp is None:
+        return None
+    names = lambda q, k: [f"{q}{i}" for i in range(k)]  # noqa: E731
+    cc, bc, k, f = names("cc", n_cc), names("bc", n_bc), names("k", nk), names("f", nk)
+    cb, co = names("cb", len(cp.const_values)), names("co", len(cp.out_specs))
+    bb, bo = names("bb", len(bp.const_values)), names("bo", len(bp.out_specs))
+    cs, bs = names("cs", len(cp.scratch_specs)), names("bs", len(bp.scratch_specs))
+    a = names("a", nk)
+    pred = _results(cp, cc + a, cb, co)[0]
+    lines = ["@njit(cache=True, nogil=True)",
+             f"def whileloop_{{H}}({', '.join(cc + bc + k + f + cb + co + cs + bb + bo + bs)}):"]
+    lines += [f"    a{i} = k{i}.copy()" for i in range(nk)]
+    lines += ["    while True:",
+              f"        {cp.driver.__name__}({', '.join(cc + a + cb + co + cs)})",
+              f"        if not {pred}[0]:", "            break",
+              f"        {bp.driver.__name__}({', '.join(bc + a + bb + bo + bs)})"]
+    lines += _carry_updates(a, _results(bp, bc + a, bb, bo), "        ")
+    lines += [f"    f{i}[:] = a{i}" for i in range(nk)] + ["    return None"]
+    loop = _loop_module("\n".join(lines), cp.driver, bp.driver)
+    dts = [v.aval.dtype for v in cg.inputs[:n_cc]] + [v.aval.dtype for v in bg.inputs]
+    sizes = [v.aval.size for v in cg.inputs[:n_cc]] + [v.aval.size for v in bg.inputs]
+    shapes = [v.aval.shape for v in bg.inputs[n_bc:]]
+    limit = _limited([cg, bg])
+
+    def run(*args):
+        flat = [np.ascontiguousarray(x, d).reshape(n) for x, d, n in zip(args, dts, sizes)]
+        final = [np.empty(n, d) for n, d in zip(sizes[n_cc + n_bc:], dts[n_cc + n_bc:])]
+        with limit():
+            loop(*flat, *final, *cp.const_values, *_buffers(cp), *bp.const_values,
+                 *_buffers(bp))
+        return _result([x.reshape(sh) for x, sh in zip(final, shapes)])
+    return run
+
+
 def _while_compiled(node) -> Callable:
+    fast = _while_compiled_loop(node)
+    if fast is not None:
+        return fast
     p = node.params
     n_cc, n_bc = p["n_cc"], p["n_bc"]
     nk = len(p["_body"].outputs)
