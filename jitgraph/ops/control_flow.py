@@ -534,12 +534,18 @@ def _result(res: list):
 
 
 def _cond_compiled(node) -> Callable:
-    runners = [compile_sub(b) for b in node.params["_branches"]]
-    last = len(runners) - 1
+    """Each branch is compiled the first time it is taken."""
+    branches = node.params["_branches"]
+    runners: list = [None] * len(branches)
+    last = len(branches) - 1
 
     def run(index, *ops):
         i = int(index)
-        return _result(runners[0 if i < 0 else last if i > last else i](*ops))
+        i = 0 if i < 0 else last if i > last else i
+        r = runners[i]
+        if r is None:
+            r = runners[i] = compile_sub(branches[i])
+        return _result(r(*ops))
     return run
 
 
