@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from .emit import literal, offset
-from ..ops.control_flow import subgraph_comment
+from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
 PARALLEL_MIN_WORK = 1 << 16        # elements below which threads cost more than they save

@@ -26,7 +26,7 @@ import numpy as np
 from .codegen_cpu import (CpuCodegen, CpuContext, KernelSource, _ops, acc_init_lines,
                           arg_update_lines)
 from .emit import offset
-from ..ops.control_flow import subgraph_comment
+from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
 MAX_THREADS = 256          # threads per block for rows and elementwise loops

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..core import Graph, Node, Var
-from ..ops.control_flow import lower_control_flow
+from .loops import lower_control_flow
 from ..passes import optimize
 from .codegen_cpu import CpuCodegen, CpuContext, finish_module
 from .disk_cache import DiskCache

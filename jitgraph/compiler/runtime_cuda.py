@@ -17,7 +17,7 @@ from ..device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
                       compute_capability, cuda_api, device_error, simulator)
 from .codegen_cuda import CudaCodegen, CudaContext, shuffle_default
 from .fusion import HostStep, make_plan
-from ..ops.control_flow import lower_control_flow
+from .loops import lower_control_flow
 from .runtime import _host_impl, disk_cache, inline_calls
 
 
