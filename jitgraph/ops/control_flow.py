@@ -12,7 +12,7 @@ operands, so every rule only evaluates graphs on the values it is given.
 
 The reference implementations loop in Python over the reference interpreter (the ground
 truth); ``compiled_impl`` is what a compiled program runs instead: the same loop around the
-sub-graphs compiled once (``jitgraph.compiler``), whatever the trip count.
+sub-graphs compiled once (``jitgraph.compiler.loops``), whatever the trip count.
 """
 from __future__ import annotations
 
