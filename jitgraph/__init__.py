@@ -73,3 +73,8 @@ from .remat import checkpoint, remat  # noqa: E402,F401
 from .transforms import linearize  # noqa: E402,F401
 
 __all__ += ["checkpoint", "lax", "linearize", "remat"]
+
+# batching
+from .batching import vmap  # noqa: E402
+
+__all__ += ["vmap"]

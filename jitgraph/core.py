@@ -176,12 +176,15 @@ class Primitive:
     codegen: backend-neutral codegen rule (see the ops modules for its form per kind)
     keeps_dtype: the codegen expression already has the output's dtype when every input has
         it (``x + y`` on float32, or int64), so the generated code needs no cast around it
+    batch(args, dims, **params) -> (out, out_dim): the batching rule ``vmap`` uses; ``dims[i]``
+        is the batch axis of ``args[i]`` or None (unbatched); multiple_results primitives
+        return (outs, out_dims). See ``jitgraph.batching``.
     """
 
     def __init__(self, name: str, *, kind: str, abstract_eval: Callable, impl: Callable,
                  vjp: Callable | None = None, jvp: Callable | None = None, codegen: Any = None,
                  multiple_results: bool = False, differentiable: bool = True,
-                 keeps_dtype: bool = False):
+                 keeps_dtype: bool = False, batch: Callable | None = None):
         self.name = name
         self.kind = kind
         self.abstract_eval = abstract_eval
@@ -192,6 +195,7 @@ class Primitive:
         self.multiple_results = multiple_results
         self.differentiable = differentiable
         self.keeps_dtype = keeps_dtype
+        self.batch = batch
 
     def __repr__(self) -> str:
         return self.name

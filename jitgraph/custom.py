@@ -48,9 +48,30 @@ def _call_jvp(ts, outs, *ins, name, **_):
                     f"function {name}; define it without custom_vjp or use reverse mode")
 
 
+def _call_batch(args, dims, *, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_caps, n_args,
+                n_res, name, **params):
+    """A batched call of the same custom function: its primal, fwd and bwd graphs are each
+    batched (``batch_graph``), so a vmapped function keeps its custom VJP. Batched operands go
+    to axis 0; the batched bwd sums the cotangents of unbatched arguments over the batch."""
+    from .batching import batch_graph, batch_size, move_batch_axis
+    size = batch_size(args, dims)
+    xs = [x if d is None else move_batch_axis(x, d, 0) for x, d in zip(args, dims)]
+    ds = [None if d is None else 0 for d in dims]
+    arg_ds, cap_ds = ds[:n_args], ds[n_args:]
+    n_out = len(_graph.outputs)
+    graph = batch_graph(_graph, ds, size)
+    fwd = batch_graph(_fwd_graph, arg_ds + [cap_ds[i] for i in _fwd_caps], size)
+    bwd = batch_graph(_bwd_graph, [0] * (n_res + n_out) + [cap_ds[i] for i in _bwd_caps], size,
+                      out_sum=[d is None for d in arg_ds])
+    outs = bind(custom_vjp_call_p, *xs, _graph=graph, _fwd_graph=fwd, _bwd_graph=bwd,
+                _fwd_caps=_fwd_caps, _bwd_caps=_bwd_caps, n_args=n_args, n_res=n_res,
+                name=name, **params)
+    return list(outs), [0] * len(outs)
+
+
 custom_vjp_call_p = register(Primitive(
     "custom_vjp_call", kind="call", abstract_eval=_call_aval, impl=_call_impl,
-    vjp=_call_vjp, jvp=_call_jvp, multiple_results=True))
+    vjp=_call_vjp, jvp=_call_jvp, multiple_results=True, batch=_call_batch))
 
 
 def _trace_flat(fn, avals, what):
@@ -181,20 +202,23 @@ class custom_vjp:
 # ------------------------------------------------------------------ user primitives
 def defprimitive(name: str, impl: Callable, abstract_eval: Callable | None = None, *,
                  vjp: Callable | None = None, jvp: Callable | None = None,
-                 codegen: Any = None, kind: str = "opaque") -> Primitive:
+                 codegen: Any = None, kind: str = "opaque",
+                 batch: Callable | None = None) -> Primitive:
     """Define a new primitive with the same mechanism as the built-in ones.
 
     ``impl(*arrays, **params)`` is the NumPy reference; ``abstract_eval(*avals, **params)`` returns
     an ``Aval`` (default: the first operand's); ``vjp(g, out, *inputs, **params)`` returns a tuple
     of input cotangents written with jitgraph.numpy (``None`` = zero); ``jvp(tangents, out,
     *inputs, **params)`` returns the output tangent. Without ``codegen`` a compiled program calls
-    ``impl`` between generated kernels. The primitive is callable: ``prim(x, **params)``.
+    ``impl`` between generated kernels. ``batch(args, dims, **params) -> (out, out_dim)`` is
+    its batching rule for ``vmap`` (see ``jitgraph.batching``). The primitive is callable:
+    ``prim(x, **params)``.
     """
     if abstract_eval is None:
         def abstract_eval(x, *rest, **params):
             return Aval(x.shape, x.dtype, x.weak)
     return register(Primitive(name, kind=kind, abstract_eval=abstract_eval, impl=impl,
-                              vjp=vjp, jvp=jvp, codegen=codegen))
+                              vjp=vjp, jvp=jvp, codegen=codegen, batch=batch))
 
 
 def defvjp(prim: Primitive, vjp: Callable) -> Primitive:

@@ -26,6 +26,7 @@ from .sorting import *  # noqa: F401,F403
 from .statistics import *  # noqa: F401,F403
 from .index_update import at  # noqa: F401  (also installs Tracer.at)
 from . import linalg  # noqa: F401  (jnp.linalg)
+from .vectorize import vectorize  # noqa: F401
 import numpy as np
 
 from ._base import _ScalarType

@@ -13,6 +13,7 @@ import scipy.linalg
 
 from .. import dtypes
 from ..core import Aval, Primitive, register
+from ..batching import leading_batch_rule
 from ..errors import ShapeError
 from .. import numpy as jnp
 
@@ -41,8 +42,10 @@ def _square(a, name):
 
 
 def _prim(name, aval, impl, vjp, jvp, multiple_results=False):
-    return register(Primitive(name, kind="opaque", abstract_eval=aval, impl=impl, vjp=vjp,
-                              jvp=jvp, multiple_results=multiple_results))
+    p = register(Primitive(name, kind="opaque", abstract_eval=aval, impl=impl, vjp=vjp,
+                           jvp=jvp, multiple_results=multiple_results))
+    p.batch = leading_batch_rule(p)   # (..., m, n) stacks: the batch axis goes first
+    return p
 
 
 # ---------------------------------------------------------------- inverse

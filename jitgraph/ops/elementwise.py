@@ -15,6 +15,7 @@ from .. import dtypes
 from ..core import Aval, Primitive, register
 from ..errors import ShapeError
 from .. import numpy as jnp  # rules are written with the public ops (resolved at call time)
+from ..batching import elementwise_rule
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -88,6 +89,7 @@ def unary(name, impl, codegen, vjp=None, jvp=None, float_only=True, out_dtype=No
             return None if ts[0] is None else _vjp(ts[0], out, x)[0]
     p = register(Primitive(name, kind="elementwise", abstract_eval=aval, impl=impl, vjp=vjp,
                            jvp=jvp, codegen=codegen, differentiable=differentiable))
+    p.batch = elementwise_rule(p)
     UNARY[name] = p
     return p
 
@@ -98,6 +100,7 @@ def binary(name, impl, codegen, vjp=None, jvp=None, out_dtype=None, differentiab
         return _elementwise_aval(x, y, out_dtype=out_dtype, float_only=float_only, name=name)
     p = register(Primitive(name, kind="elementwise", abstract_eval=aval, impl=impl, vjp=vjp,
                            jvp=jvp, codegen=codegen, differentiable=differentiable))
+    p.batch = elementwise_rule(p)
     BINARY[name] = p
     return p
 
@@ -303,3 +306,8 @@ convert_p = register(Primitive(
     "convert", kind="elementwise", abstract_eval=_convert_aval,
     impl=lambda x, *, dtype: x.astype(dtype), vjp=_convert_vjp, jvp=_convert_jvp,
     codegen=lambda c, x, *, dtype: c.cast(x, dtype)))
+
+
+# ---------------------------------------------------------------- batching (unary/binary: above)
+select_p.batch = elementwise_rule(select_p)
+convert_p.batch = elementwise_rule(convert_p)

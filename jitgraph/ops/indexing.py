@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Aval, Primitive, register
+from ..batching import align_front, batch_iota, batch_size, bdim_to_front, move_batch_axis
+from ..core import Aval, Primitive, aval_of, register
 from ..errors import ShapeError
 from .elementwise import broadcast_shapes
 
@@ -72,3 +73,43 @@ scatter_add_p = register(Primitive(
     jvp=lambda ts, out, g, *idx, shape: None if ts[0] is None else scatter_add_p(
         ts[0], *idx, shape=shape),
     codegen={"scatter": "add"}))
+
+
+# ---------------------------------------------------------------- batching
+def _index_rank(idx, dims) -> int:
+    """Rank of one example's broadcast index shape."""
+    return max([aval_of(i).ndim - (d is not None) for i, d in zip(idx, dims)], default=0)
+
+
+def _gather_batch(args, dims):
+    """Unbatched indices: the batch axis of ``x`` moves just past the indexed axes and comes
+    out after the index axes. Batched indices: they align at the front, and a batched ``x``
+    is indexed by each example's number (``batch_iota``) along its leading batch axis."""
+    x, idx, dx, didx = args[0], args[1:], dims[0], dims[1:]
+    if all(d is None for d in didx):
+        b = broadcast_shapes(*(aval_of(i).shape for i in idx))
+        return gather_p(move_batch_axis(x, dx, len(idx)), *idx), len(b)
+    ix = align_front(idx, didx)
+    if dx is None:
+        return gather_p(x, *ix), 0
+    iota = batch_iota(batch_size(args, dims), _index_rank(idx, didx))
+    return gather_p(move_batch_axis(x, dx, 0), iota, *ix), 0
+
+
+def _scatter_batch(args, dims, *, shape):
+    """The transpose of ``_gather_batch``'s layouts."""
+    g, idx, dg, didx = args[0], args[1:], dims[0], dims[1:]
+    k = len(idx)
+    if all(d is None for d in didx):
+        nb = len(broadcast_shapes(*(aval_of(i).shape for i in idx)))
+        g = move_batch_axis(g, dg, nb)
+        n = aval_of(g).shape[nb]
+        return scatter_add_p(g, *idx, shape=tuple(shape[:k]) + (n,) + tuple(shape[k:])), k
+    size = batch_size(args, dims)
+    iota = batch_iota(size, _index_rank(idx, didx))
+    return scatter_add_p(bdim_to_front(g, dg, size), iota, *align_front(idx, didx),
+                         shape=(size,) + tuple(shape)), 0
+
+
+gather_p.batch = _gather_batch
+scatter_add_p.batch = _scatter_batch

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Aval, Primitive, register
+from ..batching import all_to_front, move_batch_axis, permute, reshape, shift_axis
+from ..core import Aval, Primitive, aval_of, register
 from ..errors import ShapeError
 from .. import numpy as jnp
 
@@ -233,3 +234,54 @@ def concat_index_map(out_idx, in_avals, out_aval, *, axis):
 concatenate_p = _layout(
     "concatenate", _concat_aval, lambda *xs, axis: np.concatenate(xs, axis=axis),
     _concat_vjp, concat_index_map, jvp=_concat_jvp)
+
+
+# ---------------------------------------------------------------- batching
+def _reshape_batch(args, dims, *, shape):
+    x = move_batch_axis(args[0], dims[0], 0)
+    return reshape(x, aval_of(x).shape[:1] + tuple(shape)), 0
+
+
+def _transpose_batch(args, dims, *, perm):
+    """The batch axis keeps its position; the permuted axes go around it."""
+    d = dims[0]
+    new = [shift_axis(p, d) for p in perm]
+    new.insert(d, d)
+    return permute(args[0], new), d
+
+
+def _broadcast_batch(args, dims, *, shape):
+    x = move_batch_axis(args[0], dims[0], 0)
+    s = aval_of(x).shape
+    x = reshape(x, s[:1] + (1,) * (len(shape) - len(s) + 1) + s[1:])
+    return broadcast_to_p(x, shape=s[:1] + tuple(shape)), 0
+
+
+def _with_batch(seq, d, item):
+    seq = list(seq)
+    seq.insert(d, item)
+    return tuple(seq)
+
+
+def _slice_batch(args, dims, *, slices):
+    x, d = args[0], dims[0]
+    return slice_p(x, slices=_with_batch(slices, d, (0, aval_of(x).shape[d], 1))), d
+
+
+def _pad_slice_batch(args, dims, *, shape, slices):
+    g, d = args[0], dims[0]
+    n = aval_of(g).shape[d]
+    return pad_slice_p(g, shape=_with_batch(shape, d, n),
+                       slices=_with_batch(slices, d, (0, n, 1))), d
+
+
+def _concat_batch(args, dims, *, axis):
+    return concatenate_p(*all_to_front(args, dims), axis=axis + 1), 0
+
+
+reshape_p.batch = _reshape_batch
+transpose_p.batch = _transpose_batch
+broadcast_to_p.batch = _broadcast_batch
+slice_p.batch = _slice_batch
+pad_slice_p.batch = _pad_slice_batch
+concatenate_p.batch = _concat_batch

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Aval, Primitive, register
+from ..batching import move_batch_axis, reshape
+from ..core import Aval, Primitive, aval_of, register
 from ..errors import ShapeError
 from .. import numpy as jnp
 
@@ -45,3 +46,31 @@ def _matmul_jvp(ts, out, a, b):
 matmul_p = register(Primitive(
     "matmul", kind="matmul", abstract_eval=_matmul_aval, impl=np.matmul,
     vjp=_matmul_vjp, jvp=_matmul_jvp, codegen={"matmul": True}))
+
+
+# ---------------------------------------------------------------- batching
+def _matmul_batch(args, dims):
+    """Batched @ unbatched folds the batch into the rows (one larger matmul), unbatched @
+    batched into the columns; both batched is a batched matmul, or with a contraction of
+    length 1 (per-example outer products, as in per-example weight gradients) a broadcast
+    multiply, which fuses."""
+    (a, b), (da, db) = args, dims
+    r = aval_of(a).ndim - (da is not None)          # one example's rank (both operands)
+    if db is None:
+        a = move_batch_axis(a, da, r - 2)           # (..., B, m, k)
+        s = aval_of(a).shape
+        out = matmul_p(reshape(a, s[:-3] + (s[-3] * s[-2], s[-1])), b)
+        return reshape(out, s[:-1] + (aval_of(b).shape[-1],)), r - 2
+    if da is None:
+        b = move_batch_axis(b, db, r)               # (..., k, n, B)
+        s = aval_of(b).shape
+        out = matmul_p(a, reshape(b, s[:-2] + (s[-2] * s[-1],)))
+        return reshape(out, aval_of(a).shape[:-1] + s[-2:]), r
+    a, b = move_batch_axis(a, da, 0), move_batch_axis(b, db, 0)
+    if aval_of(a).shape[-1] == 1:
+        from .elementwise import mul_p
+        return mul_p(a, b), 0
+    return matmul_p(a, b), 0
+
+
+matmul_p.batch = _matmul_batch

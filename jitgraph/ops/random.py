@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..core import Aval, Primitive, register
+from ..batching import elementwise_rule
 from .elementwise import broadcast_shapes
 
 MASK32 = 0xFFFFFFFF
@@ -26,8 +27,10 @@ def _word_aval(*avals, **_):
 
 
 def _word_prim(name, impl, codegen):
-    return register(Primitive(name, kind="elementwise", abstract_eval=_word_aval, impl=impl,
-                              codegen=codegen, differentiable=False, keeps_dtype=True))
+    p = register(Primitive(name, kind="elementwise", abstract_eval=_word_aval, impl=impl,
+                           codegen=codegen, differentiable=False, keeps_dtype=True))
+    p.batch = elementwise_rule(p)
+    return p
 
 
 uint32_add_p = _word_prim(

@@ -150,3 +150,12 @@ argmin_p = register(Primitive(
     "argmin", kind="reduce", abstract_eval=_arg_aval,
     impl=lambda x, *, axis: np.argmin(x, axis=axis), differentiable=False,
     codegen={"arg": "min"}))
+
+
+# ---------------------------------------------------------------- batching
+from ..batching import arg_reduce_rule, reduce_rule  # noqa: E402
+
+for _p in (reduce_sum_p, reduce_max_p, reduce_min_p, reduce_prod_p):
+    _p.batch = reduce_rule(_p)
+argmax_p.batch = arg_reduce_rule(argmax_p)
+argmin_p.batch = arg_reduce_rule(argmin_p)

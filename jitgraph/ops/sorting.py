@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..batching import move_batch_axis
 from ..core import Aval, Primitive, register
 from ..errors import ShapeError
 
@@ -26,3 +27,14 @@ def _argsort_impl(x):
 argsort_p = register(Primitive(
     "argsort", kind="opaque", abstract_eval=_argsort_aval, impl=_argsort_impl,
     differentiable=False))
+
+
+def _argsort_batch(args, dims):
+    """Sorts run along the last axis: a batch axis there moves to the front."""
+    x, d = args[0], dims[0]
+    if d == len(x.shape) - 1:
+        x, d = move_batch_axis(x, d, 0), 0
+    return argsort_p(x), d
+
+
+argsort_p.batch = _argsort_batch

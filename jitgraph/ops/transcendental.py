@@ -15,6 +15,7 @@ import scipy.special as sps
 
 from ..core import Primitive, register
 from .. import numpy as jnp
+from ..batching import elementwise_rule
 from .elementwise import _add_t, _bcast, _elementwise_aval, binary, unary, unbroadcast
 
 _LN2 = math.log(2.0)
@@ -78,6 +79,7 @@ polygamma_p = register(Primitive(
     impl=_typed(lambda x, *, n: sps.polygamma(n, x)), vjp=_polygamma_vjp,
     jvp=lambda ts, out, x, *, n: None if ts[0] is None else _polygamma_vjp(ts[0], out, x, n=n)[0],
     codegen=None))
+polygamma_p.batch = elementwise_rule(polygamma_p)
 
 
 # ---------------------------------------------------------------- binary
