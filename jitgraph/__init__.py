@@ -61,11 +61,18 @@ __all__ = [
 
 # training toolkit
 from . import optim, random  # noqa: E402,F401
-from .checkpoint import load, save  # noqa: E402,F401
+from .serialization import load, save  # noqa: E402,F401
 from .train import train_step  # noqa: E402,F401
 from .tree import register_pytree_node  # noqa: E402,F401
 
 __all__ += ["load", "optim", "random", "register_pytree_node", "save", "train_step"]
+
+# control flow, rematerialisation, forward mode
+from . import lax  # noqa: E402,F401
+from .remat import checkpoint, remat  # noqa: E402,F401
+from .transforms import linearize  # noqa: E402,F401
+
+__all__ += ["checkpoint", "lax", "linearize", "remat"]
 
 # batching
 from .batching import vmap  # noqa: E402

@@ -284,8 +284,9 @@ def _linearize(fun: Callable, primals: Sequence[Any]):
     return leaves, n_out, out_tree, jvp_leaves
 
 
-def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
-    """``(primals_out, tangents_out)`` as ``jax.jvp``."""
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False):
+    """``(primals_out, tangents_out)`` as ``jax.jvp``; with ``has_aux=True`` ``fun`` returns
+    ``(out, aux)`` and the result is ``(primals_out, tangents_out, aux)``."""
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("jvp: primals and tangents must be tuples (one entry per argument)")
     p_leaves, p_tree = tree_flatten(tuple(primals))
@@ -296,9 +297,53 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
         ps, ts = aval_of(jnp._operand(p)).shape, aval_of(jnp._operand(t)).shape
         if ps != ts:
             raise ValueError(f"jvp: tangent shape {ts} does not match primal shape {ps}")
-    leaves, n_out, out_tree, jvp_leaves = _linearize(fun, primals)
+    f = _with_aux(fun, "jvp") if has_aux else fun
+    leaves, n_out, out_tree, jvp_leaves = _linearize(f, primals)
     res = jvp_leaves(t_leaves)
-    return out_tree.unflatten(res[:n_out]), out_tree.unflatten(res[n_out:])
+    if not has_aux:
+        return out_tree.unflatten(res[:n_out]), out_tree.unflatten(res[n_out:])
+    main_td, aux_td, n_main = _split_aux_tree(out_tree)
+    return (main_td.unflatten(res[:n_main]), main_td.unflatten(res[n_out:n_out + n_main]),
+            aux_td.unflatten(res[n_main:n_out]))
+
+
+def _with_aux(fun: Callable, what: str) -> Callable:
+    def f(*xs):
+        r = fun(*xs)
+        if not (isinstance(r, tuple) and len(r) == 2):
+            raise TypeError(f"{what}: with has_aux=True the function must return a pair "
+                            f"(output, aux), got {type(r).__name__} from {_describe_fn(fun)}")
+        return r
+    return f
+
+
+def _split_aux_tree(out_tree):
+    """The structures of ``out`` and ``aux`` in an ``(out, aux)`` output, and ``out``'s leaf count."""
+    from .tree import TreeDef
+    main, aux = out_tree.node[2]
+    n_main = _count_leaves(main)
+    return TreeDef(main, n_main), TreeDef(aux, out_tree.num_leaves - n_main), n_main
+
+
+def linearize(fun: Callable, *primals: Any):
+    """``(primals_out, f_jvp)`` as ``jax.linearize``: ``f_jvp(*tangents)`` is the JVP of
+    ``fun`` at ``primals`` (traced once, evaluated per call)."""
+    leaves, n_out, out_tree, jvp_leaves = _linearize(fun, primals)
+    p_tree = tree_flatten(tuple(primals))[1]
+    out = out_tree.unflatten(jvp_leaves([np.zeros(aval_of(x).shape, aval_of(x).dtype)
+                                         for x in leaves])[:n_out])
+
+    def f_jvp(*tangents):
+        t_leaves, t_tree = tree_flatten(tuple(tangents))
+        if t_tree != p_tree:
+            raise TypeError(f"linearize: tangent structure {t_tree} does not match primal "
+                            f"structure {p_tree}")
+        for p, t in zip(leaves, t_leaves):
+            if aval_of(jnp._operand(t)).shape != aval_of(p).shape:
+                raise ValueError(f"linearize: tangent shape {aval_of(jnp._operand(t)).shape} "
+                                 f"does not match primal shape {aval_of(p).shape}")
+        return out_tree.unflatten(jvp_leaves(t_leaves)[n_out:])
+    return out, f_jvp
 
 
 # ------------------------------------------------------------------ Jacobians

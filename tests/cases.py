@@ -1068,5 +1068,30 @@ case("threefry_mix[r=13]", lambda x, y: _RW.threefry_mix_p(x, y, r=13), _words(5
      grad=False, expect=lambda x, y: (((y << 13) | (y >> 19)) & _M32) ^ ((x + y) & _M32))
 
 
+# ------------------------------------------------------------------ control flow (jitgraph.lax)
+def _np_scan(w, xs):
+    c, ys = np.zeros(3), []
+    for x in xs:
+        ys.append(np.sin(c))
+        c = np.tanh(c * w + x)
+    return c, np.stack(ys)
+
+
+case("lax.scan", lambda w, xs: jitgraph.lax.scan(
+    lambda c, x: (jnp.tanh(c * w + x), jnp.sin(c)), jnp.zeros(3), xs), rn(3), rn(4, 3),
+     argnums=(0, 1), expect=_np_scan)
+case("lax.cond", lambda x, y: (
+    jitgraph.lax.cond(x[0] > 0, lambda a, b: jnp.sin(a) * b, lambda a, b: a - b, x, y),
+    jitgraph.lax.cond(x[0] < 0, lambda a, b: jnp.sin(a) * b, lambda a, b: a - b, x, y)),
+     away(3), rn(3), argnums=(0, 1),
+     expect=lambda x, y: (np.sin(x) * y if x[0] > 0 else x - y,
+                          np.sin(x) * y if x[0] < 0 else x - y))
+case("lax.while_loop", lambda x: jitgraph.lax.while_loop(
+    lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * x), (0, x))[1], rn(3), grad=False,
+     expect=lambda x: x ** 4)
+case("checkpoint", lambda x: jitgraph.checkpoint(lambda a: jnp.sin(a) * a)(x), rn(3),
+     expect=lambda x: np.sin(x) * x)
+
+
 CASES_BY_NAME = {c.name: c for c in CASES}
 GRAD_CASES = [c for c in CASES if c.grad]

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from .emit import literal, offset
+from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
 PARALLEL_MIN_WORK = 1 << 16        # elements below which threads cost more than they save
@@ -148,7 +149,8 @@ class CpuCodegen:
 
     def __init__(self, plan: Plan, ctx: CpuContext, fastmath: bool = False,
                  symbols: Sequence[tuple[str, int, int]] = (),
-                 decisions: Sequence[LoopDecision] | None = None, profile: bool = False):
+                 decisions: Sequence[LoopDecision] | None = None, profile: bool = False,
+                 compiled_driver: bool = False):
         self.plan = plan
         self.ctx = ctx
         self.fastmath = fastmath
@@ -156,7 +158,8 @@ class CpuCodegen:
         self.host = any(isinstance(s, HostStep) for s in plan.steps)
         small = len(plan.steps) <= SMALL_PROGRAM_STEPS and not has_blas
         self.profile = profile
-        self.python_driver = self.host or not small or profile
+        # compiled_driver: a loop body, whose driver a compiled loop calls (control flow)
+        self.python_driver = self.host or not (small or compiled_driver) or profile
         self.parallel_min = PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None
@@ -557,8 +560,9 @@ class CpuCodegen:
         args = ", ".join(f"{self.plan.array_name(v)}.reshape({v.aval.shape!r})" for v in n.inputs)
         outs = n.outs
         if len(outs) == 1:
-            return [f"{self.plan.array_name(outs[0])}[:] = host_{s.name}({args}).reshape(-1)"]
-        lines = [f"_r = host_{s.name}({args})"]
+            return subgraph_comment(n) + [
+                f"{self.plan.array_name(outs[0])}[:] = host_{s.name}({args}).reshape(-1)"]
+        lines = subgraph_comment(n) + [f"_r = host_{s.name}({args})"]
         for k, o in enumerate(outs):
             if o in self.plan.needed:       # an unused result has no buffer
                 lines.append(f"{self.plan.array_name(o)}[:] = _r[{k}].reshape(-1)")

@@ -26,6 +26,7 @@ import numpy as np
 from .codegen_cpu import (CpuCodegen, CpuContext, KernelSource, _ops, acc_init_lines,
                           arg_update_lines)
 from .emit import offset
+from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
 MAX_THREADS = 256          # threads per block for rows and elementwise loops
@@ -445,7 +446,7 @@ class CudaCodegen(CpuCodegen):
         n = s.node
         name = self.plan.array_name
         args = ", ".join(f"{name(v)}.copy_to_host().reshape({v.aval.shape!r})" for v in n.inputs)
-        lines = [f"_r = host_{s.name}({args})"]
+        lines = subgraph_comment(n) + [f"_r = host_{s.name}({args})"]
         outs = n.outs
         for k, o in enumerate(outs):
             r = "_r" if len(outs) == 1 else f"_r[{k}]"

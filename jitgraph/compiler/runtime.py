@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..core import Graph, Node, Var
+from .loops import lower_control_flow
 from ..passes import optimize
 from .codegen_cpu import CpuCodegen, CpuContext, finish_module
 from .disk_cache import DiskCache
@@ -239,13 +240,14 @@ class Generated:
 
 def generate(graph: Graph, *, fastmath: bool = False, donate: Sequence[int] = (),
              approx_math: bool = True, symbols: Sequence = (), decisions=None,
-             single_output: bool = False, profile: bool = False) -> Generated:
+             single_output: bool = False, profile: bool = False,
+             compiled_driver: bool = False) -> Generated:
     """Fuse ``graph`` and generate its module and call-path templates (no compiling)."""
-    graph = inline_calls(graph)
+    graph = lower_control_flow(inline_calls(graph))
     ctx = CpuContext(approx_math=approx_math)
     plan = make_plan(graph, ctx)
     gen = CpuCodegen(plan, ctx, fastmath=fastmath, symbols=symbols, decisions=decisions,
-                     profile=profile)
+                     profile=profile, compiled_driver=compiled_driver)
     template, kernels, driver, info = gen.module(set(donate))
     runner = runner_template(plan.graph, info, len(plan.const_args), symbols, single_output)
     return Generated(plan.graph, plan, template, kernels, driver, info, gen.made_decisions, runner)
@@ -345,6 +347,9 @@ def _conv(x, dtype):
 
 
 def _host_impl(node: Node):
+    compiled = getattr(node.prim, "compiled_impl", None)
+    if compiled is not None:        # control flow: a loop around compiled sub-programs
+        return compiled(node)
     from ..core import run_impl
 
     def call(*arrays):

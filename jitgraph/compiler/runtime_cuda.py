@@ -17,6 +17,7 @@ from ..device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
                       compute_capability, cuda_api, device_error, simulator)
 from .codegen_cuda import CudaCodegen, CudaContext, shuffle_default
 from .fusion import HostStep, make_plan
+from .loops import lower_control_flow
 from .runtime import _host_impl, disk_cache, inline_calls
 
 
@@ -207,7 +208,7 @@ def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (), name: str = 
     from .runtime import _codegen_fingerprint
     t0 = time.perf_counter()
     cuda_api("jit(device='cuda')")
-    graph = inline_calls(graph)
+    graph = lower_control_flow(inline_calls(graph))
     ctx = CudaContext()
     plan = make_plan(graph, ctx)
     sim = simulator()

@@ -11,7 +11,7 @@ import jitgraph
 import jitgraph.nn as nn
 import jitgraph.optim as optim
 import jitgraph.random as jr
-from jitgraph.checkpoint import CheckpointError
+from jitgraph.serialization import CheckpointError
 
 
 def test_round_trip_plain_trees(tmp_path):
