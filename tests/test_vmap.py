@@ -327,10 +327,10 @@ def test_error_all_none_and_mapped_output_with_out_axes_none():
 
 
 def test_error_primitive_without_batching_rule():
-    p = jitgraph.defprimitive("vmap_test_no_rule", lambda x: x * 2)
-    with pytest.raises(NotImplementedError, match="vmap_test_no_rule has no batching rule"):
+    p = jitgraph.defprimitive("test_vmap_no_rule", lambda x: x * 2)
+    with pytest.raises(NotImplementedError, match="test_vmap_no_rule has no batching rule"):
         vmap(lambda x: p(x))(np.ones((2, 3)))
-    q = jitgraph.defprimitive("vmap_test_with_rule", lambda x: x * 2,
+    q = jitgraph.defprimitive("test_vmap_with_rule", lambda x: x * 2,
                               batch=lambda args, dims: (args[0] * 2, dims[0]))
     _assert_close(vmap(lambda x: q(x), in_axes=1)(np.ones((2, 3))), np.full((3, 2), 2.0))
 

@@ -78,7 +78,7 @@ def compile_sub(g: Graph, donate: Sequence[int] = ()) -> Callable:
 # then cost more than they bring (measured here, 2 cores shared with other processes: a
 # 32x256x256 float32 product took 1-7 ms with 2 threads, 0.2 ms with one; the RNN benchmark's
 # 100-step forward+backward went from 1 s to 80 ms). Loops whose products are all below this
-# many multiply-adds run with one BLAS thread (threadpoolctl, when it is installed).
+# many multiply-adds run with one BLAS thread (through threadpoolctl).
 SMALL_PRODUCT = 1 << 23
 _BLAS: list = []        # [threadpoolctl's BLAS selection] once looked up ([None]: unavailable)
 
