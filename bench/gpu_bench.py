@@ -20,7 +20,6 @@ simulator, to test this script without a GPU.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -28,21 +27,18 @@ import sys
 import time
 import traceback
 
-_ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-_ARGS.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                 "gpu_results.md"))
-_ARGS.add_argument("--sim", action="store_true", help="tiny sizes under the CUDA simulator")
-_ARGS.add_argument("--quick", action="store_true", help="fewer repeats")
-_ARGS.add_argument("--only", default="", help="comma-separated workloads: elementwise, xent, "
+from gpu_args import parse_gpu_args
+
+
+def _options(p) -> None:
+    p.add_argument("--quick", action="store_true", help="fewer repeats")
+    p.add_argument("--only", default="", help="comma-separated workloads: elementwise, xent, "
                    "mlp_small, mlp_large, overhead, matmul")
-_ARGS.add_argument("--peers-cpu", action="store_true",
+    p.add_argument("--peers-cpu", action="store_true",
                    help="with --sim: run the PyTorch and JAX rows on the CPU (checks their code)")
-ARGS = _ARGS.parse_args()
-if ARGS.sim:
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    os.environ["JITGRAPH_CACHE_DIR"] = os.environ.get("JITGRAPH_CACHE_DIR") or \
-        os.path.join("/tmp", "jitgraph-gpu-bench-sim")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+ARGS = parse_gpu_args(__doc__.splitlines()[0], _options)
 
 import numpy as np  # noqa: E402
 

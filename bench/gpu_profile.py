@@ -16,22 +16,14 @@ time, so only the structure and the byte/FLOP counts mean anything): a check of 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
-_ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-_ARGS.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                 "gpu_results.md"))
-_ARGS.add_argument("--sim", action="store_true", help="tiny sizes under the CUDA simulator")
-_ARGS.add_argument("--reps", type=int, default=None, help="profiled calls (default 50; 2 --sim)")
-ARGS = _ARGS.parse_args()
-if ARGS.sim:
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    os.environ["JITGRAPH_CACHE_DIR"] = os.environ.get("JITGRAPH_CACHE_DIR") or \
-        os.path.join("/tmp", "jitgraph-gpu-bench-sim")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gpu_args import parse_gpu_args
+
+ARGS = parse_gpu_args(__doc__.splitlines()[0], lambda p: p.add_argument(
+    "--reps", type=int, default=None, help="profiled calls (default 50; 2 --sim)"))
 
 # the W1 loss itself; its module's shared benchmark setup leaves this process's CPUs and
 # cache directory alone
