@@ -296,14 +296,16 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
     site = where(user_frame(2))
     what = f"fori_loop body_fun {_describe_fn(body_fun)}"
     if _static_int(lower) and _static_int(upper):
-        dt = np.result_type(np.asarray(lower).dtype, np.asarray(upper).dtype) \
-            if isinstance(lower, np.integer) or isinstance(upper, np.integer) else np.int64
         lo, hi = int(lower), int(upper)
+        # Python int bounds give a weakly typed index, as JAX's int32 index behaves beside
+        # float32 values: ``c * 1.1 + i`` stays float32
+        start = np.asarray(lo, np.result_type(np.asarray(lower).dtype, np.asarray(upper).dtype)) \
+            if isinstance(lower, np.integer) or isinstance(upper, np.integer) else lo
 
         def step(carry, _):
             i, v = carry
             return (i + 1, body_fun(i, v)), None
-        (_, val), _ = _scan(step, (np.asarray(lo, dt), init_val), None, max(hi - lo, 0),
+        (_, val), _ = _scan(step, (start, init_val), None, max(hi - lo, 0),
                             False, site, what)
         return val
     lower = _check_index(lower, "fori_loop's lower bound", site)

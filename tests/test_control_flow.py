@@ -331,3 +331,16 @@ def test_loop_carry_mismatch_errors():
         lax.while_loop(lambda v: v, lambda v: v, 1.0)
     with pytest.raises(ValueError, match="inconsistent lengths"):
         lax.scan(lambda c, x: (c, x), 0.0, (np.ones(3), np.ones(4)))
+
+
+def test_fori_loop_index_is_weakly_typed_like_jax():
+    """With Python int bounds the index mixes with float32 values as JAX's int32 index does:
+    ``c * 1.1 + i`` keeps the carry float32 instead of failing for a float64 carry."""
+    x = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    out = lax.fori_loop(0, 5, lambda i, c: c * 1.1 + i, x)
+    expected = x.copy()
+    for i in range(5):
+        expected = expected * np.float32(1.1) + np.float32(i)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert lax.fori_loop(np.int32(0), np.int32(3), lambda i, c: c + i, np.int32(0)).dtype == np.int32
