@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .emit import literal, offset
+from .emit import literal, offset, scatter_parts
 from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
@@ -331,34 +331,18 @@ class CpuCodegen:
 
     # ------------------------------------------------------------ scatter kernels
     def scatter_kernel(self, s: ScatterStep) -> tuple[str, list]:
-        plan, n = self.plan, s.node
-        g, *ix = n.inputs
-        shape = n.out.aval.shape
-        nb = g.aval.ndim - (len(shape) - len(ix))
-        b_shape, rest = g.aval.shape[:nb], shape[len(ix):]
-        # an index array may appear twice (x[i, i]): one parameter per distinct array
-        params = list(dict.fromkeys([plan.array_name(v) for v in n.inputs] + [plan.array_name(n.out)]))
-        params += [name for name, _, _ in self.symbols]
-        out = plan.array_name(n.out)
+        n = s.node
+        sp = scatter_parts(self.plan, n)
+        params = sp.params + [name for name, _, _ in self.symbols]
+        out = self.plan.array_name(n.out)
         lines = [_decorator(False, self.fastmath, False, self.python_driver),
                  f"def {s.name}_{{H}}({', '.join(params)}):",
                  f"    for z in range({max(n.out.aval.size, 0)}):", f"        {out}[z] = 0"]
-        bv = [f"b{i}" for i in range(nb)]
-        rv = [f"q{i}" for i in range(len(rest))]
-        ind = 1
-        for v, d in zip(bv + rv, list(b_shape) + list(rest)):
-            lines.append("    " * ind + f"for {v} in range({d}):")
-            ind += 1
-        pad = "    " * ind
-        tgt = []
-        for k, iv in enumerate(ix):
-            lead = nb - iv.aval.ndim
-            src = plan.array_name(iv)
-            off = offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)], iv.aval.shape)
-            lines.append(pad + f"j{k} = clamp_index({src}[{off}], {shape[k]})")
-            tgt.append(f"j{k}")
-        lines.append(pad + f"{out}[{offset(tgt + rv, shape)}] += "
-                           f"{plan.array_name(g)}[{offset(bv + rv, g.aval.shape)}]")
+        for depth, (v, d) in enumerate(zip(sp.loop_vars, sp.loop_sizes), 1):
+            lines.append("    " * depth + f"for {v} in range({d}):")
+        pad = "    " * (len(sp.loop_vars) + 1)
+        lines += [pad + line for line in sp.index_lines]
+        lines.append(pad + f"{out}[{sp.target}] += {sp.source}")
         return "\n".join(lines), params
 
     # ------------------------------------------------------------ module

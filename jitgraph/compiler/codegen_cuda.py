@@ -25,7 +25,7 @@ import numpy as np
 
 from .codegen_cpu import (CpuCodegen, CpuContext, KernelSource, _ops, acc_init_lines,
                           arg_update_lines)
-from .emit import offset
+from .emit import offset, scatter_parts
 from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
@@ -392,30 +392,18 @@ class CudaCodegen(CpuCodegen):
 
     # ------------------------------------------------------------ scatter kernels
     def scatter_kernel(self, s: ScatterStep) -> tuple[str, list]:
-        plan, n = self.plan, s.node
-        g, *ix = n.inputs
-        shape = n.out.aval.shape
-        nb = g.aval.ndim - (len(shape) - len(ix))
-        b_shape, rest = g.aval.shape[:nb], shape[len(ix):]
-        params = list(dict.fromkeys([plan.array_name(v) for v in n.inputs] + [plan.array_name(n.out)]))
-        out = plan.array_name(n.out)
-        total = int(np.prod(tuple(b_shape) + tuple(rest), dtype=np.int64))
-        bv = [f"b{i}" for i in range(nb)]
-        rv = [f"q{i}" for i in range(len(rest))]
+        n = s.node
+        sp = scatter_parts(self.plan, n)
+        params = sp.params
+        out = self.plan.array_name(n.out)
+        total = int(np.prod(tuple(sp.loop_sizes), dtype=np.int64))
         kern = f"{s.name}_kernel_{{H}}"
         lines = self._kernel_head(kern, params)
         lines.append(f"    for lin in range(cuda.grid(1), {total}, cuda.gridsize(1)):")
         pad = "        "
-        lines += _decompose("lin", bv + rv, list(b_shape) + list(rest), pad)
-        tgt = []
-        for k, iv in enumerate(ix):
-            lead = nb - iv.aval.ndim
-            off = offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
-                         iv.aval.shape)
-            lines.append(pad + f"j{k} = clamp_index({plan.array_name(iv)}[{off}], {shape[k]})")
-            tgt.append(f"j{k}")
-        lines.append(pad + f"cuda.atomic.add({out}, {offset(tgt + rv, shape)}, "
-                           f"{plan.array_name(g)}[{offset(bv + rv, g.aval.shape)}])")
+        lines += _decompose("lin", sp.loop_vars, sp.loop_sizes, pad)
+        lines += [pad + line for line in sp.index_lines]
+        lines.append(pad + f"cuda.atomic.add({out}, {sp.target}, {sp.source})")
         t = threads_for(total)
         launcher = self._launcher(s.name, params, [(kern, min(MAX_BLOCKS, -(-total // t)), t)])
         launcher.insert(1, f"    fill({out}, 0)  # scatter-add accumulates into zeros")

@@ -8,11 +8,11 @@ kernels alike; ``ctx`` names the backend's scalar functions.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ..core import Var
+from ..core import Node, Var
 from ..ops.layout import concat_index_map, row_major_strides
 
 
@@ -52,6 +52,38 @@ def offset(idx: Sequence[str], shape: Sequence[int]) -> str:
 
 def norm_idx(idx: Sequence[str], shape: Sequence[int]) -> tuple[str, ...]:
     return tuple("0" if d == 1 else e for e, d in zip(idx, shape))
+
+
+class ScatterParts(NamedTuple):
+    """What the CPU and CUDA scatter-add kernels share: their parameters, the loops over the
+    update's elements, the index reads and the two element offsets."""
+    params: list[str]        # one per distinct array (x[i, i] passes i once), then the output
+    loop_vars: list[str]     # batch axes b*, then the trailing axes q* the indices leave whole
+    loop_sizes: list[int]
+    index_lines: list[str]   # ``j{k} = clamp_index(...)``, unindented
+    target: str              # offset into the output
+    source: str              # the update's element
+
+
+def scatter_parts(plan, node: Node) -> ScatterParts:
+    g, *ix = node.inputs
+    shape = node.out.aval.shape
+    nb = g.aval.ndim - (len(shape) - len(ix))
+    rest = shape[len(ix):]
+    bv = [f"b{i}" for i in range(nb)]
+    rv = [f"q{i}" for i in range(len(rest))]
+    lines, tgt = [], []
+    for k, iv in enumerate(ix):
+        lead = nb - iv.aval.ndim
+        off = offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
+                     iv.aval.shape)
+        lines.append(f"j{k} = clamp_index({plan.array_name(iv)}[{off}], {shape[k]})")
+        tgt.append(f"j{k}")
+    params = list(dict.fromkeys([plan.array_name(v) for v in node.inputs]
+                                + [plan.array_name(node.out)]))
+    return ScatterParts(params, bv + rv, list(g.aval.shape[:nb]) + list(rest), lines,
+                        offset(tgt + rv, shape),
+                        f"{plan.array_name(g)}[{offset(bv + rv, g.aval.shape)}]")
 
 
 class Emitter:

@@ -8,6 +8,7 @@ sub-graphs in generated source (``subgraph_comment``).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from typing import Callable, Sequence
@@ -99,17 +100,9 @@ def _blas_limit(graphs: Sequence[Graph]):
     return None if _BLAS[0] is None else (lambda: _BLAS[0].limit(limits=1))
 
 
-class _NoLimit:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _limited(graphs: Sequence[Graph]):
     limit = _blas_limit(graphs)
-    return limit if limit is not None else _NoLimit
+    return limit if limit is not None else contextlib.nullcontext
 
 
 def _result(res: list):
