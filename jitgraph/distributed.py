@@ -21,6 +21,7 @@ every function raises ``DistributedUnavailableError`` saying so.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -33,6 +34,7 @@ __all__ = ["DistributedUnavailableError", "init", "rank", "world_size", "is_main
            "global_batches", "shard_batches", "save", "load", "BucketPlan", "plan_buckets",
            "pack", "unpack", "DEFAULT_BUCKET_BYTES"]
 
+ABORT_GRACE_S = 1.0               # seconds a failing rank waits before MPI_Abort (see init)
 DEFAULT_BUCKET_BYTES = 4 << 20      # 4 MiB: large enough for bandwidth, small enough to pipeline
 INSTALL_HINT = ("pip install 'jitgraph[distributed]' (or: pip install mpi4py mpich), then "
                 "launch with mpiexec -n N python your_script.py")
@@ -81,6 +83,10 @@ def init(abort_on_error: bool = True) -> None:
             previous(exc_type, exc, tb)
             sys.stderr.flush()
             sys.stdout.flush()
+            # MPI_Abort makes the launcher kill every rank at once; output still in its
+            # forwarding pipes is then lost (seen with MPICH's hydra on a loaded machine),
+            # so give it a moment to carry the message above to the user first.
+            time.sleep(ABORT_GRACE_S)
             comm.Abort(1)
 
         sys.excepthook = abort_all
