@@ -44,9 +44,13 @@ _ALL: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()
 
 def cache_info() -> dict:
     """Counters over all jitted functions: hits, misses, disk_hits, traces, compile/trace
-    seconds, dynamic_compiles and dynamic_hits (see ``jit``'s ``dynamic_dims``). Which program
-    served each shape of one function: ``f.cache_entries()``."""
-    return _STATS.as_dict()
+    seconds, dynamic_compiles and dynamic_hits (see ``jit``'s ``dynamic_dims``), and how many
+    kernels compile workers compiled (``worker_compiles``) beside this process
+    (``local_compiles``). Which program served each shape of one function:
+    ``f.cache_entries()``."""
+    from .compiler.compile_pool import STATS
+    return {**_STATS.as_dict(), "worker_compiles": STATS["worker_compiles"],
+            "local_compiles": STATS["local_compiles"]}
 
 
 def clear_cache() -> None:
@@ -56,6 +60,8 @@ def clear_cache() -> None:
         f._fast.clear()
         f._patterns.clear()
     _STATS.__init__()
+    from .compiler.compile_pool import STATS
+    STATS.update(worker_compiles=0, local_compiles=0)
 
 
 def _log_enabled() -> bool:

@@ -68,6 +68,7 @@ class KernelSource:
     source: str
     ops: list
     params: tuple = ()
+    arg_types: tuple = ()   # per parameter: a dtype name (a flat C array of it) or "size"
 
     def __repr__(self) -> str:
         return f"<kernel {self.name}: {len(self.ops)} ops>"
@@ -371,10 +372,12 @@ class CpuCodegen:
                 key = _canonical(src, s.name, params)
                 shared = by_structure.get(key)
                 if shared is None:
-                    shared = by_structure[key] = KernelSource(s.name, src, [], tuple(params))
+                    shared = by_structure[key] = KernelSource(s.name, src, [], tuple(params),
+                                                              self._arg_types(params))
                     chunks.append(src)
                 self._callee[s.name] = shared.name
-                kernels.append(KernelSource(shared.name, shared.source, _ops(s), shared.params))
+                kernels.append(KernelSource(shared.name, shared.source, _ops(s), shared.params,
+                                            shared.arg_types))
             calls.append((s, params))
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
@@ -392,6 +395,13 @@ class CpuCodegen:
         chunks.append("\n".join(dl))
         info["const_names"] = const_names
         return "\n\n\n".join(chunks) + "\n", kernels, driver_name, info
+
+    def _arg_types(self, params) -> tuple:
+        """What the driver passes a kernel: flat C-contiguous arrays, and int64 runtime sizes
+        (``compile_pool`` compiles kernels for exactly these types ahead of the first call)."""
+        dtypes = {name: v.aval.dtype.name for v, name in self.plan._names.items()}
+        sizes = {name for name, _, _ in self.symbols}
+        return tuple("size" if p in sizes else dtypes[p] for p in params)
 
     def _driver_body(self, calls, donate: set[int]):
         """Driver statements plus the memory plan.
@@ -561,7 +571,7 @@ class FinishedProgram:
     source: str                     # everything in one readable text (``lower().source``)
     driver_source: str
     driver_name: str
-    kernel_modules: list            # (function name, module source)
+    kernel_modules: list            # (function name, module source, argument types)
 
 
 def finish_module(template: str, kernels: list[KernelSource], driver: str) -> FinishedProgram:
@@ -575,7 +585,8 @@ def finish_module(template: str, kernels: list[KernelSource], driver: str) -> Fi
             kind = ks.name.split("_")[1]
             canon = _canonical(ks.source, ks.name, ks.params)
             name = f"{kind}_{hashlib.sha256(canon.encode()).hexdigest()[:12]}"
-            final[ks.name] = KernelSource(name, canon.replace("{NAME}", name), [])
+            final[ks.name] = KernelSource(name, canon.replace("{NAME}", name), [],
+                                          arg_types=ks.arg_types)
             driver_chunk = re.sub(rf"\b{re.escape(ks.name)}_{{H}}\(", name + "(", driver_chunk)
         ks.name, ks.source = final[ks.name].name, final[ks.name].source
     h = hashlib.sha256(driver_chunk.encode()).hexdigest()[:12]
@@ -583,7 +594,7 @@ def finish_module(template: str, kernels: list[KernelSource], driver: str) -> Fi
     imports = [f"# calls {k.name}, loaded from its own cache entry" for k in final.values()]
     driver_source = HEADER + "\n".join(imports) + "\n\n\n" + driver_chunk + "\n"
     text = "\n\n\n".join([HEADER] + [k.source for k in final.values()] + [driver_chunk]) + "\n"
-    modules = [(k.name, HEADER + "\n\n" + k.source + "\n") for k in final.values()]
+    modules = [(k.name, HEADER + "\n\n" + k.source + "\n", k.arg_types) for k in final.values()]
     return FinishedProgram(text, driver_source, driver.replace("{H}", h), modules)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from ..core import Graph, Node, Var
 from .loops import lower_control_flow
 from ..passes import optimize
+from . import compile_pool
 from .codegen_cpu import CpuCodegen, CpuContext, finish_module
 from .disk_cache import DiskCache
 from .fusion import HostStep, make_plan
@@ -261,11 +262,15 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
     if _FINGERPRINT is None:
         _FINGERPRINT = _codegen_fingerprint()
     cache = disk_cache()
-    modules, on_disk = [], []
-    for name, src in fin.kernel_modules:
+    modules, on_disk, new = [], [], []
+    for name, src, arg_types in fin.kernel_modules:
         m, hit = cache.load_module(src, key_extra=_FINGERPRINT)
         modules.append((name, m))
         on_disk.append(hit)
+        if not hit and arg_types and _in_directory(m, cache):
+            new.append((name, m, (str(cache.directory), _FINGERPRINT, src, name, arg_types)))
+    if len(new) >= compile_pool.MIN_KERNELS:
+        _precompile(new)
     module, hit = cache.load_module(fin.driver_source, key_extra=_FINGERPRINT)
     on_disk.append(hit)
     for name, m in modules:
@@ -280,6 +285,27 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
                               gen.runner, symbols)
     program.kernel_modules = [m for _, m in modules]
     return program
+
+
+def _in_directory(module, cache: DiskCache) -> bool:
+    """Whether ``module`` was imported from the cache directory itself (not a private
+    fallback directory), so a worker process importing it from there shares its entries."""
+    file = getattr(module, "__file__", None)
+    return bool(file) and os.path.dirname(os.path.abspath(file)) == str(cache.directory)
+
+
+def _precompile(new: list) -> None:
+    """Compile the program's new kernels now, on this process and compile workers at once
+    (``compile_pool``), instead of one after another in the first call."""
+    from .compile_worker import numba_signature
+    modules = {job: m for _, m, job in new}
+    levels = None if "NUMBA_OPT" in os.environ else COMPILE_OPT_LEVEL
+
+    def compile_here(job):
+        name, arg_types = job[3], job[4]
+        with compile_settings("cpu"):
+            getattr(modules[job[:5]], name).compile(numba_signature(arg_types))
+    compile_pool.precompile([job[:5] + (levels,) for _, _, job in new], compile_here)
 
 
 def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, *, fastmath: bool = False,
