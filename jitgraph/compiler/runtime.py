@@ -267,8 +267,8 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
         m, hit = cache.load_module(src, key_extra=_FINGERPRINT)
         modules.append((name, m))
         on_disk.append(hit)
-        if not hit and arg_types and _in_directory(m, cache):
-            new.append((name, m, (str(cache.directory), _FINGERPRINT, src, name, arg_types)))
+        if not hit and arg_types:
+            new.append((m, name, arg_types))
     if len(new) >= compile_pool.MIN_KERNELS:
         _precompile(new)
     module, hit = cache.load_module(fin.driver_source, key_extra=_FINGERPRINT)
@@ -287,25 +287,14 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
     return program
 
 
-def _in_directory(module, cache: DiskCache) -> bool:
-    """Whether ``module`` was imported from the cache directory itself (not a private
-    fallback directory), so a worker process importing it from there shares its entries."""
-    file = getattr(module, "__file__", None)
-    return bool(file) and os.path.dirname(os.path.abspath(file)) == str(cache.directory)
-
-
 def _precompile(new: list) -> None:
-    """Compile the program's new kernels now, on this process and compile workers at once
-    (``compile_pool``), instead of one after another in the first call."""
-    from .compile_worker import numba_signature
-    modules = {job: m for _, m, job in new}
-    levels = None if "NUMBA_OPT" in os.environ else COMPILE_OPT_LEVEL
-
-    def compile_here(job):
-        name, arg_types = job[3], job[4]
+    """Compile the program's new kernels now, on this process and forked compile workers at
+    once (``compile_pool``), instead of one after another in its first call."""
+    def compile_one(job):
+        module, name, arg_types = job
         with compile_settings("cpu"):
-            getattr(modules[job[:5]], name).compile(numba_signature(arg_types))
-    compile_pool.precompile([job[:5] + (levels,) for _, _, job in new], compile_here)
+            getattr(module, name).compile(compile_pool.numba_signature(arg_types))
+    compile_pool.precompile(new, compile_one)
 
 
 def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, *, fastmath: bool = False,
