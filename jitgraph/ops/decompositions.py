@@ -9,7 +9,6 @@ again. ``eigh`` reads a symmetric matrix: its rules symmetrize the (co)tangent, 
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from .. import dtypes
 from ..core import Aval, Primitive, register
@@ -90,6 +89,7 @@ def _tri_aval(a, b, *, lower, trans):
 
 
 def _tri_impl(a, b, *, lower, trans):
+    import scipy.linalg     # here, not at import: it is a slow import few programs need
     out = np.empty(b.shape, np.result_type(a, b))
     for i in np.ndindex(*a.shape[:-2]):
         out[i] = scipy.linalg.solve_triangular(a[i], b[i], lower=lower, trans=trans)

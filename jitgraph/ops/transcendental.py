@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special as sps
 
 from ..core import Primitive, register
 from .. import numpy as jnp
@@ -28,10 +27,13 @@ def _libm(name):
     return lambda c, *xs: f"{c.fn(name)}({', '.join(xs)})"
 
 
-def _typed(f):
-    """A NumPy reference that keeps the operand's float dtype (SciPy may return float64)."""
-    def impl(*xs, **params):
-        return np.asarray(f(*xs, **params)).astype(xs[0].dtype)
+def _special(name):
+    """SciPy's special function ``name`` as a NumPy reference that keeps the operand's float
+    dtype (SciPy may return float64). SciPy is imported at the first call: ``scipy.special``
+    takes a good part of a second to import, most of ``import jitgraph`` otherwise."""
+    def impl(x):
+        import scipy.special
+        return np.asarray(getattr(scipy.special, name)(x)).astype(x.dtype)
     return impl
 
 
@@ -53,21 +55,26 @@ log2_p = unary("log2", np.log2, _libm("log2"), vjp=lambda g, out, x: (g / (x * _
 log10_p = unary("log10", np.log10, _libm("log10"), vjp=lambda g, out, x: (g / (x * _LN10),))
 exp2_p = unary("exp2", np.exp2, lambda c, x: f"{c.fn('pow')}(2.0, {x})",
                vjp=lambda g, out, x: (g * out * _LN2,))
-erfc_p = unary("erfc", _typed(sps.erfc), _libm("erfc"),
+erfc_p = unary("erfc", _special("erfc"), _libm("erfc"),
                vjp=lambda g, out, x: (-(g * _TWO_OVER_SQRT_PI * jnp.exp(-(x * x))),))
-lgamma_p = unary("lgamma", _typed(sps.gammaln), _libm("lgamma"),
+lgamma_p = unary("lgamma", _special("gammaln"), _libm("lgamma"),
                  vjp=lambda g, out, x: (g * digamma_p(x),))
 # host-only special functions (no scalar routine in Numba's math module)
-digamma_p = unary("digamma", _typed(sps.digamma), None,
+digamma_p = unary("digamma", _special("digamma"), None,
                   vjp=lambda g, out, x: (g * polygamma_p(x, n=1),))
-erfinv_p = unary("erfinv", _typed(sps.erfinv), None,
+erfinv_p = unary("erfinv", _special("erfinv"), None,
                  vjp=lambda g, out, x: (g * (0.5 * math.sqrt(math.pi)) * jnp.exp(out * out),))
-ndtri_p = unary("ndtri", _typed(sps.ndtri), None,
+ndtri_p = unary("ndtri", _special("ndtri"), None,
                 vjp=lambda g, out, x: (g * math.sqrt(2.0 * math.pi) * jnp.exp(0.5 * (out * out)),))
 
 
 def _polygamma_aval(x, *, n):
     return _elementwise_aval(x, float_only=True, name="polygamma")
+
+
+def _polygamma_impl(x, *, n):
+    import scipy.special
+    return np.asarray(scipy.special.polygamma(n, x)).astype(x.dtype)
 
 
 def _polygamma_vjp(g, out, x, *, n):
@@ -76,7 +83,7 @@ def _polygamma_vjp(g, out, x, *, n):
 
 polygamma_p = register(Primitive(
     "polygamma", kind="elementwise", abstract_eval=_polygamma_aval,
-    impl=_typed(lambda x, *, n: sps.polygamma(n, x)), vjp=_polygamma_vjp,
+    impl=_polygamma_impl, vjp=_polygamma_vjp,
     jvp=lambda ts, out, x, *, n: None if ts[0] is None else _polygamma_vjp(ts[0], out, x, n=n)[0],
     codegen=None))
 polygamma_p.batch = elementwise_rule(polygamma_p)
