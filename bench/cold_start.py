@@ -4,9 +4,9 @@
 
 1. "fresh machine": empty jitgraph cache and empty Numba cache (so jitgraph's own helper
    kernels compile too), 2. "new cache": empty jitgraph cache, helper kernels already compiled,
-3. "warm": everything cached. Each is the wall time of the whole process
-(``python examples/train_digits.py``), median of the repeats; the ratios to the warm run are
-what the compile-latency targets speak of.
+3. "warm": everything cached; then 1 and 2 again with ``JITGRAPH_COMPILE_WORKERS=0``. Each
+is the wall time of the whole process (``python examples/train_digits.py``), median of the
+repeats; the ratios to the warm run are what the compile-latency targets speak of.
 """
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "train_digits.py")
 
 
-def run_example(jit_cache: str, numba_cache: str | None, extra: list[str]) -> float:
+def run_example(jit_cache: str, numba_cache: str | None, extra: list[str],
+                workers: str | None = None) -> float:
     env = dict(os.environ, JITGRAPH_CACHE_DIR=jit_cache, BENCH_KEEP_CACHES="1")
+    if workers is not None:
+        env["JITGRAPH_COMPILE_WORKERS"] = workers
     if numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = numba_cache
     else:
@@ -43,18 +46,26 @@ def run_example(jit_cache: str, numba_cache: str | None, extra: list[str]) -> fl
 def run(args) -> dict:
     extra = ["--smoke"] if args.quick else []
     n = 1 if args.quick else 3
-    fresh, new_cache, warm = [], [], []
+    fresh, new_cache, warm, fresh0, new_cache0 = [], [], [], [], []
     for _ in range(n):
         numba_dir = common.fresh_dir("cold-numba")
         fresh.append(run_example(common.fresh_dir("cold-jit"), numba_dir, extra))
         jit_dir = common.fresh_dir("cold-jit")
         new_cache.append(run_example(jit_dir, numba_dir, extra))
         warm.append(run_example(jit_dir, numba_dir, extra))
+        # the same without compile workers (JITGRAPH_COMPILE_WORKERS=0)
+        fresh0.append(run_example(common.fresh_dir("cold-jit"), common.fresh_dir("cold-numba"),
+                                  extra, workers="0"))
+        new_cache0.append(run_example(common.fresh_dir("cold-jit"), numba_dir, extra, "0"))
     med = {k: float(np.median(v)) for k, v in
-           (("fresh machine", fresh), ("new jitgraph cache", new_cache), ("warm", warm))}
+           (("fresh machine", fresh), ("new jitgraph cache", new_cache), ("warm", warm),
+            ("fresh machine, no compile workers", fresh0),
+            ("new jitgraph cache, no compile workers", new_cache0))}
     print_kv(f"digits example{' --smoke' if extra else ''}: process wall time, median of {n}", [
         (k, f"{fmt_time(v)}   ({v / med['warm']:.2f}x the warm run)") for k, v in med.items()])
-    return {"median_s": med, "runs": {"fresh": fresh, "new_cache": new_cache, "warm": warm}}
+    return {"median_s": med, "runs": {"fresh": fresh, "new_cache": new_cache, "warm": warm,
+                                      "fresh_no_workers": fresh0,
+                                      "new_cache_no_workers": new_cache0}}
 
 
 def main(argv=None) -> dict:

@@ -323,7 +323,9 @@ def run(args) -> dict:
                                   f"{warm['warm_wall_s']:.3f} s  [median of {warm['n']}]"),
         ])
         rows = [("jitgraph.jit", f"{warm['new_cache_first_call_s']:.3f} s first call (trace + "
-                                 f"compile + run), median of {warm['n']}")]
+                                 f"compile + run), median of {warm['n']}"),
+                ("  without compile workers", f"{warm['no_workers_first_call_s']:.3f} s  "
+                                              "(JITGRAPH_COMPILE_WORKERS=0)")]
         if "jax.jit" in compile_times:
             jax_s = compile_times["jax.jit"][0] - compile_times["jax.jit"][1]
             rows.append(("jax.jit (cold, above)", f"{jax_s:.3f} s   -> jitgraph / jax = "
@@ -385,8 +387,8 @@ def warm_start_child() -> None:
         "in_process_s": t_first - t0, "loss": float(np.asarray(loss))}), flush=True)
 
 
-def _spawn_child(cache_dir: str, jit_dir: str | None = None) -> dict:
-    env = dict(os.environ)
+def _spawn_child(cache_dir: str, jit_dir: str | None = None, env: dict | None = None) -> dict:
+    env = dict(os.environ, **(env or {}))
     env["JITGRAPH_CACHE_DIR"] = jit_dir or os.path.join(cache_dir, "jitgraph")
     env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
     env["BENCH_KEEP_CACHES"] = "1"   # keep the cache directories as given
@@ -412,14 +414,18 @@ def warm_start(args) -> dict:
     cache_dir = common.fresh_dir("jitgraph-warmstart")
     cold = _spawn_child(cache_dir)          # populates the cache
     n = 1 if args.quick else 3
-    new_cache = [_spawn_child(cache_dir, jit_dir=common.fresh_dir("jitgraph-newcache"))
-                 for _ in range(n)]
+    new_cache, serial = [], []
+    for _ in range(n):          # alternating: with compile workers (the default) and without
+        new_cache.append(_spawn_child(cache_dir, jit_dir=common.fresh_dir("jitgraph-newcache")))
+        serial.append(_spawn_child(cache_dir, jit_dir=common.fresh_dir("jitgraph-newcache"),
+                                   env={"JITGRAPH_COMPILE_WORKERS": "0"}))
     runs = [_spawn_child(cache_dir) for _ in range(n)]
     med = lambda rs, k: float(np.median([r[k] for r in rs]))  # noqa: E731
     files = sum(len(fs) for _, _, fs in os.walk(cache_dir))
     return {"cold": cold, "warm_runs": runs, "n": n, "cache_files": files,
-            "new_cache_runs": new_cache,
+            "new_cache_runs": new_cache, "no_workers_runs": serial,
             "new_cache_first_call_s": med(new_cache, "first_call_s"),
+            "no_workers_first_call_s": med(serial, "first_call_s"),
             "warm_in_process_s": med(runs, "in_process_s"), "warm_import_s": med(runs, "import_s"),
             "warm_first_call_s": med(runs, "first_call_s"), "warm_wall_s": med(runs, "wall_s")}
 
