@@ -164,6 +164,12 @@ class Graph:
         return sum(1 for n in self.nodes if n.prim.name == prim_name)
 
 
+class SharedGraph(Graph):
+    """A graph kept and reused across calls (a cached trace, e.g. of a custom_vjp function).
+    Node parameters holding one are keyed by its identity (``params_key``), so nodes that
+    carry it can be cached by structure like nodes with plain parameters."""
+
+
 # --------------------------------------------------------------------------- primitives
 class Primitive:
     """One op, defined once: every rule the pipeline needs lives on this object.
@@ -512,7 +518,7 @@ _SHAPE_RULE_CACHE: dict = {}   # (prim, avals, params) -> output aval(s): rules 
 _SHAPE_RULE_CACHE_MAX = 8192
 
 
-_PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple}) | _DTYPE_TYPES
+_PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple, SharedGraph}) | _DTYPE_TYPES
 
 
 def params_key(params: dict) -> tuple | None:

@@ -3,6 +3,7 @@ own rules, defined in one place like the built-in ones)."""
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
@@ -12,6 +13,7 @@ from .tree import tree_flatten
 
 
 # ------------------------------------------------------------------ custom_vjp
+TRACE_CACHE_SIZE = 32   # traced (fun, fwd, bwd) kept per custom_vjp function
 # A call of a custom_vjp function records one ``custom_vjp_call`` node whose inputs are the
 # argument leaves followed by every traced value that ``fun``, ``fwd`` or ``bwd`` closes over.
 # ``fun``, ``fwd`` and ``bwd`` are traced to graphs at call time (closure conversion), so the VJP
@@ -101,9 +103,15 @@ class custom_vjp:
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
         self._tracing_rules = False
+        self._traces: OrderedDict = OrderedDict()   # see _rules
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
+        self._traces.clear()
+
+    def _state_key_parts(self) -> tuple:
+        """What this function's traces depend on besides its arguments (``state_key``)."""
+        return (self.fun, self.fwd, self.bwd)
 
     def __call__(self, *args: Any) -> Any:
         if self.fwd is None:
@@ -121,7 +129,46 @@ class custom_vjp:
             self._tracing_rules = False
 
     def _bind(self, args, in_tree):
-        from .core import Graph, Var, aval_of
+        in_leaves, rules = self._rules(args, in_tree)
+        prim_graph, fwd_graph, bwd_graph, caps, fwd_caps, bwd_caps, n_res, out_tree = rules
+        outs = bind(custom_vjp_call_p, *in_leaves, *caps, _graph=prim_graph,
+                    _fwd_graph=fwd_graph, _bwd_graph=bwd_graph, _fwd_caps=fwd_caps,
+                    _bwd_caps=bwd_caps, n_args=len(in_leaves), n_res=n_res,
+                    name=self.fun.__name__)
+        return out_tree.unflatten(list(outs))
+
+    def _rules(self, args, in_tree):
+        """(argument leaves, traced rules). Tracing ``fun``, ``fwd`` and ``bwd`` and
+        optimizing their graphs costs several times what evaluating them does on small
+        eager arguments, so the rules are kept per argument structure, shapes and dtypes
+        and the state the functions read (``state_key``), unless they close over traced
+        values (which must be node inputs, found by tracing) or read state that can't be
+        keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
+        dropped first."""
+        from .core import aval_of
+        from .state_key import state_key
+        from .transforms import _leaf_operands
+        leaves = _leaf_operands(args, tree_flatten(args)[0])
+        key = None
+        state = state_key(self)
+        if state is not None:
+            key = (in_tree, tuple(aval_of(x) for x in leaves), state)
+            hit = self._traces.get(key)
+            if hit is not None:
+                self._traces.move_to_end(key)
+                return leaves, hit
+        in_leaves, rules = self._trace_rules(args, in_tree)
+        if key is not None and not rules[3]:        # no closed-over traced values
+            if len(self._traces) >= TRACE_CACHE_SIZE:
+                self._traces.popitem(last=False)
+            self._traces[key] = rules
+        return in_leaves, rules
+
+    def _trace_rules(self, args, in_tree):
+        """Trace ``fun``, ``fwd`` and ``bwd`` at ``args``; returns (argument leaves, (primal
+        graph, fwd graph, bwd graph, closed-over traced values, positions among them of
+        fwd's and of bwd's, residual count, output structure))."""
+        from .core import Graph, SharedGraph, Var, aval_of
         from .passes import optimize
         from .transforms import trace_to_graph
         name = self.fun.__name__
@@ -192,11 +239,11 @@ class custom_vjp:
         prim_graph = Graph(list(graph.inputs[:n_args]) + [f_in.get(i) or Var(c.aval)
                                                           for i, c in enumerate(caps)],
                            graph.nodes, graph.outputs, graph.consts)
-        outs = bind(custom_vjp_call_p, *in_leaves, *caps, _graph=optimize(prim_graph),
-                    _fwd_graph=optimize(fwd_graph), _bwd_graph=optimize(bwd_graph),
-                    _fwd_caps=pos(cap_fwd), _bwd_caps=pos(cap_bwd), n_args=n_args,
-                    n_res=n_res, name=name)
-        return out_tree.unflatten(list(outs))
+        graphs = [optimize(g) for g in (prim_graph, fwd_graph, bwd_graph)]
+        if not caps:    # kept for reuse (see _rules): nodes holding them are keyed by identity
+            graphs = [SharedGraph(g.inputs, g.nodes, g.outputs, g.consts, g.in_tree,
+                                  g.out_tree) for g in graphs]
+        return in_leaves, (*graphs, caps, pos(cap_fwd), pos(cap_bwd), n_res, out_tree)
 
 
 # ------------------------------------------------------------------ user primitives
