@@ -312,10 +312,14 @@ class Trace:
              params: dict) -> list["Tracer"]:
         in_vars = []
         in_vals = []
+        known = True
         for x in args:
             if type(x) is Tracer:
                 in_vars.append(x.gvar if x.trace is self else self.to_var(x))
-                in_vals.append(x.val)
+                v = x.val
+                in_vals.append(v)
+                if v is None:
+                    known = False
             else:
                 in_vars.append(self.to_var(x))
                 in_vals.append(x)
@@ -327,11 +331,14 @@ class Trace:
             self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
             return [Tracer(self, o) for o in outs]
         self.nodes.append(Node(prim, in_vars, params, outs))
-        for v in in_vals:
-            if v is None:
-                self.concrete = False
-                return [Tracer(self, o) for o in outs]
+        if not known:
+            self.concrete = False
+            return [Tracer(self, o) for o in outs]
         vals = run_impl(prim, in_vals, params, out_avals)
+        if len(outs) == 1:
+            o, v = outs[0], vals[0]
+            self.values[o] = v
+            return [Tracer(self, o, v)]
         self.values.update(zip(outs, vals))
         return [Tracer(self, o, v) for o, v in zip(outs, vals)]
 

@@ -8,7 +8,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core import Aval, Primitive, Tracer, bind, register
+from .core import Aval, Primitive, Tracer, aval_of, bind, register
+from .interpreter import run as interpret
+from .state_key import state_key
 from .tree import tree_flatten
 
 
@@ -25,8 +27,7 @@ def _call_aval(*avals, _graph, **_):
 
 
 def _call_impl(*args, _graph, **_):
-    from .interpreter import run
-    return tuple(run(_graph, list(args)))
+    return tuple(interpret(_graph, list(args)))
 
 
 def _call_vjp(cts, outs, *ins, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_caps, n_args,
@@ -145,8 +146,6 @@ class custom_vjp:
         values (which must be node inputs, found by tracing) or read state that can't be
         keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
         dropped first."""
-        from .core import aval_of
-        from .state_key import state_key
         from .transforms import _leaf_operands
         leaves = _leaf_operands(args, tree_flatten(args)[0])
         key = None
@@ -168,7 +167,7 @@ class custom_vjp:
         """Trace ``fun``, ``fwd`` and ``bwd`` at ``args``; returns (argument leaves, (primal
         graph, fwd graph, bwd graph, closed-over traced values, positions among them of
         fwd's and of bwd's, residual count, output structure))."""
-        from .core import Graph, SharedGraph, Var, aval_of
+        from .core import Graph, SharedGraph, Var
         from .passes import optimize
         from .transforms import trace_to_graph
         name = self.fun.__name__

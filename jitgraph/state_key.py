@@ -27,15 +27,40 @@ class _Unkeyable(Exception):
     """Raised inside ``state_key`` when some reachable state cannot be keyed."""
 
 
-@functools.lru_cache(maxsize=1024)
+_NAMES: dict = {}      # id(code) -> (code, names): hashing a code object costs more than this
+
+
 def _global_names(code: types.CodeType) -> tuple[str, ...]:
     """Every name ``code`` (and the code of functions, lambdas and comprehensions defined in
     it) looks up: globals among them, and attribute names, which are harmless extras."""
+    hit = _NAMES.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
     names = set(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             names.update(_global_names(c))
-    return tuple(sorted(names))
+    out = tuple(sorted(names))
+    if len(_NAMES) >= 1024:
+        _NAMES.clear()
+    _NAMES[id(code)] = (code, out)
+    return out
+
+
+class _Same:
+    """An object compared by identity and hashed by id (a code object's own hash is
+    recomputed from its contents on every lookup); holding it keeps the id unique."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Same and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
 
 
 def _library(fn: Any) -> bool:
@@ -45,6 +70,10 @@ def _library(fn: Any) -> bool:
 
 def _value_key(x: Any, depth: int, seen: set) -> Any:
     t = type(x)
+    if t is types.FunctionType:
+        return _function_key(x, depth + 1, seen)
+    if t is types.ModuleType:
+        return ("id", x)
     if t in _BY_VALUE:
         return (t, x)
     if t is float or t is complex:      # by bits: 0.0 and -0.0 compare equal
@@ -59,8 +88,6 @@ def _value_key(x: Any, depth: int, seen: set) -> Any:
         return ("np", x.dtype.str, x.tobytes())
     if isinstance(x, np.dtype):
         return ("dtype", x.str)
-    if t is types.FunctionType:
-        return _function_key(x, depth + 1, seen)
     if t is functools.partial:
         return ("partial", _value_key(x.func, depth, seen), _value_key(x.args, depth, seen),
                 _value_key(tuple(sorted(x.keywords.items())), depth, seen))
@@ -70,7 +97,7 @@ def _value_key(x: Any, depth: int, seen: set) -> Any:
             return ("id", x)
         seen.add(id(x))
         return ("obj", x, tuple(_value_key(p, depth + 1, seen) for p in keyed()))
-    if t is types.ModuleType or isinstance(x, type) or t is types.BuiltinFunctionType \
+    if isinstance(x, type) or t is types.BuiltinFunctionType \
             or (callable(x) and _library(x) and not hasattr(x, "__self__")):
         return ("id", x)      # identity; the key holds x, so the id is never reused
     raise _Unkeyable
@@ -83,7 +110,7 @@ def _function_key(fn: types.FunctionType, depth: int, seen: set) -> Any:
         raise _Unkeyable
     seen.add(id(fn))
     code = fn.__code__
-    parts: list = [fn, code]
+    parts: list = [fn, _Same(code)]
     if fn.__closure__:
         for cell in fn.__closure__:
             try:
