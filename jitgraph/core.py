@@ -427,7 +427,11 @@ def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
         res = (res,)
     out = []
     for r, a in zip(res, out_avals):
-        if type(r) is not np.ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+        if type(r) is not np.ndarray:            # a NumPy scalar, from a 0-d operation
+            r = np.asarray(r, dtype=a.dtype)
+            if r.shape != a.shape:
+                r = r.reshape(a.shape)
+        elif r.dtype is not a.dtype or r.shape != a.shape:
             r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
         out.append(r)
     return out

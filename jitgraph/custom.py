@@ -125,12 +125,12 @@ class custom_vjp:
             return self.fun(*args)
         self._tracing_rules = True
         try:
-            return self._bind(args, in_tree)
+            return self._bind(args, leaves, in_tree)
         finally:
             self._tracing_rules = False
 
-    def _bind(self, args, in_tree):
-        in_leaves, rules = self._rules(args, in_tree)
+    def _bind(self, args, leaves, in_tree):
+        in_leaves, rules = self._rules(args, leaves, in_tree)
         prim_graph, fwd_graph, bwd_graph, caps, fwd_caps, bwd_caps, n_res, out_tree = rules
         outs = bind(custom_vjp_call_p, *in_leaves, *caps, _graph=prim_graph,
                     _fwd_graph=fwd_graph, _bwd_graph=bwd_graph, _fwd_caps=fwd_caps,
@@ -138,7 +138,7 @@ class custom_vjp:
                     name=self.fun.__name__)
         return out_tree.unflatten(list(outs))
 
-    def _rules(self, args, in_tree):
+    def _rules(self, args, leaves, in_tree):
         """(argument leaves, traced rules). Tracing ``fun``, ``fwd`` and ``bwd`` and
         optimizing their graphs costs several times what evaluating them does on small
         eager arguments, so the rules are kept per argument structure, shapes and dtypes
@@ -147,7 +147,7 @@ class custom_vjp:
         keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
         dropped first."""
         from .transforms import _leaf_operands
-        leaves = _leaf_operands(args, tree_flatten(args)[0])
+        leaves = _leaf_operands(args, leaves)
         key = None
         state = state_key(self)
         if state is not None:

@@ -32,7 +32,11 @@ def run(graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
                 continue
             v = n.outs[0]
             a = v.aval
-            if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
+            if type(res) is not ndarray:          # a NumPy scalar, from a 0-d operation
+                res = np.asarray(res, dtype=a.dtype)
+                if res.shape != a.shape:
+                    res = res.reshape(a.shape)
+            elif res.dtype is not a.dtype or res.shape != a.shape:
                 res = np.asarray(res, dtype=a.dtype).reshape(a.shape)
             env[v] = res
     return [env[v] for v in graph.outputs]
