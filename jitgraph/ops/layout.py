@@ -100,14 +100,15 @@ transpose_p = _layout(
 
 # ---------------------------------------------------------------- broadcast_to
 def _broadcast_impl(x, shape):
-    """np.broadcast_to; a small array filled from a scalar where that is cheaper (np.full
-    costs a third of np.broadcast_to's Python, and eager gradients broadcast scalars a lot)."""
-    if x.ndim == 0:
+    """np.broadcast_to; a small array filled from a one-element operand where that is
+    cheaper (np.full costs a third of np.broadcast_to's Python, and eager gradients broadcast
+    scalars a lot)."""
+    if x.size == 1 and x.ndim <= len(shape):
         n = 1
         for d in shape:
             n *= d
         if n <= 1024:
-            return np.full(shape, x)
+            return np.full(shape, x.reshape(()))
     return np.broadcast_to(x, shape)
 
 
