@@ -15,13 +15,13 @@ from .tree import tree_flatten
 
 
 # ------------------------------------------------------------------ custom_vjp
-TRACE_CACHE_SIZE = 32   # traced (fun, fwd, bwd) kept per custom_vjp function
 # A call of a custom_vjp function records one ``custom_vjp_call`` node whose inputs are the
 # argument leaves followed by every traced value that ``fun``, ``fwd`` or ``bwd`` closes over.
 # ``fun``, ``fwd`` and ``bwd`` are traced to graphs at call time (closure conversion), so the VJP
 # rule only evaluates graphs on the values it is given: closed-over traced values (a weight, a
 # temperature) work, and the backward pass is made of primitives that differentiate again.
 # ``_graph`` (the primal function) has exactly the node's inputs, so the compiler can inline it.
+# The traced graphs are kept between calls while nothing they depend on changes (``_rules``).
 def _call_aval(*avals, _graph, **_):
     return [v.aval.strong() for v in _graph.outputs]
 
@@ -71,6 +71,8 @@ def _call_batch(args, dims, *, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_c
                 name=name, **params)
     return list(outs), [0] * len(outs)
 
+
+TRACE_CACHE_SIZE = 32   # traced (fun, fwd, bwd) kept per custom_vjp function (see _rules)
 
 custom_vjp_call_p = register(Primitive(
     "custom_vjp_call", kind="call", abstract_eval=_call_aval, impl=_call_impl,
