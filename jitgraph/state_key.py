@@ -4,9 +4,10 @@ Tracing ``f`` bakes into its graph whatever ``f`` reads besides its arguments: c
 defaults, module globals, and the same for every function it calls. A cache of traces is
 only right while all of that is unchanged, so ``state_key`` collects it: immutable values
 (numbers, strings, small arrays by their bytes) by value, functions by identity plus their
-own state (recursively), modules and classes by identity. Anything whose contents could
-change unseen (a list, a dict, an object, a large array, a traced value) makes the key
-``None``: such functions are traced on every call, as before.
+own state (recursively), modules and library functions and classes by identity. Anything
+whose contents could change unseen (a list, a dict, an object, a class of the user's, a
+large array, a traced value) makes the key ``None``: such functions are traced on every
+call, as before.
 """
 from __future__ import annotations
 
@@ -97,10 +98,10 @@ def _value_key(x: Any, depth: int, seen: set) -> Any:
             return ("id", x)
         seen.add(id(x))
         return ("obj", x, tuple(_value_key(p, depth + 1, seen) for p in keyed()))
-    if isinstance(x, type) or t is types.BuiltinFunctionType \
-            or (callable(x) and _library(x) and not hasattr(x, "__self__")):
+    if t is types.BuiltinFunctionType or (callable(x) and _library(x)
+                                         and not hasattr(x, "__self__")):
         return ("id", x)      # identity; the key holds x, so the id is never reused
-    raise _Unkeyable
+    raise _Unkeyable          # (a user's class too: its attributes can be reassigned)
 
 
 def _function_key(fn: types.FunctionType, depth: int, seen: set) -> Any:

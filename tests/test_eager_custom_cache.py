@@ -148,6 +148,12 @@ def test_state_key():
     assert state_key(f) == state_key(f) is not None
     assert state_key(lambda x: x + a[0]) is None               # a mutable list
     assert state_key(lambda x: x + big) is None                # too large to compare
+
+    class Config:
+        scale = 2.0
+    assert state_key(lambda x: x * Config.scale) is None       # class attributes can change
+    assert state_key(lambda x: jnp.float32(x) + np.pi + abs(x)) is not None  # library, builtin
+    assert state_key(lambda x: isinstance(x, (np.ndarray, float))) is not None
     s = 1.0
     g = lambda x: x * s                                        # noqa: E731
     k1 = state_key(g)
