@@ -18,6 +18,7 @@ import numpy as np
 from . import dtypes
 from .core import Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, bind, params_key, top_trace
 from .errors import user_frame, where
+from .interpreter import run as interpret
 from .passes import optimize
 from . import numpy as jnp
 
@@ -26,8 +27,7 @@ def eval_graph(graph: Graph, args: Sequence[Any]) -> list:
     """Evaluate ``graph`` with ``bind``: on tracers this inlines the graph into the caller's trace,
     on arrays it runs the reference interpreter."""
     if not any(isinstance(a, Tracer) for a in args):
-        from .interpreter import run
-        return run(graph, list(args))
+        return interpret(graph, list(args))
     env: dict = dict(zip(graph.inputs, args))
     _replay(graph, top_trace(args), env)
     return [env[v] for v in graph.outputs]

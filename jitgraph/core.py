@@ -164,6 +164,12 @@ class Graph:
         return sum(1 for n in self.nodes if n.prim.name == prim_name)
 
 
+class SharedGraph(Graph):
+    """A graph kept and reused across calls (a cached trace, e.g. of a custom_vjp function).
+    Node parameters holding one are keyed by its identity (``params_key``), so nodes that
+    carry it can be cached by structure like nodes with plain parameters."""
+
+
 # --------------------------------------------------------------------------- primitives
 class Primitive:
     """One op, defined once: every rule the pipeline needs lives on this object.
@@ -306,10 +312,14 @@ class Trace:
              params: dict) -> list["Tracer"]:
         in_vars = []
         in_vals = []
+        known = True
         for x in args:
             if type(x) is Tracer:
                 in_vars.append(x.gvar if x.trace is self else self.to_var(x))
-                in_vals.append(x.val)
+                v = x.val
+                in_vals.append(v)
+                if v is None:
+                    known = False
             else:
                 in_vars.append(self.to_var(x))
                 in_vals.append(x)
@@ -321,11 +331,14 @@ class Trace:
             self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
             return [Tracer(self, o) for o in outs]
         self.nodes.append(Node(prim, in_vars, params, outs))
-        for v in in_vals:
-            if v is None:
-                self.concrete = False
-                return [Tracer(self, o) for o in outs]
+        if not known:
+            self.concrete = False
+            return [Tracer(self, o) for o in outs]
         vals = run_impl(prim, in_vals, params, out_avals)
+        if len(outs) == 1:
+            o, v = outs[0], vals[0]
+            self.values[o] = v
+            return [Tracer(self, o, v)]
         self.values.update(zip(outs, vals))
         return [Tracer(self, o, v) for o, v in zip(outs, vals)]
 
@@ -414,7 +427,11 @@ def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
         res = (res,)
     out = []
     for r, a in zip(res, out_avals):
-        if type(r) is not np.ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+        if type(r) is not np.ndarray:            # a NumPy scalar, from a 0-d operation
+            r = np.asarray(r, dtype=a.dtype)
+            if r.shape != a.shape:
+                r = r.reshape(a.shape)
+        elif r.dtype is not a.dtype or r.shape != a.shape:
             r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
         out.append(r)
     return out
@@ -512,7 +529,7 @@ _SHAPE_RULE_CACHE: dict = {}   # (prim, avals, params) -> output aval(s): rules 
 _SHAPE_RULE_CACHE_MAX = 8192
 
 
-_PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple}) | _DTYPE_TYPES
+_PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple, SharedGraph}) | _DTYPE_TYPES
 
 
 def params_key(params: dict) -> tuple | None:

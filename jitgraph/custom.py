@@ -3,11 +3,14 @@ own rules, defined in one place like the built-in ones)."""
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
 
-from .core import Aval, Primitive, Tracer, bind, register
+from .core import Aval, Primitive, Tracer, aval_of, bind, register
+from .interpreter import run as interpret
+from .state_key import state_key
 from .tree import tree_flatten
 
 
@@ -18,13 +21,13 @@ from .tree import tree_flatten
 # rule only evaluates graphs on the values it is given: closed-over traced values (a weight, a
 # temperature) work, and the backward pass is made of primitives that differentiate again.
 # ``_graph`` (the primal function) has exactly the node's inputs, so the compiler can inline it.
+# The traced graphs are kept between calls while nothing they depend on changes (``_rules``).
 def _call_aval(*avals, _graph, **_):
     return [v.aval.strong() for v in _graph.outputs]
 
 
 def _call_impl(*args, _graph, **_):
-    from .interpreter import run
-    return tuple(run(_graph, list(args)))
+    return tuple(interpret(_graph, list(args)))
 
 
 def _call_vjp(cts, outs, *ins, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_caps, n_args,
@@ -69,6 +72,8 @@ def _call_batch(args, dims, *, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_c
     return list(outs), [0] * len(outs)
 
 
+TRACE_CACHE_SIZE = 32   # traced (fun, fwd, bwd) kept per custom_vjp function (see _rules)
+
 custom_vjp_call_p = register(Primitive(
     "custom_vjp_call", kind="call", abstract_eval=_call_aval, impl=_call_impl,
     vjp=_call_vjp, jvp=_call_jvp, multiple_results=True, batch=_call_batch))
@@ -101,9 +106,15 @@ class custom_vjp:
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
         self._tracing_rules = False
+        self._traces: OrderedDict = OrderedDict()   # see _rules
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
+        self._traces.clear()
+
+    def _state_key_parts(self) -> tuple:
+        """What this function's traces depend on besides its arguments (``state_key``)."""
+        return (self.fun, self.fwd, self.bwd)
 
     def __call__(self, *args: Any) -> Any:
         if self.fwd is None:
@@ -116,12 +127,49 @@ class custom_vjp:
             return self.fun(*args)
         self._tracing_rules = True
         try:
-            return self._bind(args, in_tree)
+            return self._bind(args, leaves, in_tree)
         finally:
             self._tracing_rules = False
 
-    def _bind(self, args, in_tree):
-        from .core import Graph, Var, aval_of
+    def _bind(self, args, leaves, in_tree):
+        in_leaves, rules = self._rules(args, leaves, in_tree)
+        prim_graph, fwd_graph, bwd_graph, caps, fwd_caps, bwd_caps, n_res, out_tree = rules
+        outs = bind(custom_vjp_call_p, *in_leaves, *caps, _graph=prim_graph,
+                    _fwd_graph=fwd_graph, _bwd_graph=bwd_graph, _fwd_caps=fwd_caps,
+                    _bwd_caps=bwd_caps, n_args=len(in_leaves), n_res=n_res,
+                    name=self.fun.__name__)
+        return out_tree.unflatten(list(outs))
+
+    def _rules(self, args, leaves, in_tree):
+        """(argument leaves, traced rules). Tracing ``fun``, ``fwd`` and ``bwd`` and
+        optimizing their graphs costs several times what evaluating them does on small
+        eager arguments, so the rules are kept per argument structure, shapes and dtypes
+        and the state the functions read (``state_key``), unless they close over traced
+        values (which must be node inputs, found by tracing) or read state that can't be
+        keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
+        dropped first."""
+        from .transforms import _leaf_operands
+        leaves = _leaf_operands(args, leaves)
+        key = None
+        state = state_key(self)
+        if state is not None:
+            key = (in_tree, tuple(aval_of(x) for x in leaves), state)
+            hit = self._traces.get(key)
+            if hit is not None:
+                self._traces.move_to_end(key)
+                return leaves, hit
+        in_leaves, rules = self._trace_rules(args, in_tree)
+        if key is not None and not rules[3]:        # no closed-over traced values
+            if len(self._traces) >= TRACE_CACHE_SIZE:
+                self._traces.popitem(last=False)
+            self._traces[key] = rules
+        return in_leaves, rules
+
+    def _trace_rules(self, args, in_tree):
+        """Trace ``fun``, ``fwd`` and ``bwd`` at ``args``; returns (argument leaves, (primal
+        graph, fwd graph, bwd graph, closed-over traced values, positions among them of
+        fwd's and of bwd's, residual count, output structure))."""
+        from .core import Graph, SharedGraph, Var
         from .passes import optimize
         from .transforms import trace_to_graph
         name = self.fun.__name__
@@ -192,11 +240,11 @@ class custom_vjp:
         prim_graph = Graph(list(graph.inputs[:n_args]) + [f_in.get(i) or Var(c.aval)
                                                           for i, c in enumerate(caps)],
                            graph.nodes, graph.outputs, graph.consts)
-        outs = bind(custom_vjp_call_p, *in_leaves, *caps, _graph=optimize(prim_graph),
-                    _fwd_graph=optimize(fwd_graph), _bwd_graph=optimize(bwd_graph),
-                    _fwd_caps=pos(cap_fwd), _bwd_caps=pos(cap_bwd), n_args=n_args,
-                    n_res=n_res, name=name)
-        return out_tree.unflatten(list(outs))
+        graphs = [optimize(g) for g in (prim_graph, fwd_graph, bwd_graph)]
+        if not caps:    # kept for reuse (see _rules): nodes holding them are keyed by identity
+            graphs = [SharedGraph(g.inputs, g.nodes, g.outputs, g.consts, g.in_tree,
+                                  g.out_tree) for g in graphs]
+        return in_leaves, (*graphs, caps, pos(cap_fwd), pos(cap_bwd), n_res, out_tree)
 
 
 # ------------------------------------------------------------------ user primitives

@@ -48,8 +48,21 @@ def python_scalar_dtype(x) -> np.dtype:
     return float64
 
 
+_RESULT_TYPES: dict = {}   # (dtype, weak) pairs -> result: eager code promotes the same few
+_RESULT_TYPES_MAX = 4096    # combinations over and over; the rule is pure
+
+
 def result_type(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool]:
     """Promote (dtype, weak) pairs; returns (dtype, weak)."""
+    out = _RESULT_TYPES.get(items)
+    if out is None:
+        out = _result_type(items)
+        if len(_RESULT_TYPES) < _RESULT_TYPES_MAX:
+            _RESULT_TYPES[items] = out
+    return out
+
+
+def _result_type(items) -> tuple[np.dtype, bool]:
     strong = [d for d, w in items if not w]
     weak = [d for d, w in items if w]
     if strong:

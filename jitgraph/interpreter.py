@@ -24,12 +24,26 @@ def run(graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     ndarray = np.ndarray
     with fp_errors_ignored():
         for n in graph.nodes:
-            res = n.prim.impl(*[env[v] for v in n.inputs], **n.params)
-            if not n.prim.multiple_results:
-                res = (res,)
-            for v, r in zip(n.outs, res):
-                a = v.aval
-                if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
-                    r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
-                env[v] = r
+            prim = n.prim
+            res = prim.impl(*[env[v] for v in n.inputs], **n.params)
+            if prim.multiple_results:
+                for v, r in zip(n.outs, res):
+                    env[v] = _pinned(r, v.aval)
+                continue
+            v = n.outs[0]
+            a = v.aval
+            if type(res) is not ndarray:          # a NumPy scalar, from a 0-d operation
+                res = np.asarray(res, dtype=a.dtype)
+                if res.shape != a.shape:
+                    res = res.reshape(a.shape)
+            elif res.dtype is not a.dtype or res.shape != a.shape:
+                res = np.asarray(res, dtype=a.dtype).reshape(a.shape)
+            env[v] = res
     return [env[v] for v in graph.outputs]
+
+
+def _pinned(r, a):
+    """``r`` as an array of the dtype and shape of the aval ``a``."""
+    if type(r) is not np.ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+        r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
+    return r

@@ -239,7 +239,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         t, graph, captured, leaves, _, out_tree = _trace(
             scalar_f, diff, abstract=False, what="grad", flat=(leaves, in_tree))
         n_in = len(leaves)
-        ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
+        ct = [np.array(1, graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
         values = eager_values(t, graph, list(leaves) + captured)
         if values is not None:
             res = [values[v] for v in graph.outputs] + eager_vjp(

@@ -98,11 +98,43 @@ def _cast(x, dtype):
 
 
 def _promote(*xs, float_only: bool = False):
-    xs = [_operand(x, f"argument {i}" if len(xs) > 1 else "argument") for i, x in enumerate(xs)]
-    dtype, _ = dtypes.result_type(*[_dtype_weak(x) for x in xs])
-    if float_only and not dtypes.is_float(dtype):
+    if not _plain_operands(xs):
+        xs = [_operand(x, f"argument {i}" if len(xs) > 1 else "argument")
+              for i, x in enumerate(xs)]
+    if len(xs) == 2:        # the common cases, unrolled: eager code promotes on every op
+        x, y = xs
+        a, b = aval_of(x), aval_of(y)
+        dtype = dtypes.result_type((a.dtype, a.weak), (b.dtype, b.weak))[0]
+        if float_only and dtype.kind != "f":
+            dtype = float64
+        return [x if a.dtype is dtype else _cast(x, dtype),
+                y if b.dtype is dtype else _cast(y, dtype)]
+    if len(xs) == 1:
+        x = xs[0]
+        a = aval_of(x)
+        dtype = dtypes.result_type((a.dtype, a.weak))[0]
+        if float_only and dtype.kind != "f":
+            dtype = float64
+        return [x if a.dtype is dtype else _cast(x, dtype)]
+    avals = [aval_of(x) for x in xs]
+    dtype, _ = dtypes.result_type(*[(a.dtype, a.weak) for a in avals])
+    if float_only and dtype.kind != "f":
         dtype = float64
-    return [_cast(x, dtype) for x in xs]
+    return [x if a.dtype is dtype else _cast(x, dtype) for x, a in zip(xs, avals)]
+
+
+_PLAIN_SCALARS = (float, int, bool)
+
+
+def _plain_operands(xs) -> bool:
+    """Every operand is already one ``_operand`` returns unchanged (the common case, which
+    then skips building its error-message names)."""
+    for x in xs:
+        t = type(x)
+        if not (t is Tracer or t in _PLAIN_SCALARS
+                or t is np.ndarray and x.dtype in dtypes.SUPPORTED):
+            return False
+    return True
 
 
 def asarray(x, dtype=None):

@@ -28,6 +28,10 @@ def _index_array(i, n_dim: int):
 def getitem(x, key):
     """NumPy indexing: basic slicing (steps, negative indices), ints, None, Ellipsis and
     integer arrays (gather). Out-of-range integer *arrays* are clamped, as in JAX."""
+    if type(key) is int and type(x) is Tracer:
+        r = _getitem_int(x, key)
+        if r is not None:
+            return r
     x = _operand(x)
     shp = aval_of(x).shape
     key = key if isinstance(key, tuple) else (key,)
@@ -110,6 +114,18 @@ def getitem(x, key):
             cur.insert(p, 1)
         x = reshape(x, tuple(cur))
     return x
+
+
+def _getitem_int(x, i: int):
+    """``x[i]`` for an in-range int: the nodes the general path records, without its key
+    analysis (eager code indexes scalars out of small vectors often); None otherwise."""
+    shp = x.gvar.aval.shape
+    if not shp or not -shp[0] <= i < shp[0]:
+        return None
+    i %= shp[0]
+    if shp[0] != 1:
+        x = bind(_P.slice, x, slices=((i, i + 1, 1),) + tuple((0, n, 1) for n in shp[1:]))
+    return reshape(x, shp[1:])
 
 
 def take(x, indices, axis=None):

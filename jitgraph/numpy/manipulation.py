@@ -24,6 +24,9 @@ def size(x):
 
 
 def _resolve_shape(newshape, size_: int) -> tuple[int, ...]:
+    if type(newshape) is tuple and all(type(d) is int for d in newshape) \
+            and -1 not in newshape:
+        return newshape            # already resolved (the shape rule checks the size)
     if isinstance(newshape, (int, np.integer)):
         newshape = (int(newshape),)
     newshape = [int(d) for d in newshape]

@@ -16,7 +16,11 @@ from .manipulation import broadcast_to, moveaxis, ravel, reshape, transpose
 # ------------------------------------------------------------------ linear algebra
 def matmul(a, b):
     """NumPy matmul: 1-d operands are promoted and squeezed, batch dims broadcast."""
-    a, b = _promote(a, b)
+    return _matmul(*_promote(a, b))
+
+
+def _matmul(a, b):
+    """``matmul`` of operands already promoted to one dtype."""
     sa, sb = aval_of(a).shape, aval_of(b).shape
     if len(sa) == 0 or len(sb) == 0:
         raise ShapeError(f"matmul: operands must not be scalars, got {sa} and {sb}; use *")
@@ -27,13 +31,16 @@ def matmul(a, b):
         from ..errors import user_frame, where as _where
         raise ShapeError(f"matmul: contracting dimensions differ: {sa} @ {sb} ({sa2[-1]} != "
                          f"{sb2[-2]}) at {_where(user_frame(2))}; transpose an operand?")
-    from ..ops.elementwise import broadcast_shapes
-    try:
-        batch = broadcast_shapes(sa2[:-2], sb2[:-2])
-    except ShapeError as err:
-        raise ShapeError(f"matmul: batch dimensions of {sa} and {sb}: {err}") from None
-    a2 = broadcast_to(a2, batch + sa2[-2:])
-    b2 = broadcast_to(b2, batch + sb2[-2:])
+    if len(sa2) == 2 and len(sb2) == 2:
+        batch = ()              # (no batch dims: nothing to broadcast)
+    else:
+        from ..ops.elementwise import broadcast_shapes
+        try:
+            batch = broadcast_shapes(sa2[:-2], sb2[:-2])
+        except ShapeError as err:
+            raise ShapeError(f"matmul: batch dimensions of {sa} and {sb}: {err}") from None
+        a2 = broadcast_to(a2, batch + sa2[-2:])
+        b2 = broadcast_to(b2, batch + sb2[-2:])
     out = bind(_P.matmul, a2, b2)
     oshape = batch + ((sa2[-2],) if len(sa) > 1 else ()) + ((sb2[-1],) if len(sb) > 1 else ())
     return reshape(out, oshape)
@@ -45,9 +52,9 @@ def dot(a, b):
     if len(sa) == 0 or len(sb) == 0:
         return multiply(a, b)
     if len(sa) <= 2 and len(sb) <= 2:
-        return matmul(a, b)
+        return _matmul(a, b)
     if len(sb) == 1:
-        return matmul(a, b)
+        return _matmul(a, b)
     # N-d dot: contract a's last axis with b's second-to-last
     bm = moveaxis(b, -2, 0)
     rest_b = aval_of(bm).shape[1:]
