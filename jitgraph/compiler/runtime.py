@@ -268,9 +268,11 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
         modules.append((name, m))
         on_disk.append(hit)
         if not hit and arg_types:
-            new.append((m, name, arg_types))
+            new.append((len(src), (m, name, arg_types)))
     if len(new) >= compile_pool.MIN_KERNELS:
-        _precompile(new)
+        # largest first (source length as the cost), so whoever is free takes the next
+        # largest and the processes finish together
+        _precompile([job for _, job in sorted(new, key=lambda c: -c[0])])
     module, hit = cache.load_module(fin.driver_source, key_extra=_FINGERPRINT)
     on_disk.append(hit)
     for name, m in modules:
