@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -102,3 +103,19 @@ def test_worker_count_setting_and_when_nothing_is_shared(monkeypatch):
     monkeypatch.delenv(compile_pool.ENV)
     monkeypatch.setenv("PMI_SIZE", "4")          # under an MPI launcher: no workers
     assert compile_pool.workers_wanted() == 0
+
+
+@needs_fork
+def test_a_hanging_worker_is_killed(monkeypatch):
+    monkeypatch.setenv(compile_pool.ENV, "1")
+    monkeypatch.setattr(compile_pool, "WAIT_S", 0.5)
+    parent = os.getpid()
+
+    def compile_one(job):
+        # this process takes its time, so the worker gets a job, and it hangs in it
+        time.sleep(0.2 if os.getpid() == parent else 60)
+    before = compile_pool.STATS["worker_failures"]
+    t0 = time.monotonic()
+    assert compile_pool.precompile(list(range(4)), compile_one)
+    assert time.monotonic() - t0 < 20
+    assert compile_pool.STATS["worker_failures"] - before == 1

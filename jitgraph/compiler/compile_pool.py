@@ -97,8 +97,10 @@ def _worker(fd: int, jobs: Sequence[Any], compile_one: Callable[[Any], None]) ->
         while (i := _take(fd)) is not None:
             try:
                 compile_one(jobs[i])
-            except BaseException:
+            except Exception:
                 code = 1
+    except BaseException:           # Ctrl-C and the like: stop at once
+        code = 1
     finally:
         os._exit(code)
 
@@ -108,18 +110,29 @@ def _reap(pids: list[int], deadline: float) -> int:
     failed, left = 0, list(pids)
     while left:
         for pid in list(left):
-            done, status = os.waitpid(pid, os.WNOHANG)
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:   # reaped elsewhere (SIGCHLD ignored): status unknown
+                left.remove(pid)
+                continue
             if done:
                 left.remove(pid)
                 failed += os.waitstatus_to_exitcode(status) != 0
         if left and time.monotonic() > deadline:
-            for pid in left:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
+            _kill(left)
             return failed + len(left)
         if left:
             time.sleep(0.002)
     return failed
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
 
 
 def precompile(jobs: Sequence[Any], compile_one: Callable[[Any], None]) -> bool:
@@ -133,6 +146,7 @@ def precompile(jobs: Sequence[Any], compile_one: Callable[[Any], None]) -> bool:
             not _batch_lock.acquire(blocking=False):
         return False
     try:
+        _initialise_numba()
         r, w = os.pipe()
         try:
             os.set_blocking(w, False)
@@ -142,7 +156,6 @@ def precompile(jobs: Sequence[Any], compile_one: Callable[[Any], None]) -> bool:
             return False
         finally:
             os.close(w)
-        _initialise_numba()
         sys.stdout.flush()
         sys.stderr.flush()
         pids = []
@@ -164,9 +177,12 @@ def precompile(jobs: Sequence[Any], compile_one: Callable[[Any], None]) -> bool:
                 except Exception:   # the first call compiles it again and reports the error
                     pass
                 t_last = max(t_last, time.monotonic() - t0)
-        finally:
+        except BaseException:       # Ctrl-C: the workers go too, at once
             os.close(r)
-            failed = _reap(pids, time.monotonic() + max(WAIT_S, 5 * t_last))
+            _kill(pids)
+            raise
+        os.close(r)
+        failed = _reap(pids, time.monotonic() + max(WAIT_S, 5 * t_last))
         STATS["local_compiles"] += taken
         STATS["worker_failures"] += failed
         if not failed:
