@@ -175,6 +175,39 @@ class _CorruptNumbaEntry(Exception):
     """A Numba cache data file failed jitgraph's checks."""
 
 
+def _load_without_refresh(cache: Any, load: Any, sig: Any, target_context: Any) -> Any:
+    """Numba's ``Cache.load_overload`` without its ``target_context.refresh()``.
+
+    Why: the refresh imports and installs every lowering registry Numba has (about 0.4 s, plus
+    0.3 s of ``scipy.linalg`` through ``numba.np.linalg``), which only *compiling* needs; cached
+    machine code needs the runtime's symbols (``rtsys.initialize``) and nothing else.  A later
+    compile still refreshes (Numba's compiler does so itself)."""
+    guard = getattr(cache, "_guard_against_spurious_io_errors", None)
+    inner = getattr(cache, "_load_overload", None)
+    if guard is None or inner is None:  # another Numba: its own path
+        return load(sig, target_context)
+    from numba.core.runtime import rtsys
+
+    rtsys.initialize(target_context)
+    with guard():
+        return inner(sig, target_context)
+    return None  # the guard swallowed a spurious I/O error: "not cached"
+
+
+def load_helpers_without_refresh(module: types.ModuleType) -> None:
+    """Let the cached ``@njit(cache=True)`` helpers of *module* (``kernels/``) load without
+    Numba's context refresh; see :func:`_load_without_refresh`."""
+    from numba.core.caching import Cache
+
+    for disp in _iter_dispatchers(module):
+        cache = getattr(disp, "_cache", None)
+        if not isinstance(cache, Cache) or getattr(cache, "_jitgraph_no_refresh", False):
+            continue
+        load = cache.load_overload
+        cache.load_overload = functools.partial(_load_without_refresh, cache, load)
+        cache._jitgraph_no_refresh = True
+
+
 def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write *data* to *path* via a private temp file in the same directory and os.replace."""
     path = os.fspath(path)
@@ -608,7 +641,7 @@ class DiskCache:
 
         def load_overload(sig: Any, target_context: Any) -> Any:
             try:
-                cres = load(sig, target_context)
+                cres = _load_without_refresh(cache, load, sig, target_context)
                 if cres is not None:
                     args, _ = sigutils.normalize_signature(sig)
                     if tuple(cres.signature.args) != tuple(args):

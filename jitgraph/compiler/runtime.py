@@ -15,7 +15,7 @@ from .loops import lower_control_flow
 from ..passes import optimize
 from . import compile_pool
 from .codegen_cpu import CpuCodegen, CpuContext, finish_module
-from .disk_cache import DiskCache
+from .disk_cache import DiskCache, load_helpers_without_refresh
 from .fusion import HostStep, make_plan
 
 _DISK_CACHE: DiskCache | None = None
@@ -261,6 +261,9 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
     fin = finish_module(gen.template, gen.kernels, gen.driver)
     if _FINGERPRINT is None:
         _FINGERPRINT = _codegen_fingerprint()
+        from ..kernels import matmul  # type: ignore[attr-defined]
+        # the driver calls these products itself: load them as fast as generated kernels
+        load_helpers_without_refresh(matmul)
     cache = disk_cache()
     modules, on_disk, new = [], [], []
     for name, src, arg_types in fin.kernel_modules:

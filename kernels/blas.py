@@ -1,0 +1,67 @@
+"""BLAS for compiled kernels, bound by symbol name without importing ``scipy.linalg``.
+
+Why: Numba's own binding (``numba_xxgemm``, what ``np.dot`` compiles to) imports the whole
+``scipy.linalg`` package at the first product of every process, about 0.3 s of a cached program's
+start.  The routines live in SciPy's ``scipy.linalg.cython_blas`` extension, which loads by itself
+in about 0.02 s.  Its Fortran ``?gemm`` pointers are registered with LLVM as ``jitgraph_sgemm`` and
+``jitgraph_dgemm``; compiled code calls those names, so machine code cached on disk links again in
+a new process (where :func:`register` has run, at the import of this module).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+
+#: Fortran routines bound, and the LLVM symbol each one is registered under.
+ROUTINES = {"sgemm": "jitgraph_sgemm", "dgemm": "jitgraph_dgemm"}
+_MODULE = "scipy.linalg.cython_blas"
+
+
+def _load_cython_blas() -> types.ModuleType:
+    """SciPy's ``cython_blas`` extension, without executing ``scipy/linalg/__init__.py``."""
+    if _MODULE in sys.modules:
+        return sys.modules[_MODULE]
+    spec = importlib.util.find_spec("scipy.linalg")  # imports the light ``scipy`` package only
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "cython_blas" + suffix)
+            if not os.path.exists(path):
+                continue
+            ext = importlib.util.spec_from_file_location(_MODULE, path)
+            module = importlib.util.module_from_spec(ext)
+            ext.loader.exec_module(module)
+            # Cython put it in sys.modules; take it out again so that a later
+            # ``import scipy.linalg`` runs normally (and gets this same module back).
+            if sys.modules.get(_MODULE) is module and "scipy.linalg" not in sys.modules:
+                del sys.modules[_MODULE]
+            return module
+    import scipy.linalg.cython_blas as module  # an unusual layout: the slow, standard way
+    return module
+
+
+def _capsule_pointer(capsule: object) -> int:
+    name_of = ctypes.pythonapi.PyCapsule_GetName
+    name_of.restype, name_of.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    pointer_of = ctypes.pythonapi.PyCapsule_GetPointer
+    pointer_of.restype, pointer_of.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return pointer_of(capsule, name_of(capsule))
+
+
+_REGISTERED: dict[str, int] = {}
+
+
+def register() -> dict[str, int]:
+    """Register the BLAS routines with LLVM (once per process); returns symbol -> address."""
+    if not _REGISTERED:
+        import llvmlite.binding as llvm
+
+        capi = _load_cython_blas().__pyx_capi__
+        for routine, symbol in ROUTINES.items():
+            address = _capsule_pointer(capi[routine])
+            llvm.add_symbol(symbol, address)
+            _REGISTERED[symbol] = address
+    return dict(_REGISTERED)

@@ -1,0 +1,64 @@
+"""The BLAS binding of compiled products (kernels/blas.py, kernels/matmul.py): one Fortran
+``?gemm`` call by symbol name for C- and F-ordered operands, NumPy's ``np.dot`` for others."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jitgraph.kernels import blas
+from jitgraph.kernels.matmul import gemm, matmul_blas
+
+
+def _operand(rng, shape, order, dtype):
+    """A C-ordered array, or the transposed view of a C array (F-ordered), of ``shape``."""
+    if order == "C":
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.standard_normal(shape[::-1]).astype(dtype).T
+
+
+@pytest.mark.parametrize("orders", ["CC", "CF", "FC", "FF"])
+def test_products_of_c_and_f_operands_match_numpy(orders):
+    rng = np.random.default_rng(len(orders) + ord(orders[0]) + 2 * ord(orders[1]))
+    a = _operand(rng, (5, 7), orders[0], np.float64)
+    b = _operand(rng, (7, 3), orders[1], np.float64)
+    out = np.full((5, 3), np.nan)
+    matmul_blas(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-13, atol=1e-13)
+    c = rng.standard_normal((5, 3))
+    expected = -0.25 * (a @ b) + 2.0 * c
+    gemm(-0.25, a, b, 2.0, c)
+    np.testing.assert_allclose(c, expected, rtol=1e-13, atol=1e-13)
+
+
+def test_float32_product_with_a_transposed_operand():
+    rng = np.random.default_rng(3)
+    a = _operand(rng, (4, 6), "F", np.float32)
+    b = _operand(rng, (6, 9), "C", np.float32)
+    out = np.zeros((4, 9), np.float32)
+    matmul_blas(a, b, out)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:np.vdot:numba.core.errors.NumbaPerformanceWarning")
+def test_strided_operands_fall_back_to_numpy_dot():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((6, 8))[::2, ::2]      # neither C- nor F-ordered
+    b = rng.standard_normal((4, 5))
+    out = np.zeros((3, 5))
+    matmul_blas(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-13, atol=1e-13)
+
+
+def test_empty_contraction_gives_zeros():
+    out = np.full((2, 3), 7.0)
+    matmul_blas(np.zeros((2, 0)), np.zeros((0, 3)), out)
+    assert (out == 0).all()
+
+
+def test_routines_are_registered_under_their_symbols():
+    import llvmlite.binding as llvm
+
+    registered = blas.register()
+    assert set(registered) == set(blas.ROUTINES.values())
+    for symbol, address in registered.items():
+        assert address and llvm.address_of_symbol(symbol) == address
