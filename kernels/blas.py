@@ -65,3 +65,28 @@ def register() -> dict[str, int]:
             llvm.add_symbol(symbol, address)
             _REGISTERED[symbol] = address
     return dict(_REGISTERED)
+
+
+def light_numba_blas_check() -> None:
+    """Make Numba's BLAS check cheap before this process's first compile.
+
+    Why: the first compile loads Numba's lowering registries, and one of them
+    (``numba.np.arraymath``) checks for BLAS with ``numba.np.linalg.ensure_blas``, which imports
+    all of ``scipy.linalg`` (0.3 s).  The check is replaced by one that loads ``cython_blas`` as
+    :func:`register` does.  Numba's own runtime binding (``np.dot`` compiled by Numba) still
+    imports ``scipy.linalg`` where a program calls it.  No effect once the registries are loaded."""
+    if "numba.np.arraymath" in sys.modules:
+        return
+    import numba.np.linalg as numba_linalg
+
+    if getattr(numba_linalg.ensure_blas, "_jitgraph_light", False):
+        return
+
+    def ensure_blas() -> None:
+        try:
+            _load_cython_blas()
+        except Exception as exc:
+            raise ImportError("scipy 0.16+ is required for linear algebra") from exc
+
+    ensure_blas._jitgraph_light = True  # type: ignore[attr-defined]
+    numba_linalg.ensure_blas = ensure_blas

@@ -62,3 +62,36 @@ def test_routines_are_registered_under_their_symbols():
     assert set(registered) == set(blas.ROUTINES.values())
     for symbol, address in registered.items():
         assert address and llvm.address_of_symbol(symbol) == address
+
+
+def test_first_compile_of_a_process_does_not_import_scipy_linalg():
+    """Numba's BLAS check at its first compile is the light one; Numba's own np.dot still works."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from jitgraph.kernels import blas
+        from numba import njit
+        blas.light_numba_blas_check()
+
+        @njit
+        def add_one(x):
+            return x + 1.0
+
+        add_one(1.0)                                     # loads Numba's lowering registries
+        print("after compile", "scipy.linalg" in sys.modules)
+
+        @njit
+        def dot(a, b):
+            return np.dot(a, b)
+
+        a = np.arange(6.0).reshape(2, 3)
+        print("dot", float(np.abs(dot(a, a.T) - a @ a.T).max()))
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["after compile False", "dot 0.0"]

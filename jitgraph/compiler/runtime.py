@@ -259,9 +259,9 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
     is its own cache entry (shared by every program computing it), the driver another."""
     global _FINGERPRINT
     fin = finish_module(gen.template, gen.kernels, gen.driver)
+    from ..kernels import blas, matmul  # type: ignore[attr-defined]
     if _FINGERPRINT is None:
         _FINGERPRINT = _codegen_fingerprint()
-        from ..kernels import matmul  # type: ignore[attr-defined]
         # the driver calls these products itself: load them as fast as generated kernels
         load_helpers_without_refresh(matmul)
     cache = disk_cache()
@@ -272,12 +272,14 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
         on_disk.append(hit)
         if not hit and arg_types:
             new.append((len(src), (m, name, arg_types)))
+    module, hit = cache.load_module(fin.driver_source, key_extra=_FINGERPRINT)
+    on_disk.append(hit)
+    if not all(on_disk):    # this process compiles: spare Numba's scipy.linalg import (0.3 s)
+        blas.light_numba_blas_check()
     if len(new) >= compile_pool.MIN_KERNELS:
         # largest first (source length as the cost), so whoever is free takes the next
         # largest and the processes finish together
         _precompile([job for _, job in sorted(new, key=lambda c: -c[0])])
-    module, hit = cache.load_module(fin.driver_source, key_extra=_FINGERPRINT)
-    on_disk.append(hit)
     for name, m in modules:
         setattr(module, name, getattr(m, name))
     for s in gen.plan.steps:
