@@ -90,32 +90,3 @@ def light_numba_blas_check() -> None:
 
     ensure_blas._jitgraph_light = True  # type: ignore[attr-defined]
     numba_linalg.ensure_blas = ensure_blas
-
-
-_LIBRARIES: list = []     # threadpoolctl controllers of the loaded BLAS libraries, looked up once
-
-
-def _blas_libraries() -> list:
-    if not _LIBRARIES:
-        register()   # SciPy's OpenBLAS is loaded before looking
-        try:
-            from threadpoolctl import ThreadpoolController
-            _LIBRARIES.extend(ThreadpoolController().select(user_api="blas").lib_controllers)
-        except Exception:     # threadpoolctl unavailable or unable: BLAS left as it is
-            _LIBRARIES.append(None)
-    return [lib for lib in _LIBRARIES if lib is not None]
-
-
-def single_threaded_begin() -> tuple:
-    """Give every loaded BLAS one thread (a program that splits products over Numba's threads
-    owns the cores); returns what :func:`single_threaded_end` restores. About 2 us per library."""
-    libs = _blas_libraries()
-    before = tuple(lib.get_num_threads() for lib in libs)
-    for lib in libs:
-        lib.set_num_threads(1)
-    return before
-
-
-def single_threaded_end(before: tuple) -> None:
-    for lib, n in zip(_blas_libraries(), before):
-        lib.set_num_threads(n)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jitgraph.kernels import blas
-from jitgraph.kernels.matmul import gemm, gemm_threads, matmul_blas, matmul_threads
+from jitgraph.kernels.matmul import gemm, matmul_blas
 
 
 def _operand(rng, shape, order, dtype):
@@ -39,7 +39,7 @@ def test_float32_product_with_a_transposed_operand():
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning")
+@pytest.mark.filterwarnings("ignore:np.vdot:numba.core.errors.NumbaPerformanceWarning")
 def test_strided_operands_fall_back_to_numpy_dot():
     rng = np.random.default_rng(4)
     a = rng.standard_normal((6, 8))[::2, ::2]      # neither C- nor F-ordered
@@ -95,42 +95,3 @@ def test_first_compile_of_a_process_does_not_import_scipy_linalg():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["after compile False", "dot 0.0"]
-
-
-@pytest.mark.parametrize("orders", ["CF", "FC"])
-def test_products_split_by_rows_over_threads_match_numpy(orders):
-    """67 rows over 3 threads: uneven blocks, each one single-threaded BLAS call."""
-    rng = np.random.default_rng(ord(orders[0]))
-    a = _operand(rng, (67, 9), orders[0], np.float64)
-    b = _operand(rng, (9, 4), orders[1], np.float64)
-    c = rng.standard_normal((67, 4))
-    expected = 0.5 * (a @ b) - c
-    gemm_threads(0.5, a, b, -1.0, c, 3)
-    np.testing.assert_allclose(c, expected, rtol=1e-13, atol=1e-13)
-    out = np.full((67, 4), np.nan)
-    matmul_threads(a, b, out, 3)
-    np.testing.assert_allclose(out, a @ b, rtol=1e-13, atol=1e-13)
-
-
-def test_a_program_that_owns_the_cores(monkeypatch, tmp_path):
-    """Forced on, a program with products splits them over Numba's threads, gives BLAS one
-    thread during the call and its own count back afterwards, and computes the same numbers."""
-    import jitgraph
-    import jitgraph.numpy as jnp
-
-    monkeypatch.setenv("JITGRAPH_OWN_THREADS", "1")
-    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
-
-    @jitgraph.jit
-    def step(w, x):
-        def loss(w):
-            return jnp.sum(jnp.tanh(x @ w) ** 2)
-        return w - 0.1 * jitgraph.grad(loss)(w)
-
-    rng = np.random.default_rng(5)
-    w, x = rng.standard_normal((6, 3)), rng.standard_normal((40, 6))
-    before = [lib.get_num_threads() for lib in blas._blas_libraries()]
-    np.testing.assert_allclose(step(w, x), step.fun(w, x), rtol=1e-12, atol=1e-12)
-    assert [lib.get_num_threads() for lib in blas._blas_libraries()] == before
-    source = step.lower(w, x).program.source
-    assert "single_threaded_begin()" in source and "_threads)" in source

@@ -9,7 +9,6 @@ buffers reused by liveness, so a call is one Numba dispatch.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from typing import Sequence
@@ -26,11 +25,6 @@ PARALLEL_MIN_WORK = 1 << 16        # elements below which threads cost more than
 # parallel loop kernels instead of 2 ms with serial ones).
 # Loop kernels then stay serial unless they are very large.
 PARALLEL_MIN_WORK_WITH_BLAS = 1 << 22
-# ...unless the program owns the cores: its largest loop kernel has at least this many
-# elements, BLAS gets one thread for the call, and each product is split by rows over Numba's
-# threads (one single-threaded BLAS call per thread, kernels/matmul.py), so loop kernels and
-# products share one set of threads. JITGRAPH_OWN_THREADS=0/1 forces it off/on.
-OWN_THREADS_MIN_WORK = 1 << 18
 # Programs of more steps (or with any matmul) run their steps from a Python driver rather than
 # a compiled one. Numba compiles a compiled driver by linking every kernel it calls into one
 # module and optimizing all of it again: measured here on the 784-512-512-10 training step,
@@ -87,21 +81,8 @@ from numba import njit, prange
 from jitgraph.kernels.scalar import maximum, minimum, sign, floor, erf, logistic, power, clamp_index
 from jitgraph.kernels.fastmath import (exp_f32, exp_f64, log_f32, log_f64, log1p_f32, log1p_f64,
     expm1_f32, expm1_f64, tanh_f32, tanh_f64, logistic_f32, logistic_f64)
-from jitgraph.kernels.matmul import gemm, matmul_blas, matmul_loop, gemm_threads, matmul_threads
-from jitgraph.kernels.blas import single_threaded_begin, single_threaded_end
-from numba import get_num_threads
+from jitgraph.kernels.matmul import gemm, matmul_blas, matmul_loop
 '''
-
-
-def _owns_cores(plan: Plan) -> bool:
-    """Whether a program with products runs them and its loop kernels on Numba's threads."""
-    forced = os.environ.get("JITGRAPH_OWN_THREADS")
-    if forced in ("0", "1"):
-        return forced == "1"
-    from numba import get_num_threads
-
-    work = [int(np.prod(s.shape, dtype=np.int64)) for s in plan.steps if isinstance(s, LoopKernel)]
-    return get_num_threads() > 1 and max(work, default=0) >= OWN_THREADS_MIN_WORK
 
 
 def _init(monoid: str, dtype) -> str:
@@ -180,9 +161,7 @@ class CpuCodegen:
         self.profile = profile
         # compiled_driver: a loop body, whose driver a compiled loop calls (control flow)
         self.python_driver = self.host or not (small or compiled_driver) or profile
-        self.own_threads = has_blas and self.python_driver and _owns_cores(plan)
-        self.parallel_min = (PARALLEL_MIN_WORK_WITH_BLAS if has_blas and not self.own_threads
-                             else PARALLEL_MIN_WORK)
+        self.parallel_min = PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None
         self.made_decisions: list[LoopDecision] = []
@@ -412,12 +391,7 @@ class CpuCodegen:
         sizes = [v.aval.size for v in g.inputs] + [v.aval.size for v in plan.const_args] + \
             [n for _, n, _ in info["out_specs"]] + [n for _, n, _ in info["scratch_specs"]]
         dl += [f"    {p} = {p}_nd.reshape({n})  # flat view" for p, n in zip(params, sizes)]
-        if self.own_threads:    # products on Numba's threads, BLAS on one (see OWN_THREADS_MIN_WORK)
-            dl += ["    _threads = get_num_threads()", "    _blas = single_threaded_begin()",
-                   "    try:"] + ["        " + l for l in body] + \
-                  ["    finally:", "        single_threaded_end(_blas)"]
-        else:
-            dl += ["    " + l for l in body]
+        dl += ["    " + l for l in body]
         chunks.append("\n".join(dl))
         info["const_names"] = const_names
         return "\n\n\n".join(chunks) + "\n", kernels, driver_name, info
@@ -566,20 +540,14 @@ class CpuCodegen:
             if ep.c is not None and self._in_place.get(ep.out) is not ep.c:
                 lines.append(f"{o}[:] = {self.plan.array_name(ep.c)}")
             beta = ep.beta if ep.c is not None else 0.0
-            call = f"{ep.alpha!r}, {a}, {b}, {beta!r}, {o}.reshape(({m}, {nn}))"
-            if self.own_threads:
-                return lines + [f"gemm_threads({call}, _threads)"]
-            return lines + [f"gemm({call})"]
+            return lines + [f"gemm({ep.alpha!r}, {a}, {b}, {beta!r}, {o}.reshape(({m}, {nn})))"]
         o = self.plan.array_name(n.out)
-        threads = ""
-        if self.own_threads and fn == "matmul_blas":
-            fn, threads = "matmul_threads", ", _threads"
         if batch == 1:
-            return [f"{fn}({a}, {b}, {o}.reshape(({m}, {nn})){threads})"]
+            return [f"{fn}({a}, {b}, {o}.reshape(({m}, {nn})))"]
         ai = "[bi].T" if s.a[1] else "[bi]"
         bi_ = "[bi].T" if s.b[1] else "[bi]"
         return [f"for bi in range({batch}):",
-                f"    {fn}({a}{ai}, {b}{bi_}, {o}.reshape(({batch}, {m}, {nn}))[bi]{threads})"]
+                f"    {fn}({a}{ai}, {b}{bi_}, {o}.reshape(({batch}, {m}, {nn}))[bi])"]
 
     def _host_call(self, s: HostStep) -> list[str]:
         n = s.node
