@@ -532,10 +532,25 @@ _SHAPE_RULE_CACHE_MAX = 8192
 _PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple, SharedGraph}) | _DTYPE_TYPES
 
 
+class KeyedParams(dict):
+    """Parameters built once and shared by the nodes of many calls (a cached custom_vjp
+    call's), with their ``params_key`` computed once: ``KeyedParams.of(**params)``."""
+
+    __slots__ = ("key",)
+
+    @classmethod
+    def of(cls, **params: Any) -> "KeyedParams":
+        p = cls(params)
+        p.key = params_key(params)
+        return p
+
+
 def params_key(params: dict) -> tuple | None:
     """A hashable key equal for equal parameter dicts, or None when a parameter is not a plain
     value (a graph, an array, a callable). Types are part of the key (``1`` and ``True``
     hash alike)."""
+    if type(params) is KeyedParams:
+        return params.key
     key = []
     for k, v in params.items():
         tv = type(v)
