@@ -8,7 +8,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core import Aval, KeyedParams, Primitive, Tracer, aval_of, bind, register, top_trace
+from .core import (Aval, KeyedParams, Primitive, SharedGraph, Tracer, aval_of, bind, register,
+                   top_trace)
+from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
 from .state_key import state_key
 from .tree import tree_flatten
@@ -31,6 +33,11 @@ def _call_aval(*avals, _graph, **_):
 
 
 def _call_impl(*args, _graph, **_):
+    if type(_graph) is SharedGraph:     # kept and evaluated again and again: planned once
+        plan = getattr(_graph, "plan", None)
+        if plan is None:
+            plan = _graph.plan = Plan(_graph)
+        return tuple(run_plan(plan, args))
     return tuple(interpret(_graph, list(args)))
 
 

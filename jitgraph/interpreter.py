@@ -1,6 +1,7 @@
 """The NumPy reference interpreter: the ground truth compiled code is tested against."""
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -47,3 +48,74 @@ def _pinned(r, a):
     if type(r) is not np.ndarray or r.dtype is not a.dtype or r.shape != a.shape:
         r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
     return r
+
+
+# ------------------------------------------------------------------ kept graphs
+# Eager gradients interpret the same few graphs on every call (a cached backward graph, a
+# custom_vjp function's fwd). ``run`` pays per node for the variable lookups in a dict, the
+# argument list and the ``**params`` call, as much as the small NumPy operation itself; a
+# ``Plan`` does that work once: slots in a list instead of a dict, each node's parameters
+# bound in advance (``functools.partial``), its output's dtype and shape kept for pinning.
+class Plan:
+    """``graph`` prepared for repeated evaluation with ``run_plan`` (the graph must not be
+    changed afterwards)."""
+
+    __slots__ = ("n_in", "in_dtypes", "consts", "steps", "outputs", "size")
+
+    def __init__(self, graph: Graph):
+        slot: dict = {}
+        for v in graph.inputs:
+            slot[v] = len(slot)
+        self.n_in = len(graph.inputs)
+        self.in_dtypes = [v.aval.dtype for v in graph.inputs]
+        self.consts = []
+        for v, c in graph.consts.items():
+            slot[v] = len(slot)
+            self.consts.append(c)
+        self.steps = []
+        for n in graph.nodes:
+            fn = functools.partial(n.prim.impl, **n.params) if n.params else n.prim.impl
+            ins = tuple(slot[v] for v in n.inputs)
+            for o in n.outs:
+                slot[o] = len(slot)
+            outs = tuple((slot[o], o.aval.dtype, o.aval.shape) for o in n.outs)
+            self.steps.append((fn, ins, n.prim.multiple_results, outs))
+        self.outputs = [slot[v] for v in graph.outputs]
+        self.size = len(slot)
+
+
+def run_plan(plan: Plan, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``run(graph, args)`` for ``Plan(graph)``: the same results, pinned the same way."""
+    if len(args) != plan.n_in:
+        raise TypeError(f"graph takes {plan.n_in} inputs, got {len(args)}")
+    env = [a if type(a) is np.ndarray and a.dtype is dt else np.asarray(a, dtype=dt)
+           for a, dt in zip(args, plan.in_dtypes)]
+    env += plan.consts
+    env += [None] * (plan.size - len(env))
+    ndarray = np.ndarray
+    with fp_errors_ignored():
+        for fn, ins, multiple, outs in plan.steps:
+            if len(ins) == 1:
+                res = fn(env[ins[0]])
+            elif len(ins) == 2:
+                res = fn(env[ins[0]], env[ins[1]])
+            else:
+                res = fn(*[env[i] for i in ins])
+            if multiple:
+                for (k, dt, shape), r in zip(outs, res):
+                    if type(r) is not ndarray or r.dtype is not dt or r.shape != shape:
+                        r = _pin(r, dt, shape)
+                    env[k] = r
+                continue
+            k, dt, shape = outs[0]
+            if type(res) is not ndarray or res.dtype is not dt or res.shape != shape:
+                res = _pin(res, dt, shape)
+            env[k] = res
+    return [env[k] for k in plan.outputs]
+
+
+def _pin(r, dtype, shape) -> np.ndarray:
+    """``r`` as an array of ``dtype`` and ``shape`` (a NumPy scalar from a 0-d operation
+    needs no reshape)."""
+    r = np.asarray(r, dtype=dtype)
+    return r if r.shape == shape else r.reshape(shape)
