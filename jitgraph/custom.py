@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import dtypes
 from .core import (Aval, KeyedParams, Primitive, SharedGraph, Tracer, aval_of, bind, register,
                    top_trace)
 from .interpreter import Plan, run_plan
@@ -102,6 +103,12 @@ custom_vjp_call_p = register(Primitive(
     vjp=_call_vjp, jvp=_call_jvp, multiple_results=True, batch=_call_batch))
 
 
+def _plain_leaves(leaves) -> bool:
+    """Every leaf is a tracer or an array of a supported dtype: nothing to validate."""
+    return all(type(x) is Tracer or type(x) is np.ndarray and x.dtype in dtypes.SUPPORTED
+               for x in leaves)
+
+
 def _concrete(leaves) -> bool:
     """Every leaf has a value: a concrete (un-jitted) call, whose node may keep residuals."""
     return all(not isinstance(x, Tracer) or x.val is not None for x in leaves)
@@ -135,6 +142,7 @@ class custom_vjp:
         self.bwd: Callable | None = None
         self._tracing_rules = False
         self._traces: OrderedDict = OrderedDict()   # see _rules
+        self._last = None                           # the most recently used of them
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
@@ -184,21 +192,24 @@ class custom_vjp:
         values (which must be node inputs, found by tracing) or read state that can't be
         keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
         dropped first."""
-        from .transforms import _leaf_operands
-        leaves = _leaf_operands(args, leaves)
+        if not _plain_leaves(leaves):
+            from .transforms import _leaf_operands
+            leaves = _leaf_operands(args, leaves)
         key = None
         state = state_key(self)
         if state is not None:
             key = (in_tree, tuple(aval_of(x) for x in leaves), state)
             hit = self._traces.get(key)
             if hit is not None:
-                self._traces.move_to_end(key)
+                if hit is not self._last:
+                    self._traces.move_to_end(key)
+                    self._last = hit
                 return leaves, hit
         in_leaves, rules = self._trace_rules(args, in_tree)
         if key is not None and not rules[3]:        # no closed-over traced values
             if len(self._traces) >= TRACE_CACHE_SIZE:
                 self._traces.popitem(last=False)
-            self._traces[key] = rules
+            self._traces[key] = self._last = rules
         return in_leaves, rules
 
     def _trace_rules(self, args, in_tree):

@@ -105,11 +105,11 @@ def _cell(cell) -> Any:
 
 
 def _function_state(fn: types.FunctionType) -> tuple:
-    """What a function's key reads of it: code, defaults, closure cells' contents, and the
-    bindings of the global names its code looks up (``_ABSENT`` where there is none)."""
+    """What a function's key reads of it: module, code, defaults, closure cells' contents, and
+    the bindings of the global names its code looks up (``_ABSENT`` where there is none)."""
     code = fn.__code__
     cells = fn.__closure__
-    return ((code, fn.__defaults__, fn.__kwdefaults__)
+    return ((fn.__module__, code, fn.__defaults__, fn.__kwdefaults__)
             + (tuple(map(_cell, cells)) if cells else ())
             + tuple(map(fn.__globals__.get, _global_names(code), repeat(_ABSENT))))
 
@@ -147,9 +147,12 @@ def _still(reads: list) -> bool:
     return True
 
 
-def _library(fn: Any, seen: _Walk) -> bool:
-    mod = seen.read(_module, fn)
+def _library_name(mod: Any) -> bool:
     return isinstance(mod, str) and mod.partition(".")[0] in _LIBRARIES
+
+
+def _library(fn: Any, seen: _Walk) -> bool:
+    return _library_name(seen.read(_module, fn))
 
 
 def _value_key(x: Any, depth: int, seen: _Walk) -> Any:
@@ -187,12 +190,15 @@ def _value_key(x: Any, depth: int, seen: _Walk) -> Any:
 
 
 def _function_key(fn: types.FunctionType, depth: int, seen: _Walk) -> Any:
-    if _library(fn, seen) or id(fn) in seen:
+    if id(fn) in seen:
+        return ("id", fn)
+    if _library_name(getattr(fn, "__module__", None)):
+        seen.read(_module, fn)
         return ("id", fn)
     if depth > MAX_DEPTH:
         raise _Unkeyable
     seen.add(id(fn))
-    code, defaults, kwdefaults, *rest = seen.read(_function_state, fn)
+    _, code, defaults, kwdefaults, *rest = seen.read(_function_state, fn)   # (module first)
     n_cells = len(fn.__closure__ or ())
     parts: list = [fn, _Same(code)]
     for c in rest[:n_cells]:
@@ -216,7 +222,7 @@ def state_key(*fns: Callable) -> tuple | None:
     (see the module docstring), or None when that cannot be told cheaply."""
     ids = tuple(map(id, fns))
     kept = _KEPT.get(ids)
-    if kept is not None and all(a is b for a, b in zip(kept[0], fns)) and _still(kept[1]):
+    if kept is not None and all(map(is_, kept[0], fns)) and _still(kept[1]):
         return kept[2]
     walk = _Walk()
     try:
