@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .core import Graph, fp_errors_ignored
+from .core import Graph, _pinned, fp_errors_ignored
 
 
 def run(graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -29,25 +29,17 @@ def run(graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
             res = prim.impl(*[env[v] for v in n.inputs], **n.params)
             if prim.multiple_results:
                 for v, r in zip(n.outs, res):
-                    env[v] = _pinned(r, v.aval)
+                    a = v.aval
+                    if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+                        r = _pinned(r, a)
+                    env[v] = r
                 continue
             v = n.outs[0]
             a = v.aval
-            if type(res) is not ndarray:          # a NumPy scalar, from a 0-d operation
-                res = np.asarray(res, dtype=a.dtype)
-                if res.shape != a.shape:
-                    res = res.reshape(a.shape)
-            elif res.dtype is not a.dtype or res.shape != a.shape:
-                res = np.asarray(res, dtype=a.dtype).reshape(a.shape)
+            if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
+                res = _pinned(res, a)           # (a NumPy scalar, from a 0-d operation)
             env[v] = res
     return [env[v] for v in graph.outputs]
-
-
-def _pinned(r, a):
-    """``r`` as an array of the dtype and shape of the aval ``a``."""
-    if type(r) is not np.ndarray or r.dtype is not a.dtype or r.shape != a.shape:
-        r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
-    return r
 
 
 # ------------------------------------------------------------------ kept graphs
@@ -55,7 +47,7 @@ def _pinned(r, a):
 # custom_vjp function's fwd). ``run`` pays per node for the variable lookups in a dict, the
 # argument list and the ``**params`` call, as much as the small NumPy operation itself; a
 # ``Plan`` does that work once: slots in a list instead of a dict, each node's parameters
-# bound in advance (``functools.partial``), its output's dtype and shape kept for pinning.
+# bound in advance (``functools.partial``), its outputs' avals at hand for pinning.
 class Plan:
     """``graph`` prepared for repeated evaluation with ``run_plan`` (the graph must not be
     changed afterwards)."""
@@ -78,7 +70,7 @@ class Plan:
             ins = tuple(slot[v] for v in n.inputs)
             for o in n.outs:
                 slot[o] = len(slot)
-            outs = tuple((slot[o], o.aval.dtype, o.aval.shape) for o in n.outs)
+            outs = tuple((slot[o], o.aval) for o in n.outs)
             self.steps.append((fn, ins, n.prim.multiple_results, outs))
         self.outputs = [slot[v] for v in graph.outputs]
         self.size = len(slot)
@@ -102,20 +94,13 @@ def run_plan(plan: Plan, args: Sequence[np.ndarray]) -> list[np.ndarray]:
             else:
                 res = fn(*[env[i] for i in ins])
             if multiple:
-                for (k, dt, shape), r in zip(outs, res):
-                    if type(r) is not ndarray or r.dtype is not dt or r.shape != shape:
-                        r = _pin(r, dt, shape)
+                for (k, a), r in zip(outs, res):
+                    if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+                        r = _pinned(r, a)
                     env[k] = r
                 continue
-            k, dt, shape = outs[0]
-            if type(res) is not ndarray or res.dtype is not dt or res.shape != shape:
-                res = _pin(res, dt, shape)
+            k, a = outs[0]
+            if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
+                res = _pinned(res, a)
             env[k] = res
     return [env[k] for k in plan.outputs]
-
-
-def _pin(r, dtype, shape) -> np.ndarray:
-    """``r`` as an array of ``dtype`` and ``shape`` (a NumPy scalar from a 0-d operation
-    needs no reshape)."""
-    r = np.asarray(r, dtype=dtype)
-    return r if r.shape == shape else r.reshape(shape)
