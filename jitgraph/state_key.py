@@ -105,13 +105,16 @@ def _cell(cell) -> Any:
 
 
 def _function_state(fn: types.FunctionType) -> tuple:
-    """What a function's key reads of it: module, code, defaults, closure cells' contents, and
-    the bindings of the global names its code looks up (``_ABSENT`` where there is none)."""
+    """What a function's key reads of it: module, code, defaults, closure cells' contents, the
+    bindings of the global names its code looks up (``_ABSENT`` where there is none), and
+    last the keyword defaults' names and values (their dict can change in place)."""
     code = fn.__code__
     cells = fn.__closure__
-    return ((fn.__module__, code, fn.__defaults__, fn.__kwdefaults__)
+    kw = fn.__kwdefaults__
+    return ((fn.__module__, code, fn.__defaults__, kw)
             + (tuple(map(_cell, cells)) if cells else ())
-            + tuple(map(fn.__globals__.get, _global_names(code), repeat(_ABSENT))))
+            + tuple(map(fn.__globals__.get, _global_names(code), repeat(_ABSENT)))
+            + ((*kw, *kw.values()) if kw else ()))
 
 
 def _array_key(x: np.ndarray) -> tuple:

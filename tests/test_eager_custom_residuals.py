@@ -103,4 +103,11 @@ def test_kept_state_keys_notice_every_change():
     k3 = state_key(fn)
     assert k3 != k2
     fn.__defaults__ = (1.0,)
-    assert state_key(fn) != k3
+    k4 = state_key(fn)
+    assert k4 != k3
+
+    def h(x, *, c=1.0):
+        return x * c
+    k5 = state_key(h)
+    h.__kwdefaults__["c"] = 2.0                                # a dict changed in place
+    assert state_key(h) != k5
