@@ -8,12 +8,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import dtypes
 from .core import (Aval, KeyedParams, Primitive, SharedGraph, Tracer, aval_of, bind, register,
                    top_trace)
 from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
 from .state_key import state_key
+from .transforms import _leaf_operands
 from .tree import tree_flatten
 
 
@@ -103,12 +103,6 @@ custom_vjp_call_p = register(Primitive(
     vjp=_call_vjp, jvp=_call_jvp, multiple_results=True, batch=_call_batch))
 
 
-def _plain_leaves(leaves) -> bool:
-    """Every leaf is a tracer or an array of a supported dtype: nothing to validate."""
-    return all(type(x) is Tracer or type(x) is np.ndarray and x.dtype in dtypes.SUPPORTED
-               for x in leaves)
-
-
 def _concrete(leaves) -> bool:
     """Every leaf has a value: a concrete (un-jitted) call, whose node may keep residuals."""
     return all(not isinstance(x, Tracer) or x.val is not None for x in leaves)
@@ -192,9 +186,7 @@ class custom_vjp:
         values (which must be node inputs, found by tracing) or read state that can't be
         keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
         dropped first."""
-        if not _plain_leaves(leaves):
-            from .transforms import _leaf_operands
-            leaves = _leaf_operands(args, leaves)
+        leaves = _leaf_operands(args, leaves)
         key = None
         state = state_key(self)
         if state is not None:
