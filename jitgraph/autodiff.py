@@ -173,7 +173,8 @@ BACKWARD_CACHE_SIZE = 512
 def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any],
                   seeded: bool = False):
     """(key, forward vars in key order), or (None, None) if a node's parameters are not plain
-    values (then the graph is not cached: e.g. custom_vjp calls, which carry graphs).
+    values (then the graph is not cached: e.g. a custom_vjp call that closes over traced
+    values, whose graphs are not kept).
     ``seeded``: the cotangents that are not None are all 1 (``grad``'s scalar seed)."""
     index: dict = {}
     for v in graph.inputs:
