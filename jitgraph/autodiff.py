@@ -18,6 +18,7 @@ import numpy as np
 from . import dtypes
 from .core import Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, bind, params_key, top_trace
 from .errors import user_frame, where
+from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
 from .passes import optimize
 from . import numpy as jnp
@@ -172,23 +173,28 @@ BACKWARD_CACHE_SIZE = 512
 def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any],
                   seeded: bool = False):
     """(key, forward vars in key order), or (None, None) if a node's parameters are not plain
-    values (then the graph is not cached: e.g. custom_vjp calls, which carry graphs).
+    values (then the graph is not cached: e.g. a custom_vjp call that closes over traced
+    values, whose graphs are not kept).
     ``seeded``: the cotangents that are not None are all 1 (``grad``'s scalar seed)."""
     index: dict = {}
     for v in graph.inputs:
         index[v] = len(index)
     for v in graph.consts:
         index[v] = len(index)
-    parts = [tuple(wrt), tuple(v.aval for v in index),
-             tuple(_ct_kind(c, o, seeded) for c, o in zip(ct_values, graph.outputs))]
+    parts = [tuple(wrt), tuple([v.aval for v in index]),
+             tuple([None if c is None else "one" if seeded else o.aval
+                    for c, o in zip(ct_values, graph.outputs)])]     # (as _ct_kind)
     for n in graph.nodes:
-        pk = params_key(n.params) if n.params else ()
-        if pk is None:
-            return None, None
-        parts.append((n.prim, pk, *[index[v] for v in n.inputs]))
+        if n.params:
+            pk = params_key(n.params)
+            if pk is None:
+                return None, None
+            parts.append((n.prim, pk, *[index[v] for v in n.inputs]))
+        else:
+            parts.append((n.prim, *[index[v] for v in n.inputs]))
         for o in n.outs:
             index[o] = len(index)
-    parts.append(tuple(index[v] for v in graph.outputs))
+    parts.append(tuple([index[v] for v in graph.outputs]))
     return tuple(parts), list(index)
 
 
@@ -253,7 +259,8 @@ def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequenc
     (``vjp_values``, or on the enclosing trace's tracers); from the second time, a cached,
     optimized backward graph is evaluated on them. ``key``: ``structure_key``'s result, when
     the caller has it already (a ``vjp_fn`` called many times); ``seeded``: as there."""
-    nested = any(isinstance(x, Tracer) for x in values.values()) or \
+    # (eager_values gives tracers for every var, inputs included, or arrays for all)
+    nested = any(isinstance(values.get(v), Tracer) for v in graph.inputs) or \
         any(isinstance(c, Tracer) for c in ct_values)
     key, order = key or structure_key(graph, wrt, ct_values, seeded)
     hit = None if key is None else _BACKWARD_CACHE.get(key, False)
@@ -262,18 +269,20 @@ def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequenc
             _BACKWARD_CACHE.pop(next(iter(_BACKWARD_CACHE), None), None)
         _BACKWARD_CACHE[key] = None
     elif hit is None and key is not None:     # second: build and keep the backward graph
-        hit = _BACKWARD_CACHE[key] = _build_backward(graph, order, wrt, ct_values, seeded)
+        g, keep = _build_backward(graph, order, wrt, ct_values, seeded)
+        hit = _BACKWARD_CACHE[key] = (g, keep, Plan(g))
     if not hit:
         if not nested:
             return vjp_values(graph, values, wrt, ct_values)
         cts_in = [c if c is None or isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
                   for c, o in zip(ct_values, graph.outputs)]
         return _input_grads(graph, wrt, _backward(graph, values, _active_vars(graph, wrt), cts_in))
-    g, keep = hit
+    g, keep, plan = hit
     args = [values[order[i]] for i in keep]
-    args += [c if isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
-             for c, o in zip(ct_values, graph.outputs) if c is not None and not seeded]
-    return eval_graph(g, args)
+    if not seeded:
+        args += [c if isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
+                 for c, o in zip(ct_values, graph.outputs) if c is not None]
+    return eval_graph(g, args) if nested else run_plan(plan, args)
 
 
 def build_jvp(graph: Graph, wrt: Sequence[int]) -> Graph:

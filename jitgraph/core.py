@@ -413,28 +413,34 @@ def fp_errors_ignored():
 def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
              out_avals: list[Aval]) -> list[np.ndarray]:
     """Run the reference implementation and pin results to the dtypes the shape rule promised."""
-    arrays = [v if type(v) is np.ndarray else np.asarray(v) for v in in_vals]
+    ndarray = np.ndarray
+    arrays = [v if type(v) is ndarray else np.asarray(v) for v in in_vals]
     if _FP_IGNORE is None:
         with np.errstate(all="ignore"):
             res = prim.impl(*arrays, **params)
     else:
         token = _FP_IGNORE[0].set(_FP_IGNORE[1])
         try:
-            res = prim.impl(*arrays, **params)
+            res = prim.impl(*arrays, **params) if params else prim.impl(*arrays)
         finally:
             _FP_IGNORE[0].reset(token)
-    if not prim.multiple_results:
-        res = (res,)
+    if not prim.multiple_results:     # (one result: the common case, without the loop)
+        a = out_avals[0]
+        if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
+            res = _pinned(res, a)
+        return [res]
     out = []
     for r, a in zip(res, out_avals):
-        if type(r) is not np.ndarray:            # a NumPy scalar, from a 0-d operation
-            r = np.asarray(r, dtype=a.dtype)
-            if r.shape != a.shape:
-                r = r.reshape(a.shape)
-        elif r.dtype is not a.dtype or r.shape != a.shape:
-            r = np.asarray(r, dtype=a.dtype).reshape(a.shape)
+        if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
+            r = _pinned(r, a)
         out.append(r)
     return out
+
+
+def _pinned(r: Any, a: Aval) -> np.ndarray:
+    """``r`` (a NumPy scalar from a 0-d operation, or an array) with ``a``'s dtype and shape."""
+    r = np.asarray(r, dtype=a.dtype)
+    return r if r.shape == a.shape else r.reshape(a.shape)
 
 
 class Tracer:
@@ -532,10 +538,25 @@ _SHAPE_RULE_CACHE_MAX = 8192
 _PARAM_TYPES = frozenset({int, float, bool, str, type(None), tuple, SharedGraph}) | _DTYPE_TYPES
 
 
+class KeyedParams(dict):
+    """Parameters built once and shared by the nodes of many calls (a cached custom_vjp
+    call's), with their ``params_key`` computed once: ``KeyedParams.of(**params)``."""
+
+    __slots__ = ("key",)
+
+    @classmethod
+    def of(cls, **params: Any) -> "KeyedParams":
+        p = cls(params)
+        p.key = params_key(params)
+        return p
+
+
 def params_key(params: dict) -> tuple | None:
     """A hashable key equal for equal parameter dicts, or None when a parameter is not a plain
     value (a graph, an array, a callable). Types are part of the key (``1`` and ``True``
     hash alike)."""
+    if type(params) is KeyedParams:
+        return params.key
     key = []
     for k, v in params.items():
         tv = type(v)

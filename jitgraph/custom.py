@@ -8,9 +8,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core import Aval, Primitive, Tracer, aval_of, bind, register
+from .core import (Aval, KeyedParams, Primitive, SharedGraph, Tracer, aval_of, bind, register,
+                   top_trace)
+from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
 from .state_key import state_key
+from .transforms import _leaf_operands
 from .tree import tree_flatten
 
 
@@ -22,23 +25,44 @@ from .tree import tree_flatten
 # temperature) work, and the backward pass is made of primitives that differentiate again.
 # ``_graph`` (the primal function) has exactly the node's inputs, so the compiler can inline it.
 # The traced graphs are kept between calls while nothing they depend on changes (``_rules``).
+# Un-jitted, on concrete values, the node runs fwd instead (``res_out``: its outputs are the
+# function's followed by the residuals), so the VJP reads the residuals fwd computed instead
+# of evaluating fwd again: autograd's tape does the same. Abstract traces (jit, make_graph,
+# vmap) record the primal graph alone, so compiled programs never carry the residuals.
 def _call_aval(*avals, _graph, **_):
     return [v.aval.strong() for v in _graph.outputs]
 
 
 def _call_impl(*args, _graph, **_):
+    if type(_graph) is SharedGraph:     # kept and evaluated again and again: planned once
+        plan = getattr(_graph, "plan", None)
+        if plan is None:
+            plan = _graph.plan = Plan(_graph)
+        return tuple(run_plan(plan, args))
     return tuple(interpret(_graph, list(args)))
 
 
 def _call_vjp(cts, outs, *ins, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_caps, n_args,
-              n_res, name, **_):
+              n_res, name, res_out=False, **_):
     from . import numpy as jnp
     from .autodiff import build_vjp, eval_graph
     args, caps = list(ins[:n_args]), list(ins[n_args:])
+    if res_out:     # the node's own outputs end with fwd's residuals: nothing to recompute
+        n_out = len(outs) - n_res
+        res, res_cts = list(outs[n_out:]), cts[n_out:]
+        outs, cts = outs[:n_out], cts[:n_out]
     cts = [jnp.zeros(o.shape, o.dtype) if c is None else c for c, o in zip(cts, outs)]
-    fwd_outs = eval_graph(_fwd_graph, args + [caps[i] for i in _fwd_caps])
-    res = fwd_outs[len(fwd_outs) - n_res:]
+    if not res_out:
+        fwd_outs = eval_graph(_fwd_graph, args + [caps[i] for i in _fwd_caps])
+        res = fwd_outs[len(fwd_outs) - n_res:]
     grads = eval_graph(_bwd_graph, res + cts + [caps[i] for i in _bwd_caps])
+    if res_out and any(c is not None for c in res_cts):
+        # residuals that reach the result (bwd's, under grad of grad) get their ordinary
+        # derivative, through fwd, as when fwd is evaluated inside the VJP
+        zeros = [jnp.zeros(o.shape, o.dtype) for o in outs]
+        res_cts = [jnp.zeros(r.shape, r.dtype) if c is None else c for c, r in zip(res_cts, res)]
+        more = eval_graph(build_vjp(_fwd_graph, list(range(n_args))), args + zeros + res_cts)
+        grads = [g + m for g, m in zip(grads, more)]
     if not caps:
         return grads
     # closed-over values have no custom rule: their cotangents come from the primal graph
@@ -52,7 +76,7 @@ def _call_jvp(ts, outs, *ins, name, **_):
 
 
 def _call_batch(args, dims, *, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_caps, n_args,
-                n_res, name, **params):
+                n_res, name, res_out=False, **params):
     """A batched call of the same custom function: its primal, fwd and bwd graphs are each
     batched (``batch_graph``), so a vmapped function keeps its custom VJP. Batched operands go
     to axis 0; the batched bwd sums the cotangents of unbatched arguments over the batch."""
@@ -61,14 +85,14 @@ def _call_batch(args, dims, *, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_c
     xs = [x if d is None else move_batch_axis(x, d, 0) for x, d in zip(args, dims)]
     ds = [None if d is None else 0 for d in dims]
     arg_ds, cap_ds = ds[:n_args], ds[n_args:]
-    n_out = len(_graph.outputs)
+    n_out = len(_graph.outputs) - (n_res if res_out else 0)
     graph = batch_graph(_graph, ds, size)
     fwd = batch_graph(_fwd_graph, arg_ds + [cap_ds[i] for i in _fwd_caps], size)
     bwd = batch_graph(_bwd_graph, [0] * (n_res + n_out) + [cap_ds[i] for i in _bwd_caps], size,
                       out_sum=[d is None for d in arg_ds])
     outs = bind(custom_vjp_call_p, *xs, _graph=graph, _fwd_graph=fwd, _bwd_graph=bwd,
                 _fwd_caps=_fwd_caps, _bwd_caps=_bwd_caps, n_args=n_args, n_res=n_res,
-                name=name, **params)
+                name=name, res_out=res_out, **params)
     return list(outs), [0] * len(outs)
 
 
@@ -77,6 +101,11 @@ TRACE_CACHE_SIZE = 32   # traced (fun, fwd, bwd) kept per custom_vjp function (s
 custom_vjp_call_p = register(Primitive(
     "custom_vjp_call", kind="call", abstract_eval=_call_aval, impl=_call_impl,
     vjp=_call_vjp, jvp=_call_jvp, multiple_results=True, batch=_call_batch))
+
+
+def _concrete(leaves) -> bool:
+    """Every leaf has a value: a concrete (un-jitted) call, whose node may keep residuals."""
+    return all(not isinstance(x, Tracer) or x.val is not None for x in leaves)
 
 
 def _trace_flat(fn, avals, what):
@@ -107,6 +136,7 @@ class custom_vjp:
         self.bwd: Callable | None = None
         self._tracing_rules = False
         self._traces: OrderedDict = OrderedDict()   # see _rules
+        self._last = None                           # the most recently used of them
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         self.fwd, self.bwd = fwd, bwd
@@ -133,7 +163,15 @@ class custom_vjp:
 
     def _bind(self, args, leaves, in_tree):
         in_leaves, rules = self._rules(args, leaves, in_tree)
-        prim_graph, fwd_graph, bwd_graph, caps, fwd_caps, bwd_caps, n_res, out_tree = rules
+        prim_graph, fwd_graph, bwd_graph, caps, fwd_caps, bwd_caps, n_res, out_tree, eager = rules
+        if eager is not None and _concrete(in_leaves):
+            params, out_avals = eager
+            trace = top_trace(in_leaves)
+            if trace.active:        # (else bind explains the leaked tracer)
+                outs = trace.emit(custom_vjp_call_p, in_leaves, out_avals, params)
+            else:
+                outs = bind(custom_vjp_call_p, *in_leaves, **params)
+            return out_tree.unflatten(list(outs[:len(outs) - n_res]))
         outs = bind(custom_vjp_call_p, *in_leaves, *caps, _graph=prim_graph,
                     _fwd_graph=fwd_graph, _bwd_graph=bwd_graph, _fwd_caps=fwd_caps,
                     _bwd_caps=bwd_caps, n_args=len(in_leaves), n_res=n_res,
@@ -148,7 +186,6 @@ class custom_vjp:
         values (which must be node inputs, found by tracing) or read state that can't be
         keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
         dropped first."""
-        from .transforms import _leaf_operands
         leaves = _leaf_operands(args, leaves)
         key = None
         state = state_key(self)
@@ -156,19 +193,22 @@ class custom_vjp:
             key = (in_tree, tuple(aval_of(x) for x in leaves), state)
             hit = self._traces.get(key)
             if hit is not None:
-                self._traces.move_to_end(key)
+                if hit is not self._last:
+                    self._traces.move_to_end(key)
+                    self._last = hit
                 return leaves, hit
         in_leaves, rules = self._trace_rules(args, in_tree)
         if key is not None and not rules[3]:        # no closed-over traced values
             if len(self._traces) >= TRACE_CACHE_SIZE:
                 self._traces.popitem(last=False)
-            self._traces[key] = rules
+            self._traces[key] = self._last = rules
         return in_leaves, rules
 
     def _trace_rules(self, args, in_tree):
         """Trace ``fun``, ``fwd`` and ``bwd`` at ``args``; returns (argument leaves, (primal
         graph, fwd graph, bwd graph, closed-over traced values, positions among them of
-        fwd's and of bwd's, residual count, output structure))."""
+        fwd's and of bwd's, residual count, output structure, (parameters, output avals) of
+        the node of a concrete call or None))."""
         from .core import Graph, SharedGraph, Var
         from .passes import optimize
         from .transforms import trace_to_graph
@@ -241,10 +281,16 @@ class custom_vjp:
                                                           for i, c in enumerate(caps)],
                            graph.nodes, graph.outputs, graph.consts)
         graphs = [optimize(g) for g in (prim_graph, fwd_graph, bwd_graph)]
+        eager = None
         if not caps:    # kept for reuse (see _rules): nodes holding them are keyed by identity
             graphs = [SharedGraph(g.inputs, g.nodes, g.outputs, g.consts, g.in_tree,
                                   g.out_tree) for g in graphs]
-        return in_leaves, (*graphs, caps, pos(cap_fwd), pos(cap_bwd), n_res, out_tree)
+            # the node of a concrete call (see res_out): its parameters and output avals
+            eager = (KeyedParams.of(_graph=graphs[1], _fwd_graph=graphs[1], _bwd_graph=graphs[2],
+                                    _fwd_caps=(), _bwd_caps=(), n_args=n_args, n_res=n_res,
+                                    name=name, res_out=True),
+                     _call_aval(_graph=graphs[1]))
+        return in_leaves, (*graphs, caps, pos(cap_fwd), pos(cap_bwd), n_res, out_tree, eager)
 
 
 # ------------------------------------------------------------------ user primitives

@@ -53,9 +53,10 @@ def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
     else:
         leaves, in_tree = flat
     with Trace(abstract=abstract, what=what) as t:
-        tracers = [t.new_input(aval_of(x) if not isinstance(x, Tracer) else x.aval,
-                               x.val if isinstance(x, Tracer) else np.asarray(x, aval_of(x).dtype))
-                   for x in leaves]
+        tracers = [t.new_input(x.aval, x.val) if isinstance(x, Tracer) else
+                   t.new_input(a, x if type(x) is np.ndarray and x.dtype is a.dtype
+                               else np.asarray(x, a.dtype))
+                   for x in leaves for a in (aval_of(x),)]
         out = fun(*in_tree.unflatten(tracers))
         out_leaves, out_tree = tree_flatten(out)
         out_leaves = [_leaf_operand(o, "output") for o in out_leaves]
@@ -92,7 +93,7 @@ def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
 def _check_float_leaves(leaves: Sequence[Any], what: str, argnums) -> None:
     for k, x in enumerate(leaves):
         d = aval_of(x).dtype
-        if not dtypes.is_float(d):
+        if d.kind != "f":
             raise TypeError(
                 f"{what} requires floating-point inputs, but argument {argnums} (leaf {k}) has "
                 f"dtype {d}. Differentiate only with respect to float arguments (choose them "
@@ -100,6 +101,8 @@ def _check_float_leaves(leaves: Sequence[Any], what: str, argnums) -> None:
 
 
 def _split_args(args, argnums):
+    if type(argnums) is int and 0 <= argnums < len(args):     # the common case
+        return True, (argnums,)
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
     for a in nums:

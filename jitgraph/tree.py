@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
+from .core import Tracer
+
 _LEAF = "*"
 
 
@@ -29,8 +33,14 @@ class TreeDef:
         return f"TreeDef({_describe(self.node)})"
 
     def unflatten(self, leaves: list) -> Any:
-        it = iter(leaves)
-        return _build(self.node, it)
+        node = self.node
+        if node is _LEAF:
+            return leaves[0]
+        if node is _ONE_TUPLE:      # (the arguments of a one-argument function)
+            return (leaves[0],)
+        if node is _LEAF_NONE:      # (grad's (value, aux) without aux)
+            return (leaves[0], None)
+        return _build(node, iter(leaves))
 
 
 def _describe(node: Any) -> str:
@@ -54,7 +64,7 @@ def _flatten(x: Any, leaves: list, is_leaf: Callable | None) -> Any:
     t = type(x)
     if t is tuple or t is list:
         return ("tuple" if t is tuple else "list", None,
-                tuple(_flatten(c, leaves, is_leaf) for c in x))
+                tuple([_flatten(c, leaves, is_leaf) for c in x]))
     if t is dict:
         keys = tuple(sorted(x, key=repr))
         return ("dict", keys, tuple(_flatten(x[k], leaves, is_leaf) for k in keys))
@@ -75,7 +85,7 @@ def _build(node: Any, it) -> Any:
         return next(it)
     kind, meta, children = node
     if kind == "tuple":
-        return tuple(_build(c, it) for c in children)
+        return tuple([_build(c, it) for c in children])
     if kind == "list":
         return [_build(c, it) for c in children]
     if kind == "dict":
@@ -98,8 +108,25 @@ def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable) -> N
     _CUSTOM[cls] = (flatten, unflatten)
 
 
+_ONE_TUPLE = ("tuple", None, (_LEAF,))
+_LEAF_NONE = ("tuple", None, (_LEAF, ("none", None, ())))
+_LEAF_TREE = TreeDef(_LEAF, 1)
+_ONE_TUPLE_TREE = TreeDef(_ONE_TUPLE, 1)
+_LEAF_NONE_TREE = TreeDef(_LEAF_NONE, 1)
+_PLAIN = frozenset({np.ndarray, float, Tracer})   # leaves for certain (eager code passes them a lot)
+
+
 def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, TreeDef]:
     """Flatten ``tree`` into (leaves, treedef)."""
+    if is_leaf is None:
+        t = type(tree)
+        if t in _PLAIN:
+            return [tree], _LEAF_TREE
+        if t is tuple and 0 < len(tree) <= 2 and type(tree[0]) in _PLAIN:
+            if len(tree) == 1:
+                return [tree[0]], _ONE_TUPLE_TREE
+            if tree[1] is None:
+                return [tree[0]], _LEAF_NONE_TREE
     leaves: list = []
     node = _flatten(tree, leaves, is_leaf)
     return leaves, TreeDef(node, len(leaves))

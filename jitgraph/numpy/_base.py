@@ -176,6 +176,8 @@ def _here() -> str:
 
 
 def _axes(x, axis, op: str = ""):
+    if axis is None:            # every axis (the common case: a full reduction)
+        return tuple(range(aval_of(x).ndim))
     from ..ops.reductions import normalize_axes
     try:
         return normalize_axes(axis, aval_of(x).ndim)

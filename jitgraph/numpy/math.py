@@ -98,6 +98,11 @@ def logical_not(x):
 
 def power(x, y):
     """x ** y. Small integer exponents become multiplications (exact, and cheap to compile)."""
+    if type(x) is Tracer and type(y) is int and 1 <= y <= 4 and x.gvar.aval.dtype.kind == "f":
+        r = x           # (the common case, first: a weak int exponent keeps x's dtype)
+        for _ in range(y - 1):
+            r = bind(_P.mul, r, x)
+        return r
     x = _operand(x, "argument 0")
     yo = _operand(y, "argument 1")
     out, _ = dtypes.result_type(_dtype_weak(x), _dtype_weak(yo))
