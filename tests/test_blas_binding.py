@@ -39,7 +39,7 @@ def test_float32_product_with_a_transposed_operand():
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore:np.vdot:numba.core.errors.NumbaPerformanceWarning")
+@pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaPerformanceWarning")
 def test_strided_operands_fall_back_to_numpy_dot():
     rng = np.random.default_rng(4)
     a = rng.standard_normal((6, 8))[::2, ::2]      # neither C- nor F-ordered
