@@ -51,9 +51,13 @@ def test_worker_compiles_are_loaded_and_give_the_reference_values(tmp_path, monk
     assert kernels >= 3
     delta = {k: compile_pool.STATS[k] - before[k] for k in before}
     assert delta["worker_failures"] == 0
-    assert delta["worker_compiles"] + delta["local_compiles"] == kernels
+    # jobs: the kernels, and the driver's BLAS helpers (kernels/matmul) with their signatures
+    helpers = len(program.blas_calls)
+    assert helpers >= 1
+    assert delta["worker_compiles"] + delta["local_compiles"] == kernels + helpers
     # this process compiled only its own share; the workers' kernels came from Numba's cache
-    assert program.numba_compiles() == delta["local_compiles"]
+    local = delta["local_compiles"]
+    assert local - helpers <= program.numba_compiles() <= local
     assert jitgraph.cache_info()["local_compiles"] >= delta["local_compiles"]
 
 
@@ -119,3 +123,37 @@ def test_a_hanging_worker_is_killed(monkeypatch):
     assert compile_pool.precompile(list(range(4)), compile_one)
     assert time.monotonic() - t0 < 20
     assert compile_pool.STATS["worker_failures"] - before == 1
+
+
+def test_predicted_blas_helper_signatures_are_the_ones_the_driver_calls(tmp_path, monkeypatch):
+    """The driver's products are precompiled with the types codegen predicts (2-D views, C- or
+    F-ordered, a transposed view with a dimension of 1 is C-contiguous): after a call, each
+    predicted signature is one the helper was actually called with."""
+    import numpy as np
+
+    import jitgraph
+    import jitgraph.numpy as jnp
+    from jitgraph.compiler import compile_pool
+    from jitgraph.kernels import matmul
+
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+
+    @jitgraph.jit
+    def step(w, v, x):
+        def loss(w, v):
+            return jnp.sum(jnp.tanh(x @ w) @ v)
+        gw, gv = jitgraph.grad(loss, argnums=(0, 1))(w, v)
+        return w - 0.1 * gw, gv
+
+    rng = np.random.default_rng(0)
+    w, v, x = (rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (3, 1), (6, 4)))
+    step(w, v, x)
+    program = step.lower(w, v, x).program
+    assert program.blas_calls, "no products recorded"
+    for name, types in program.blas_calls:
+        called = {tuple(str(t) for t in sig) for sig in getattr(matmul, name).signatures}
+        predicted = tuple(str(t) for t in compile_pool.numba_signature(types))
+        assert predicted in called, (name, predicted, called)
+    assert compile_pool.numba_signature(["float32/2F", "float", "size", "float64"]) == (
+        *compile_pool.numba_signature(["float32/2F"]), *compile_pool.numba_signature(["float"]),
+        *compile_pool.numba_signature(["size"]), *compile_pool.numba_signature(["float64"]))

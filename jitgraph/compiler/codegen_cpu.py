@@ -85,6 +85,14 @@ from jitgraph.kernels.matmul import gemm, matmul_blas, matmul_loop
 '''
 
 
+def _view_type(operand) -> str:
+    """The 2-D view the driver passes a product (``dtype/2C`` or ``dtype/2F``): a transposed
+    view is F-ordered unless a dimension is 1 (then NumPy flags it C-contiguous too)."""
+    v, transposed, shape = operand
+    f_order = transposed and shape[-2] > 1 and shape[-1] > 1
+    return f"{v.aval.dtype.name}/2{'F' if f_order else 'C'}"
+
+
 def _init(monoid: str, dtype) -> str:
     dtype = np.dtype(dtype)
     if monoid == "sum":
@@ -361,6 +369,7 @@ class CpuCodegen:
         calls = []
         by_structure: dict[str, KernelSource] = {}
         self._callee: dict[str, str] = {}
+        self._blas_calls: set = set()    # (kernels/matmul function, its argument types)
         for s in plan.steps:
             if isinstance(s, LoopKernel):
                 src, params = self.loop_kernel(s)
@@ -394,6 +403,7 @@ class CpuCodegen:
         dl += ["    " + l for l in body]
         chunks.append("\n".join(dl))
         info["const_names"] = const_names
+        info["blas_calls"] = sorted(self._blas_calls)
         return "\n\n\n".join(chunks) + "\n", kernels, driver_name, info
 
     def _arg_types(self, params) -> tuple:
@@ -534,6 +544,10 @@ class CpuCodegen:
         a = self._view(s.a, batch)
         b = self._view(s.b, batch)
         ep = s.epilogue
+        if out.dtype.kind == "f":   # for compile_pool: the types the driver will call it with
+            ab = (_view_type(s.a), _view_type(s.b), f"{out.dtype.name}/2C")
+            self._blas_calls.add(("gemm", ("float", *ab[:2], "float", ab[2])) if ep is not None
+                                 else ("matmul_blas", ab))
         if ep is not None:
             o = self.plan.array_name(ep.out)
             lines = []

@@ -56,13 +56,20 @@ def workers_wanted() -> int:
 
 
 def numba_signature(arg_types: Sequence[str]) -> tuple:
-    """A kernel's argument types as the driver passes them (a dtype name: a flat C-contiguous
-    array of it; ``"size"``: an int64 runtime size) as a Numba signature."""
+    """A kernel's argument types as the driver passes them as a Numba signature: a dtype name
+    is a flat C-contiguous array of it, ``dtype/2C`` or ``dtype/2F`` a 2-D array of that
+    order, ``"size"`` an int64 runtime size, ``"float"`` a Python float."""
     import numpy as np
     from numba import types
     from numba.np.numpy_support import from_dtype
-    return tuple(types.int64 if t == "size" else types.Array(from_dtype(np.dtype(t)), 1, "C")
-                 for t in arg_types)
+
+    def one(t: str):
+        if t in ("size", "float"):
+            return types.int64 if t == "size" else types.float64
+        dtype, _, spec = t.partition("/")
+        ndim, layout = (int(spec[0]), spec[1]) if spec else (1, "C")
+        return types.Array(from_dtype(np.dtype(dtype)), ndim, layout)
+    return tuple(one(t) for t in arg_types)
 
 
 def _can_fork() -> bool:

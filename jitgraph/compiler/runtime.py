@@ -118,6 +118,7 @@ class CompiledProgram:
         self.driver = driver
         self.const_values = tuple(const_values)
         self.donated = info["donated"]
+        self.blas_calls = tuple(info.get("blas_calls", ()))   # what compile_pool precompiles
         self.was_on_disk = was_on_disk
         self.module = module
         self.compile_seconds = compile_seconds
@@ -277,9 +278,11 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
     if not all(on_disk):    # this process compiles: spare Numba's scipy.linalg import (0.3 s)
         blas.light_numba_blas_check()
     if len(new) >= compile_pool.MIN_KERNELS:
-        # largest first (source length as the cost), so whoever is free takes the next
-        # largest and the processes finish together
-        _precompile([job for _, job in sorted(new, key=lambda c: -c[0])])
+        # the driver's BLAS helpers first (each costs as much as a large kernel; where Numba's
+        # cache has them, this only loads them), then kernels largest first (source length as
+        # the cost), so whoever is free takes the next largest and the processes finish together
+        helpers = [(matmul, name, types) for name, types in gen.info.get("blas_calls", ())]
+        _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
     for name, m in modules:
         setattr(module, name, getattr(m, name))
     for s in gen.plan.steps:
