@@ -45,18 +45,28 @@ register()   # before any cached code that calls the routines is linked
 _INT32_MAX = 2**31 - 1
 
 
+def _gemm_operands(a, b, c) -> bool:
+    """Whether one ``?gemm`` call takes these operand types: 2-D, ``a``/``b`` C- or F-ordered,
+    ``c`` C-contiguous, all float32 or all float64."""
+    return (all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, c))
+            and c.layout == "C" and a.layout in "CF" and b.layout in "CF"
+            and c.dtype in (types.float32, types.float64) and a.dtype == b.dtype == c.dtype)
+
+
+@njit(cache=True)
+def _check_blas_sizes(m, k, n):
+    if max(m, k, n) > _INT32_MAX:
+        raise ValueError("matmul: a dimension exceeds 2**31 - 1, which BLAS cannot index")
+
+
 @intrinsic
 def _xxgemm(typingctx, alpha, a, b, beta, c):
     """c = alpha * a @ b + beta * c, one Fortran ``?gemm`` call (``kernels/blas.py``: resolved by
     symbol name, so cached machine code stays valid in a new process, and no ``scipy.linalg``).
     ``a``/``b`` may be C- or F-ordered 2-D views; ``c`` is C-contiguous; sizes fit 32 bits."""
-    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, c)):
-        return None
-    if c.layout != "C" or a.layout not in "CF" or b.layout not in "CF":
+    if not _gemm_operands(a, b, c):
         return None
     dtype = c.dtype
-    if dtype not in (types.float32, types.float64) or a.dtype != dtype or b.dtype != dtype:
-        return None
     sig = types.void(alpha, a, b, beta, c)
 
     def codegen(context, builder, sig, args):
@@ -103,13 +113,9 @@ def _product_into(a, b, out):
 
 @overload(_product_into)
 def _product_into_impl(a, b, out):
-    direct = (out.layout == "C" and a.layout in "CF" and b.layout in "CF"
-              and out.dtype in (types.float32, types.float64)
-              and a.dtype == out.dtype and b.dtype == out.dtype)
-    if direct:
+    if _gemm_operands(a, b, out):
         def impl(a, b, out):
-            if max(a.shape[0], a.shape[1], b.shape[1]) > _INT32_MAX:
-                raise ValueError("matmul: a dimension exceeds 2**31 - 1, which BLAS cannot index")
+            _check_blas_sizes(a.shape[0], a.shape[1], b.shape[1])
             _xxgemm(1.0, a, b, 0.0, out)
         return impl
     return lambda a, b, out: np.dot(a, b, out)
@@ -127,6 +133,5 @@ def gemm(alpha, a, b, beta, c):
             for j in range(c.shape[1]):
                 c[i, j] = beta * c[i, j] if beta != 0 else 0
         return
-    if max(m, k, c.shape[1]) > _INT32_MAX:
-        raise ValueError("matmul: a dimension exceeds 2**31 - 1, which BLAS cannot index")
+    _check_blas_sizes(m, k, c.shape[1])
     _xxgemm(alpha, a, b, beta, c)
