@@ -44,10 +44,12 @@ def _load_cython_blas() -> types.ModuleType:
 
 
 def _capsule_pointer(capsule: object) -> int:
-    name_of = ctypes.pythonapi.PyCapsule_GetName
-    name_of.restype, name_of.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    pointer_of = ctypes.pythonapi.PyCapsule_GetPointer
-    pointer_of.restype, pointer_of.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    """The pointer in a PyCapsule (private prototypes: ``ctypes.pythonapi``'s shared function
+    objects keep whatever argtypes other code gave them)."""
+    api = ctypes.pythonapi
+    name_of = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", api))
+    pointer_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", api))
     return pointer_of(capsule, name_of(capsule))
 
 
