@@ -33,6 +33,7 @@ class CacheStats:
     dynamic_compiles: int = 0     # programs compiled with sizes as runtime arguments
     dynamic_hits: int = 0         # new shapes served by such a program, without compiling
     probe_traces: int = 0         # traces at sample sizes made to compile such programs
+    native_loads: int = 0         # programs run from a native bundle, without Numba
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -44,7 +45,8 @@ _ALL: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()
 
 def cache_info() -> dict:
     """Counters over all jitted functions: hits, misses, disk_hits, traces, compile/trace
-    seconds, dynamic_compiles and dynamic_hits (see ``jit``'s ``dynamic_dims``), and how many
+    seconds, dynamic_compiles and dynamic_hits (see ``jit``'s ``dynamic_dims``), native_loads
+    (programs a process ran from the disk cache's native bundles without Numba), and how many
     kernels compile workers compiled (``worker_compiles``) beside this process
     (``local_compiles``). Which program served each shape of one function:
     ``f.cache_entries()``."""
@@ -264,9 +266,14 @@ class JitFunction:
             from .compiler.runtime import compile_settings
             t0 = time.perf_counter()
             try:
-                with compile_settings(self.device):
+                if getattr(entry.program, "native", False):    # nothing to compile
                     out = entry.run(*leaves)
+                else:
+                    with compile_settings(self.device):
+                        out = entry.run(*leaves)
             except Exception as e:
+                if "numba" not in sys.modules:
+                    raise
                 from numba.core.errors import NumbaError
                 if not isinstance(e, NumbaError):
                     raise
@@ -436,6 +443,8 @@ class JitFunction:
         _STATS.compile_seconds += program.compile_seconds
         if program.was_on_disk:
             _STATS.disk_hits += 1
+        if getattr(program, "native", False):
+            _STATS.native_loads += 1
         self._last_sig[key[0]] = key
         pattern.seen.append(shapes)
         in_dtypes = [v.aval.dtype for v in graph.inputs]

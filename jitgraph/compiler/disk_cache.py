@@ -131,14 +131,40 @@ def _unsafe_reason(st: os.stat_result, what: str) -> str | None:
     return None
 
 
+def _numba_version() -> str:
+    """Numba's version without importing Numba (0.35 s): from its installed metadata folder's
+    name, else (an unusual layout) from the package itself."""
+    if "numba" in sys.modules:
+        return sys.modules["numba"].__version__
+    spec = importlib.util.find_spec("numba")
+    if spec is not None and spec.submodule_search_locations:
+        site = os.path.dirname(list(spec.submodule_search_locations)[0])
+        try:
+            names = os.listdir(site)
+        except OSError:
+            names = []
+        found = [n[len("numba-"):-len(".dist-info")] for n in names
+                 if n.startswith("numba-") and n.endswith(".dist-info")]
+        if len(found) == 1:
+            return found[0]
+    import numba
+    return numba.__version__
+
+
+def _numba_target_setting(name: str) -> str:
+    """``str(numba.core.config.<name>)`` for CPU_NAME / CPU_FEATURES, read from the environment
+    as Numba reads it (unset: ``None``), so computing a key needs no Numba import."""
+    if "numba.core.config" in sys.modules:
+        return str(getattr(sys.modules["numba.core.config"], name))
+    return str(os.environ.get("NUMBA_" + name) or None)
+
+
 @functools.lru_cache(maxsize=None)
 def _machine_key() -> tuple[tuple[str, str], ...]:
     """Everything outside the source that decides whether compiled code is reusable."""
     import llvmlite
     import llvmlite.binding as llvm
-    import numba
     import numpy
-    from numba.core import config
 
     try:
         cpu_name = llvm.get_host_cpu_name()
@@ -152,14 +178,14 @@ def _machine_key() -> tuple[tuple[str, str], ...]:
         ("python", sys.version),
         ("python_cache_tag", str(sys.implementation.cache_tag)),
         ("machine", platform.machine()),
-        ("numba", numba.__version__),
+        ("numba", _numba_version()),
         ("numpy", numpy.__version__),
         ("llvmlite", llvmlite.__version__),
         ("cpu_name", cpu_name),
         ("cpu_features", cpu_features),
         # Numba compiles for these instead of the host CPU when they are set.
-        ("numba_cpu_name", str(config.CPU_NAME)),
-        ("numba_cpu_features", str(config.CPU_FEATURES)),
+        ("numba_cpu_name", _numba_target_setting("CPU_NAME")),
+        ("numba_cpu_features", _numba_target_setting("CPU_FEATURES")),
     )
 
 
@@ -189,9 +215,30 @@ def _load_without_refresh(cache: Any, load: Any, sig: Any, target_context: Any) 
     from numba.core.runtime import rtsys
 
     rtsys.initialize(target_context)
+    _LOADED.object = None
     with guard():
-        return inner(sig, target_context)
+        cres = inner(sig, target_context)
+        if cres is not None and _LOADED.object is not None:
+            # MCJIT consumes the library's copy; native bundles (``native.py``) need one
+            cres.library._jitgraph_object = _LOADED.object
+        _LOADED.object = None
+        return cres
     return None  # the guard swallowed a spurious I/O error: "not cached"
+
+
+_LOADED = threading.local()     # object code of the entry being loaded on this thread
+
+
+def _remember_object(payload: Any) -> Any:
+    """Keep the object code of a Numba cache entry as it is read (its ``_reduce`` payload
+    starts with the library's ``(name, "object", (object code, bitcode))``)."""
+    try:
+        kind, data = payload[0][1], payload[0][2]
+        if kind == "object" and isinstance(data[0], bytes):
+            _LOADED.object = data[0]
+    except Exception:
+        pass
+    return payload
 
 
 def load_helpers_without_refresh(module: types.ModuleType) -> None:
@@ -205,6 +252,9 @@ def load_helpers_without_refresh(module: types.ModuleType) -> None:
             continue
         load = cache.load_overload
         cache.load_overload = functools.partial(_load_without_refresh, cache, load)
+        load_data = cache._cache_file._load_data
+        cache._cache_file._load_data = lambda name, load_data=load_data: _remember_object(
+            load_data(name))
         cache._jitgraph_no_refresh = True
 
 
@@ -463,8 +513,23 @@ class DiskCache:
             pass  # Numba then picks another locator; checked after import
         return None
 
-    def _read_entry(self, path: pathlib.Path, digest: str) -> tuple[str, bytes | None, str]:
-        """Read and verify an entry: ``("ok", bytes, "")``, ``("missing"|"corrupt"|"unsafe", None, why)``."""
+    def entry_status(self, digest: str) -> str:
+        """``"ok"`` where the entry ``digest`` is on disk, safe and intact; else ``"missing"``,
+        ``"corrupt"`` or ``"unsafe"`` (nothing is warned, written or imported). The directory
+        itself is checked by :meth:`read_trusted` and :meth:`load_module`."""
+        return self._read_entry(self.directory / f"{digest}.py", digest)[0]
+
+    def read_trusted(self, path: pathlib.Path) -> bytes | None:
+        """The bytes of a file of this cache (a native bundle) where the directory and the
+        file are safe to execute from; None where it is missing or unsafe (with a warning)."""
+        reason = self._ensure_directory()
+        status, data, why = ("unsafe", None, reason) if reason else self._read_file(path)
+        if status == "unsafe":
+            self._warn(f"{why}; not using it")
+        return data
+
+    def _read_file(self, path: pathlib.Path) -> tuple[str, bytes | None, str]:
+        """Read a file of the cache: ``("ok", bytes, "")``, ``("missing"|"unsafe", None, why)``."""
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(path, flags)
@@ -490,6 +555,13 @@ class DiskCache:
             data = b"".join(chunks)
         finally:
             os.close(fd)
+        return "ok", data, ""
+
+    def _read_entry(self, path: pathlib.Path, digest: str) -> tuple[str, bytes | None, str]:
+        """Read and verify an entry: ``("ok", bytes, "")``, ``("missing"|"corrupt"|"unsafe", None, why)``."""
+        status, data, why = self._read_file(path)
+        if data is None:
+            return status, data, why
         if hashlib.sha256(data).hexdigest() != digest:
             return "corrupt", None, (
                 f"cache entry {str(path)!r} does not match its hash "
@@ -630,7 +702,7 @@ class DiskCache:
                 actual = hashlib.sha256(f.read()).hexdigest().encode()
             if actual != expected:
                 raise _CorruptNumbaEntry(f"{os.path.basename(path)} does not match its .sha256 checksum")
-            return load_data(name)
+            return _remember_object(load_data(name))
 
         def checked_save_data(name: str, data: Any) -> None:
             save_data(name, data)

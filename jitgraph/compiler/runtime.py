@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import sys
+import threading
 import time
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -13,9 +17,9 @@ import numpy as np
 from ..core import Graph, Node, Var
 from .loops import lower_control_flow
 from ..passes import optimize
-from . import compile_pool
+from . import compile_pool, native
 from .codegen_cpu import CpuCodegen, CpuContext, finish_module
-from .disk_cache import DiskCache, load_helpers_without_refresh
+from .disk_cache import MODULE_PREFIX, DiskCache, load_helpers_without_refresh
 from .fusion import HostStep, make_plan
 
 _DISK_CACHE: DiskCache | None = None
@@ -131,6 +135,12 @@ class CompiledProgram:
         self.kernel_modules: list = []
         self.options: dict = {}          # how it was generated (fastmath, donate, ...)
         self._profiled: dict = {}        # input shapes (None: self.graph's) -> profiled
+        self.native = False              # runs from a native bundle, without Numba
+        self.bundle_path = None          # where to write its native bundle after a call
+        self.bundle_status = ""          # what became of that bundle
+        self.bundle_file = None          # the bundle it was run from or written to
+        self.driver_def = ""             # the driver's own source (a Python driver)
+        self._runner_namespaces: list = []
 
     def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
         """A call path specialised to this program: checks, allocation and the driver call as
@@ -139,6 +149,9 @@ class CompiledProgram:
                     "pools": self._scratch_pools, "pool": self._scratch_pools.setdefault((), []),
                     "driver": self.driver, "unflatten": out_tree.unflatten,
                     "overlaps": _overlaps}
+        if self.bundle_path is not None:
+            ns["driver"] = self._driver_then_export
+            self._runner_namespaces.append(ns)
         for i, d in enumerate(in_dtypes):
             ns[f"D{i}"] = np.dtype(d)
         for j, (_, d) in enumerate(self.out_specs):
@@ -151,6 +164,18 @@ class CompiledProgram:
         run = ns["run"]
         run.source = self.runner_template
         return run
+
+    def _driver_then_export(self, *args) -> None:
+        """The driver's first call, then the native bundle written on a background thread
+        (see ``native.py``); the runners then call the driver directly."""
+        self.driver(*args)
+        if self.bundle_path is None:
+            return
+        for ns in self._runner_namespaces:
+            ns["driver"] = self.driver
+        self._runner_namespaces.clear()
+        _export_in_background(self)
+        self.bundle_path = None
 
     def profiled(self, graph: Graph | None = None) -> "CompiledProgram":
         """The same program (at the sizes of ``self.graph``, or of ``graph``: the same
@@ -171,6 +196,8 @@ class CompiledProgram:
     def numba_compiles(self) -> int:
         """How many functions Numba really compiled (not loaded from its cache) for this
         program: its driver and its kernels, which live in modules of their own."""
+        if self.native:
+            return 0
         from .disk_cache import numba_compile_count
         return sum(numba_compile_count(m) for m in [self.module, *self.kernel_modules])
 
@@ -255,17 +282,45 @@ def generate(graph: Graph, *, fastmath: bool = False, donate: Sequence[int] = ()
     return Generated(plan.graph, plan, template, kernels, driver, info, gen.made_decisions, runner)
 
 
-def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
+def load(gen: Generated, t0: float, symbols: Sequence = (),
+         allow_native: bool = False) -> CompiledProgram:
     """Name, write or find in the disk cache, import and wrap a generated program: each kernel
-    is its own cache entry (shared by every program computing it), the driver another."""
+    is its own cache entry (shared by every program computing it), the driver another.
+    ``allow_native``: where this process has not imported Numba, run the program from its
+    native bundle (``native.py``) when the disk cache has one; otherwise write one after the
+    program's first call."""
     global _FINGERPRINT
     fin = finish_module(gen.template, gen.kernels, gen.driver)
-    from ..kernels import blas, matmul  # type: ignore[attr-defined]
     if _FINGERPRINT is None:
         _FINGERPRINT = _codegen_fingerprint()
+    cache = disk_cache()
+    bundle = None
+    if allow_native and native.enabled() and not any(
+            isinstance(s, HostStep) for s in gen.plan.steps):
+        bundle = cache.directory / (cache.entry_name(fin.driver_source, _FINGERPRINT) + ".native")
+        if "numba" not in sys.modules:
+            program = _load_native(gen, fin, bundle, t0, symbols)
+            if program is not None:
+                return program
+    program = _load_with_numba(gen, fin, cache, t0, symbols)
+    if bundle is not None and program.module.__file__ and \
+            os.path.dirname(program.module.__file__) == str(cache.directory) and \
+            not bundle.exists():
+        program.bundle_path = bundle      # written after the first call (make_runner)
+    return program
+
+
+_HELPERS_READY = False
+
+
+def _load_with_numba(gen: Generated, fin, cache: DiskCache, t0: float,
+                     symbols: Sequence) -> CompiledProgram:
+    global _HELPERS_READY
+    from ..kernels import blas, matmul  # type: ignore[attr-defined]
+    if not _HELPERS_READY:
         # the driver calls these products itself: load them as fast as generated kernels
         load_helpers_without_refresh(matmul)
-    cache = disk_cache()
+        _HELPERS_READY = True
     modules, on_disk, new = [], [], []
     for name, src, arg_types in fin.kernel_modules:
         m, hit = cache.load_module(src, key_extra=_FINGERPRINT)
@@ -282,6 +337,7 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
         # cache has them, this only loads them), then kernels largest first (source length as
         # the cost), so whoever is free takes the next largest and the processes finish together
         helpers = [(matmul, name, types) for name, types in gen.info.get("blas_calls", ())]
+        wait_for_bundles()
         _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
     for name, m in modules:
         setattr(module, name, getattr(m, name))
@@ -289,12 +345,114 @@ def load(gen: Generated, t0: float, symbols: Sequence = ()) -> CompiledProgram:
         if isinstance(s, HostStep):
             setattr(module, f"host_{s.name}", _host_impl(s.node))
     driver = getattr(module, fin.driver_name)
-    consts = [np.ascontiguousarray(gen.graph.consts[v]).reshape(-1) for v in gen.plan.const_args]
-    program = CompiledProgram(gen.graph, gen.plan, fin.source, gen.kernels, driver, consts,
-                              gen.info, all(on_disk), module, time.perf_counter() - t0,
-                              gen.runner, symbols)
+    program = _program(gen, fin, driver, module, all(on_disk), t0, symbols)
     program.kernel_modules = [m for _, m in modules]
     return program
+
+
+def _program(gen: Generated, fin, driver, module, on_disk: bool, t0: float,
+             symbols: Sequence) -> CompiledProgram:
+    consts = [np.ascontiguousarray(gen.graph.consts[v]).reshape(-1) for v in gen.plan.const_args]
+    program = CompiledProgram(gen.graph, gen.plan, fin.source, gen.kernels, driver, consts,
+                              gen.info, on_disk, module, time.perf_counter() - t0,
+                              gen.runner, symbols)
+    program.driver_def = fin.driver_source.rsplit("\n\n\n", 1)[1]
+    return program
+
+
+def _load_native(gen: Generated, fin, path, t0: float, symbols: Sequence):
+    """The program run from its native bundle at ``path``, or None (no usable bundle)."""
+    cache = disk_cache()
+    data = cache.read_trusted(path)
+    if data is None:
+        return None
+    # the modules the bundle was made from must be intact: a damaged or missing entry takes
+    # the Numba path, which repairs it and warns (the bundle must not hide it)
+    names = []
+    for src in [src for _, src, _ in fin.kernel_modules] + [fin.driver_source]:
+        digest = cache.entry_name(src, _FINGERPRINT)
+        if cache.entry_status(digest) != "ok":
+            return None
+        names.append(MODULE_PREFIX + digest)
+    fallback_program: list = []
+
+    def numba_function(name: str):
+        """The Numba dispatcher behind a bundle's function (for argument types it lacks)."""
+        if not fallback_program:
+            fallback_program.append(_load_with_numba(gen, fin, disk_cache(), time.perf_counter(),
+                                                     symbols))
+        prog = fallback_program[0]
+        return prog.driver if name == fin.driver_name else getattr(prog.module, name)
+
+    loaded = native.load(data, {"entry": path.name}, numba_function)
+    if loaded is None:
+        return None
+    functions, driver_def = loaded
+    if driver_def is None:
+        driver = functions.get(fin.driver_name)
+    else:
+        ns = {"np": np, "math": math, **functions}
+        exec(compile(driver_def, str(path), "exec"), ns)
+        driver = ns.get(fin.driver_name)
+    if driver is None:
+        return None
+    module = types.SimpleNamespace(__name__=names[-1], __file__=None, **functions)
+    program = _program(gen, fin, driver, module, True, t0, symbols)
+    program.kernel_modules = [types.SimpleNamespace(__name__=n) for n in names[:-1]]
+    program.native, program.bundle_file = True, path
+    return program
+
+
+def export_native(program: "CompiledProgram", path) -> bool:
+    """Write ``program``'s native bundle (after its first call: its functions are compiled
+    for the argument types it passes them). False where it cannot have one."""
+    from numba.core.dispatcher import Dispatcher
+    module, driver = program.module, program.driver
+    if isinstance(driver, Dispatcher):
+        callees, driver_def = {driver.__name__: driver}, None
+    else:
+        callees = {}
+        for name in driver.__code__.co_names:
+            value = vars(module).get(name)
+            if isinstance(value, Dispatcher):
+                callees[name] = value
+            elif value is not None and value is not np and value is not math:
+                return False            # a Python callable (host step): not in a bundle
+        driver_def = program.driver_def
+    signatures: dict = {}
+    for name, arg_types in program.blas_calls:      # the kernels/ products it calls
+        signatures.setdefault(name, set()).add(compile_pool.numba_signature(arg_types))
+    return native.export(str(path), callees, driver_def, {"entry": path.name}, signatures)
+
+
+_EXPORTS: list = []         # bundle-writing threads not yet joined
+
+
+def _export_in_background(program: CompiledProgram) -> None:
+    """Write ``program``'s native bundle on a thread (LLVM compiles its wrappers in 10-50 ms,
+    without the GIL), holding Numba's compiler lock (LLVM's context is not thread-safe).
+    A bundle is an optimisation: failures are only recorded in ``program.bundle_status``."""
+    path = program.bundle_file = program.bundle_path
+
+    def run() -> None:
+        from numba.core.compiler_lock import global_compiler_lock
+        try:
+            with global_compiler_lock:
+                ok = export_native(program, path)
+            program.bundle_status = "written" if ok else "not supported for this program"
+        except Exception as exc:
+            program.bundle_status = f"failed: {exc!r}"
+
+    thread = threading.Thread(target=run, name="jitgraph-native-bundle")
+    _EXPORTS.append(thread)
+    thread.start()
+
+
+def wait_for_bundles() -> None:
+    """Join the bundle-writing threads (before forking compile workers, which need a process
+    without other threads; and in tests)."""
+    while _EXPORTS:
+        _EXPORTS.pop().join()
 
 
 def _precompile(new: list) -> None:
@@ -342,7 +500,7 @@ def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, *, fastmath
     fitted = Generated(first.graph, first.plan, generalize([g.template for g in gens], points),
                        first.kernels, first.driver, first.info, first.decisions,
                        generalize([g.runner for g in gens], points))
-    program = load(fitted, t0, sym_list)
+    program = load(fitted, t0, sym_list, allow_native=True)
     program.graph, program.plan = base.graph, base.plan     # what lower() shows
     program.options = dict(opts, donate=tuple(donate))
     return program
@@ -354,7 +512,7 @@ def compile_graph(graph: Graph, *, fastmath: bool = False, donate: Sequence[int]
     t0 = time.perf_counter()
     options = dict(fastmath=fastmath, donate=tuple(donate), approx_math=approx_math,
                    single_output=single_output)
-    program = load(generate(graph, **options), t0)
+    program = load(generate(graph, **options), t0, allow_native=True)
     program.options = options
     return program
 

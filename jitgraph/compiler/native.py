@@ -1,0 +1,670 @@
+"""Native bundles: run a cached program's machine code in a process that never imports Numba.
+
+Why: a process that only *runs* cached programs spent most of its start-up importing Numba
+(0.35-0.4 s here) and building its dispatchers, though all it needs is the machine code
+Numba compiled earlier.  After a program's first successful call, the functions its driver
+calls (loop kernels, the ``kernels/`` products; or the driver itself where it is compiled)
+are written to one *bundle* beside the disk cache's modules, ``<driver entry>.native``:
+
+* for each overload: Numba's object code (which holds everything it calls, linked in),
+  the argument types it was compiled for, and a small *wrapper* that takes the Python
+  objects, reads each array's data pointer, shape and strides from NumPy's array struct and
+  calls Numba's native entry point (its calling convention: return slot, exception slot,
+  then each argument flattened: an array as meminfo, parent, size, itemsize, data, shape,
+  strides);
+* the undefined symbols of each object (from its ELF symbol table), so a loader can refuse
+  a bundle whose symbols it cannot resolve instead of letting LLVM abort the process;
+* the driver's Python source when the driver is Python.
+
+A new process that has not imported Numba loads the bundle with llvmlite alone (Numba's
+runtime symbols come from its two C extensions, loaded by file without the ``numba``
+package) and calls the wrappers through ``ctypes``.  A call with argument types the bundle
+lacks, or any failed check, falls back to the usual Numba path, which builds the same
+program from the disk cache.  Linux (ELF) only; ``JITGRAPH_NATIVE=0`` turns it off.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import pickle
+import struct
+import sys
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+MAGIC = b"JITGRAPH-NATIVE-1\n"
+_LOCK = threading.RLock()
+_ENGINES: list = []         # keeps every loaded engine (and its machine code) alive
+_RUNTIME: dict | None = None
+
+
+def enabled() -> bool:
+    """Bundles are written and read on Linux unless ``JITGRAPH_NATIVE=0``."""
+    return sys.platform.startswith("linux") and os.environ.get("JITGRAPH_NATIVE", "1") != "0"
+
+
+# ----------------------------------------------------------------------------- argument kinds
+
+def runtime_kind(a: Any) -> tuple | None:
+    """The key Numba's ``typeof`` would give an argument, as a tuple (None: unsupported)."""
+    if a.__class__ is np.ndarray:
+        f = a.flags
+        layout = "C" if f.c_contiguous else ("F" if f.f_contiguous else "A")
+        return ("a", a.dtype.str, a.ndim, layout, f.writeable, f.aligned)
+    if a.__class__ is float or a.__class__ is np.float64:
+        return ("f8",)
+    if a.__class__ is int or a.__class__ is np.int64:
+        return ("i8",)
+    return None
+
+
+def _numba_kind(t: Any) -> tuple | None:
+    """The same key from a Numba type (export time)."""
+    from numba.core import types
+    from numba.np.numpy_support import as_dtype
+    if isinstance(t, types.Array):
+        try:
+            dt = as_dtype(t.dtype)
+        except Exception:
+            return None
+        if dt.kind not in "fiucb" or not dt.isnative:
+            return None
+        return ("a", dt.str, t.ndim, t.layout, bool(t.mutable), bool(t.aligned))
+    if t == types.float64:
+        return ("f8",)
+    if t == types.int64:
+        return ("i8",)
+    return None
+
+
+# ----------------------------------------------------------------------------- ELF symbols
+
+def undefined_symbols(obj: bytes) -> list[str] | None:
+    """Names an ELF64 little-endian object file needs from outside (None: not such a file)."""
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        return None
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize)
+                for i in range(shnum)]
+    names: set[str] = set()
+    for sh in sections:
+        if sh[1] != 2:                              # SHT_SYMTAB
+            continue
+        strtab = sections[sh[6]]
+        str_off = strtab[4]
+        for k in range(sh[5] // 24):
+            name_off, info, _, shndx, _, _ = struct.unpack_from("<IBBHQQ", obj, sh[4] + 24 * k)
+            if shndx != 0 or name_off == 0:         # defined here, or no name
+                continue
+            if info >> 4 == 0 and info & 0xF == 0:  # local NOTYPE (section markers)
+                continue
+            end = obj.index(b"\0", str_off + name_off)
+            names.add(obj[str_off + name_off:end].decode())
+    return sorted(names)
+
+
+# ----------------------------------------------------------------------------- export
+
+def _flattened_ok(fnty: Any, kinds: list[tuple]) -> bool:
+    """Numba's native function type is (ret*, exc**, args flattened) as this module assumes."""
+    params = [str(p) for p in fnty.args]
+    if str(fnty.return_type) != "i32" or len(params) < 2:
+        return False
+    pos = 2
+    for k in kinds:
+        if k[0] == "a":
+            nd = k[2]
+            want = ["p", "p", "i64", "i64", "p"] + ["i64"] * (2 * nd)
+        else:
+            want = ["double" if k[0] == "f8" else "i64"]
+        got = params[pos:pos + len(want)]
+        got = ["p" if ("*" in g or g == "ptr") else g for g in got]
+        if got != want:
+            return False
+        pos += len(want)
+    return pos == len(params)
+
+
+MISMATCH = -1000      # a wrapper's status when an argument is not of its compiled type
+_NPY_C, _NPY_F, _NPY_ALIGNED, _NPY_WRITEABLE = 0x1, 0x2, 0x100, 0x400
+
+
+def _check_ir(i: int, k: tuple) -> list[str]:
+    """IR that branches to ``%bad`` unless argument ``i`` is an ndarray of kind ``k``:
+    its class, ndim, dtype number and byte order, layout, writeable and aligned flags."""
+    _, dstr, nd, layout, writeable, aligned = k
+    dt = np.dtype(dstr)
+    mask = _NPY_ALIGNED | _NPY_WRITEABLE | (_NPY_C | _NPY_F if layout != "C" else _NPY_C)
+    want = (_NPY_ALIGNED if aligned else 0) | (_NPY_WRITEABLE if writeable else 0)
+    want |= {"C": _NPY_C, "F": _NPY_F, "A": 0}[layout]
+    o = _OFF
+    return [
+        f"  %ty{i}p = getelementptr i8, ptr %a{i}, i64 8",
+        f"  %ty{i} = load ptr, ptr %ty{i}p",
+        f"  %nda{i} = load ptr, ptr @jgw_ndarray",
+        f"  %c{i}a = icmp eq ptr %ty{i}, %nda{i}",
+        f"  br i1 %c{i}a, label %k{i}b, label %bad",
+        f"k{i}b:",
+        f"  %nd{i}p = getelementptr i8, ptr %a{i}, i64 {o['nd']}",
+        f"  %nd{i} = load i32, ptr %nd{i}p",
+        f"  %fl{i}p = getelementptr i8, ptr %a{i}, i64 {o['flags']}",
+        f"  %fl{i} = load i32, ptr %fl{i}p",
+        f"  %fm{i} = and i32 %fl{i}, {mask}",
+        f"  %ds{i}p = getelementptr i8, ptr %a{i}, i64 {o['descr']}",
+        f"  %ds{i} = load ptr, ptr %ds{i}p",
+        f"  %tn{i}p = getelementptr i8, ptr %ds{i}, i64 {o['type_num']}",
+        f"  %tn{i} = load i32, ptr %tn{i}p",
+        f"  %bo{i}p = getelementptr i8, ptr %ds{i}, i64 {o['byteorder']}",
+        f"  %bo{i} = load i8, ptr %bo{i}p",
+        f"  %c{i}n = icmp eq i32 %nd{i}, {nd}",
+        f"  %c{i}f = icmp eq i32 %fm{i}, {want}",
+        f"  %c{i}t = icmp eq i32 %tn{i}, {dt.num}",
+        f"  %c{i}o = icmp ne i8 %bo{i}, {ord('>' if sys.byteorder == 'little' else '<')}",
+        f"  %c{i}1 = and i1 %c{i}n, %c{i}f",
+        f"  %c{i}2 = and i1 %c{i}t, %c{i}o",
+        f"  %c{i}3 = and i1 %c{i}1, %c{i}2",
+        f"  br i1 %c{i}3, label %k{i}, label %bad",
+        f"k{i}:"]
+
+
+def _wrapper_ir(index: int, symbol: str, kinds: list[tuple], nogil: bool = False) -> str:
+    """LLVM IR of ``jgw_<index>``, a CPython ``METH_FASTCALL`` function: check that each
+    argument is of the compiled type (else return the ``mismatch`` sentinel), unpack it, call
+    Numba's function; return None, or the ``failed`` sentinel with Numba's status stored."""
+    lines = [f"  %cnt = icmp eq i64 %nargs, {len(kinds)}",
+             "  br i1 %cnt, label %start, label %bad",
+             "start:"]
+    call = ["ptr %ret", "ptr @jgw_exc"]
+    for i, k in enumerate(kinds):
+        lines += [f"  %a{i}pp = getelementptr ptr, ptr %args, i64 {i}",
+                  f"  %a{i} = load ptr, ptr %a{i}pp"]
+        if k[0] in ("f8", "i8"):
+            cls, unbox, ty = (("jgw_float", "PyFloat_AsDouble", "double") if k[0] == "f8"
+                              else ("jgw_int", "PyLong_AsLongLong", "i64"))
+            lines += [f"  %ty{i}p = getelementptr i8, ptr %a{i}, i64 8",
+                      f"  %ty{i} = load ptr, ptr %ty{i}p",
+                      f"  %cls{i} = load ptr, ptr @{cls}",
+                      f"  %c{i} = icmp eq ptr %ty{i}, %cls{i}",
+                      f"  br i1 %c{i}, label %k{i}, label %bad",
+                      f"k{i}:",
+                      f"  %v{i} = call {ty} @{unbox}(ptr %a{i})"]
+            call.append(f"{ty} %v{i}")
+            continue
+        nd = k[2]
+        lines += _check_ir(i, k)
+        lines += [f"  %d{i}p = getelementptr i8, ptr %a{i}, i64 {_OFF['data']}",
+                  f"  %d{i} = load ptr, ptr %d{i}p",
+                  f"  %h{i}p = getelementptr i8, ptr %a{i}, i64 {_OFF['dims']}",
+                  f"  %h{i} = load ptr, ptr %h{i}p",
+                  f"  %t{i}p = getelementptr i8, ptr %a{i}, i64 {_OFF['strides']}",
+                  f"  %t{i} = load ptr, ptr %t{i}p"]
+        shape, strides = [], []
+        for j in range(nd):
+            lines += [f"  %h{i}_{j}p = getelementptr i64, ptr %h{i}, i64 {j}",
+                      f"  %h{i}_{j} = load i64, ptr %h{i}_{j}p",
+                      f"  %t{i}_{j}p = getelementptr i64, ptr %t{i}, i64 {j}",
+                      f"  %t{i}_{j} = load i64, ptr %t{i}_{j}p"]
+            shape.append(f"%h{i}_{j}")
+            strides.append(f"%t{i}_{j}")
+        size = "1"
+        for j, sz in enumerate(shape):
+            lines.append(f"  %n{i}_{j} = mul i64 {size}, {sz}")
+            size = f"%n{i}_{j}"
+        call += ["ptr null", "ptr null", f"i64 {size}", f"i64 {np.dtype(k[1]).itemsize}",
+                 f"ptr %d{i}"]
+        call += [f"i64 {x}" for x in shape + strides]
+    sig = ", ".join(["ptr", "ptr"] + [c.split(" ")[0] for c in call[2:]])
+    # a ``nogil`` function lets other threads run while it computes, as its dispatcher does
+    release = ["  %ts = call ptr @PyEval_SaveThread()"] if nogil else []
+    reacquire = ["  call void @PyEval_RestoreThread(ptr %ts)"] if nogil else []
+    return "\n".join([
+        f'declare i32 @"{symbol}"({sig})',
+        f"define ptr @jgw_{index}(ptr %self, ptr %args, i64 %nargs) {{",
+        "entry:",
+        "  %ret = alloca [8 x i64], align 16",
+        *lines,
+        *release,
+        f'  %st = call i32 @"{symbol}"({", ".join(call)})',
+        *reacquire,
+        "  %ok0 = icmp eq i32 %st, 0",          # Numba's "ok" and "returned None"
+        "  %ok1 = icmp eq i32 %st, -2",
+        "  %ok = or i1 %ok0, %ok1",
+        "  br i1 %ok, label %good, label %failed",
+        "good:",
+        "  call void @Py_IncRef(ptr @_Py_NoneStruct)",
+        "  ret ptr @_Py_NoneStruct",
+        "failed:",
+        "  store i32 %st, ptr @jgw_status",
+        "  %fo = load ptr, ptr @jgw_failed",
+        "  call void @Py_IncRef(ptr %fo)",
+        "  ret ptr %fo",
+        "bad:",
+        "  %mo = load ptr, ptr @jgw_mismatch",
+        "  call void @Py_IncRef(ptr %mo)",
+        "  ret ptr %mo",
+        "}", ""])
+
+
+_IR_GLOBALS = """@jgw_exc = global ptr null, align 8
+@jgw_ndarray = global ptr null, align 8
+@jgw_float = global ptr null, align 8
+@jgw_int = global ptr null, align 8
+@jgw_mismatch = global ptr null, align 8
+@jgw_failed = global ptr null, align 8
+@jgw_status = global i32 0, align 4
+@_Py_NoneStruct = external global i8
+declare void @Py_IncRef(ptr)
+declare double @PyFloat_AsDouble(ptr)
+declare i64 @PyLong_AsLongLong(ptr)
+declare ptr @PyEval_SaveThread()
+declare void @PyEval_RestoreThread(ptr)
+"""
+
+
+def _object_of(cres: Any) -> bytes | None:
+    lib = cres.library
+    obj = getattr(lib, "_jitgraph_object", None)
+    if obj is None:
+        obj = getattr(lib, "_compiled_object", None)
+    return obj if isinstance(obj, bytes) else None
+
+
+def export(path: str, callees: dict, driver_def: str | None, machine: dict,
+           signatures: dict | None = None) -> bool:
+    """Write the bundle for one program (see the module docstring). ``callees``: name ->
+    Numba dispatcher; ``signatures``: name -> the argument types the program calls it with,
+    where a shared helper has overloads for other programs too (only those go in the
+    bundle). Returns whether a bundle was written."""
+    import llvmlite.binding as llvm
+    if not _array_offsets_ok():
+        return False
+    objects: list[bytes] = []
+    undefined: set[str] = set()
+    table: dict[str, list] = {}
+    ir_parts = [_IR_GLOBALS]
+    n = 0
+    for name, disp in callees.items():
+        entries = []
+        overloads = list(disp.overloads.values())
+        wanted = (signatures or {}).get(name)
+        if wanted and any(tuple(c.signature.args) in wanted for c in overloads):
+            overloads = [c for c in overloads if tuple(c.signature.args) in wanted]
+        for cres in overloads:
+            obj = _object_of(cres)
+            if obj is None or str(cres.signature.return_type) != "none":
+                continue
+            kinds = [_numba_kind(t) for t in cres.signature.args]
+            if any(k is None for k in kinds):
+                continue
+            fnty = cres.target_context.call_conv.get_function_type(
+                cres.signature.return_type, cres.signature.args)
+            if not _flattened_ok(fnty, kinds):
+                continue
+            und = undefined_symbols(obj)
+            if und is None:
+                return False
+            nogil = bool(getattr(disp, "targetoptions", {}).get("nogil"))
+            ir_parts.append(_wrapper_ir(n, cres.fndesc.llvm_func_name, kinds, nogil))
+            entries.append({"kinds": [list(k) for k in kinds], "wrapper": f"jgw_{n}",
+                            "object": len(objects)})
+            objects.append(obj)
+            undefined.update(und)
+            n += 1
+        if not entries:
+            return False
+        table[name] = entries
+    if not _loadable(undefined):
+        return False
+    mod = llvm.parse_assembly("\n".join(ir_parts))
+    mod.triple = llvm.get_process_triple()
+    wrappers = _target_machine().emit_object(mod)
+    und = undefined_symbols(wrappers)
+    if und is None:
+        return False
+    undefined.update(u for u in und if not u.startswith("_ZN"))   # Numba's: in the objects
+    blobs = objects + [wrappers]
+    header = {"machine": machine, "driver": driver_def, "callees": table,
+              "undefined": sorted(undefined), "sizes": [len(b) for b in blobs]}
+    head = json.dumps(header, sort_keys=True).encode()
+    payload = struct.pack("<Q", len(head)) + head + b"".join(blobs)
+    data = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+    from .disk_cache import _atomic_write
+    _atomic_write(path, data)
+    return True
+
+
+def _loadable(names: set[str]) -> bool:
+    """Whether a process without Numba can resolve these symbols (export time): Numba's
+    runtime and helpers, the threading layer, CPython's objects, BLAS, or the C library."""
+    from numba import _helperlib
+    from numba.core.runtime import _nrt_python as nrt
+    from ..kernels import blas  # type: ignore[attr-defined]
+    known = {"numba_" + k for k in _helperlib.c_helpers} | set(_PARALLEL_SYMBOLS)
+    known |= {k if k.startswith("_") else "NRT_" + k for k in nrt.c_helpers}
+    known |= set(blas.ROUTINES.values()) | {"_Py_NoneStruct"}
+    process = ctypes.CDLL(None)
+    for name in names:
+        if name in known or name.startswith("PyExc_"):
+            continue
+        try:
+            getattr(process, name)
+        except AttributeError:
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------- loading
+
+def parse(data: bytes) -> tuple[dict, list[bytes]] | None:
+    """Header and blobs of a bundle's bytes (None: not a bundle, or damaged)."""
+    if not data.startswith(MAGIC):
+        return None
+    digest, payload = data[len(MAGIC):len(MAGIC) + 64], data[len(MAGIC) + 65:]
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        return None
+    n, = struct.unpack_from("<Q", payload, 0)
+    header = json.loads(payload[8:8 + n])
+    blobs, pos = [], 8 + n
+    for size in header["sizes"]:
+        blobs.append(payload[pos:pos + size])
+        pos += size
+    if pos != len(payload):
+        return None
+    return header, blobs
+
+
+# Where NumPy's array struct (``PyArrayObject_fields``) and dtype struct keep what the
+# wrappers read; checked against a real array by ``_array_offsets_ok`` before any use.
+_OFF = {"data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56, "flags": 64,
+        "byteorder": 26, "type_num": 28}
+
+
+def _array_offsets_ok() -> bool:
+    """NumPy's structs have the fields where the wrappers read them (a standard CPython
+    build: 16-byte object header)."""
+    if sys.getsizeof(object()) != 16:
+        return False
+    a = np.empty((3, 5), np.float32)[:, 1:4]
+    b = np.empty((4, 2), np.float64).T
+    b.setflags(write=False)
+    read = lambda t, addr: t.from_address(addr).value  # noqa: E731
+    for arr, flags in ((a, _NPY_ALIGNED | _NPY_WRITEABLE), (b, _NPY_ALIGNED | _NPY_F)):
+        base = id(arr)
+        dims = read(ctypes.c_void_p, base + _OFF["dims"])
+        strides = read(ctypes.c_void_p, base + _OFF["strides"])
+        descr = read(ctypes.c_void_p, base + _OFF["descr"])
+        if (read(ctypes.c_void_p, base + _OFF["data"]) != arr.__array_interface__["data"][0]
+                or read(ctypes.c_int, base + _OFF["nd"]) != arr.ndim or not dims
+                or not strides or descr != id(arr.dtype)
+                or read(ctypes.c_int, base + _OFF["flags"]) & 0x503 != flags
+                or read(ctypes.c_int, descr + _OFF["type_num"]) != arr.dtype.num
+                or read(ctypes.c_char, descr + _OFF["byteorder"]) != arr.dtype.byteorder.encode()
+                or (ctypes.c_int64 * arr.ndim).from_address(dims)[:] != list(arr.shape)
+                or (ctypes.c_int64 * arr.ndim).from_address(strides)[:] != list(arr.strides)):
+            return False
+    return True
+
+
+def _target_machine():
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                        features=llvm.get_host_cpu_features().flatten(),
+                                        opt=0, reloc="default", codemodel="jitdefault",
+                                        jit=True)
+
+
+def _load_extension(name: str, relpath: str) -> Any:
+    """One of Numba's C extensions, loaded by file under a private name (so the ``numba``
+    package is not imported; a later ``import numba`` loads its own copy as usual)."""
+    spec = importlib.util.find_spec("numba")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("numba is not installed")
+    base = os.path.join(list(spec.submodule_search_locations)[0], *relpath.split("/"))
+    folder = os.path.dirname(base)
+    stem = os.path.basename(base)
+    for fn in os.listdir(folder):
+        if fn.startswith(stem + ".") and fn.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+            loader = importlib.machinery.ExtensionFileLoader(
+                f"_jitgraph_native_rt.{stem}", os.path.join(folder, fn))
+            espec = importlib.util.spec_from_loader(loader.name, loader)
+            module = importlib.util.module_from_spec(espec)
+            loader.exec_module(module)
+            return module
+    raise ImportError(f"numba's {relpath} extension not found")
+
+
+def _runtime() -> dict:
+    """Register the symbols Numba's machine code calls (its runtime, its helpers, CPython's
+    None and exception objects) with LLVM, as Numba does when it starts. Returns the map."""
+    global _RUNTIME
+    with _LOCK:
+        if _RUNTIME is not None:
+            return _RUNTIME
+        import llvmlite.binding as llvm
+        symbols: dict[str, int] = {}
+        if "numba" in sys.modules:
+            from numba import _helperlib
+            from numba.core.runtime import _nrt_python as nrt
+        else:
+            _helperlib = _load_extension("_helperlib", "_helperlib")
+            nrt = _load_extension("_nrt_python", "core/runtime/_nrt_python")
+        for py_name, addr in _helperlib.c_helpers.items():
+            symbols["numba_" + py_name] = addr
+        for py_name, addr in nrt.c_helpers.items():
+            symbols[py_name if py_name.startswith("_") else "NRT_" + py_name] = addr
+        symbols["_Py_NoneStruct"] = id(None)
+        import builtins
+        for obj in vars(builtins).values():
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                symbols["PyExc_" + obj.__name__] = id(obj)
+        from ..kernels import blas  # type: ignore[attr-defined]
+        blas.register()
+        for name, addr in symbols.items():
+            llvm.add_symbol(name, addr)
+        _RUNTIME = symbols
+        return symbols
+
+
+class _Sentinel:
+    """What a wrapper returns instead of None: ``MISMATCHED`` (an argument is not of its
+    compiled type) or ``FAILED`` (Numba's function reported an error)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+MISMATCHED, FAILED = _Sentinel("MISMATCHED"), _Sentinel("FAILED")
+
+
+def _plain(a: Any) -> Any:
+    """NumPy scalars as the Python scalars the wrappers unbox (Numba types them alike)."""
+    if a.__class__ is np.float64:
+        return float(a)
+    if a.__class__ is np.int64:
+        return int(a)
+    return a
+
+
+def _function(name: str, overloads: dict, fallback: Callable[[], Any], status_addr: int,
+              exc_addr: int):
+    """A bundle's compiled function, called like the Numba dispatcher it came from: the
+    overload that served the last call first (its wrapper checks the argument types), then
+    the one for these arguments' types, then Numba (types the bundle lacks)."""
+    last = [next(iter(overloads.values()))]
+
+    def call(*args):
+        r = last[0](*args)
+        if r is None:
+            return None
+        if r is MISMATCHED:
+            fn = overloads.get(tuple(map(runtime_kind, args)))
+            if fn is None:
+                return fallback()(*args)
+            last[0] = fn
+            r = fn(*map(_plain, args))
+            if r is None:
+                return None
+        _raise(name, ctypes.c_int32.from_address(status_addr).value, exc_addr)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _raise(name: str, status: int, exc_addr: int) -> None:
+    """The exception a compiled function reported (Numba's static exceptions are a pickled
+    ``(class, args, ...)``), else a RuntimeError naming the function."""
+    info = ctypes.c_void_p.from_address(exc_addr).value
+    exc: BaseException | None = None
+    if status > 0 and info:
+        try:
+            ptr, size = struct.unpack("=Qi", ctypes.string_at(info, 12))
+            cls, args = pickle.loads(ctypes.string_at(ptr, size))[:2]
+            exc = cls(*args)
+        except Exception:
+            exc = None
+    if exc is None:
+        exc = RuntimeError(f"compiled function {name} failed (status {status})")
+    raise exc
+
+
+_PARALLEL_SYMBOLS = {"numba_parallel_for": "parallel_for", "get_num_threads": None,
+                     "do_scheduling_signed": None, "do_scheduling_unsigned": None,
+                     "allocate_sched": None, "deallocate_sched": None,
+                     "set_num_threads": None, "get_thread_id": None,
+                     "set_parallel_chunksize": None, "get_parallel_chunksize": None,
+                     "get_sched_size": None}
+
+
+_PARALLEL: dict | None = None
+
+
+def _parallel_symbols() -> dict[str, int]:
+    """Start the threading layer once and register its symbols with LLVM."""
+    global _PARALLEL
+    with _LOCK:
+        if _PARALLEL is None:
+            import llvmlite.binding as llvm
+            try:
+                _PARALLEL = _parallel_runtime()
+            except Exception:
+                _PARALLEL = {}
+            for name, addr in _PARALLEL.items():
+                llvm.add_symbol(name, addr)
+        return _PARALLEL
+
+
+def _parallel_runtime() -> dict[str, int]:
+    """The symbols of ``prange`` kernels: Numba's threading layer, started as Numba starts it
+    (``numba.np.ufunc.parallel._launch_threads``) with as many threads. The layer is the one
+    ``NUMBA_THREADING_LAYER`` names, else OpenMP, else Numba's workqueue (Numba prefers TBB
+    where it is installed; then the kernels run on another pool, with the same results).
+    Empty where no layer loads (bundles with parallel kernels are then refused)."""
+    if "numba" in sys.modules:
+        from numba.np.ufunc import parallel
+        parallel._launch_threads()
+        lib = {"tbb": "tbbpool", "omp": "omppool", "workqueue": "workqueue"}[
+            parallel._threading_layer]
+        module = importlib.import_module(f"numba.np.ufunc.{lib}")
+    else:
+        wanted = os.environ.get("NUMBA_THREADING_LAYER", "default").lower()
+        names = {"tbb": ["tbbpool"], "omp": ["omppool"], "workqueue": ["workqueue"],
+                 "threadsafe": ["omppool"], "forksafe": ["workqueue"]}.get(
+                     wanted, ["omppool", "workqueue"])
+        module = None
+        for name in names:
+            try:
+                module = _load_extension(name, f"np/ufunc/{name}")
+                break
+            except ImportError:
+                continue
+        if module is None:
+            return {}
+        try:
+            threads = int(os.environ.get("NUMBA_NUM_THREADS") or 0) or \
+                len(os.sched_getaffinity(0))
+        except (AttributeError, ValueError):
+            threads = os.cpu_count() or 1
+        ctypes.CFUNCTYPE(None, ctypes.c_int)(module.launch_threads)(threads)
+        ctypes.CFUNCTYPE(None, ctypes.c_int)(module.set_num_threads)(threads)
+    return {sym: getattr(module, attr or sym) for sym, attr in _PARALLEL_SYMBOLS.items()}
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p),
+                ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_FASTCALL = 0x80
+_DEFS: list = []            # method definitions live as long as their function objects
+_new_cfunction = None
+
+
+def _builtin(name: str, address: int) -> Callable | None:
+    """A built-in function object (``PyCFunction_NewEx``) calling a wrapper: a call costs
+    what calling ``len`` costs, not what ``ctypes`` costs."""
+    global _new_cfunction
+    if not address:
+        return None
+    if _new_cfunction is None:
+        _new_cfunction = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_void_p)(("PyCFunction_NewEx",
+                                                             ctypes.pythonapi))
+    d = _MethodDef(name.encode(), address, _METH_FASTCALL, None)
+    _DEFS.append(d)
+    return _new_cfunction(ctypes.addressof(d), None, None)
+
+
+def load(data: bytes, machine: dict, fallback: Callable[[str], Any]) -> tuple[dict, str | None] | None:
+    """The callable functions of a bundle's bytes and its driver source, or None when the
+    bundle is unusable here (then the caller takes the Numba path)."""
+    parsed = parse(data)
+    if parsed is None:
+        return None
+    header, blobs = parsed
+    if header.get("machine") != machine or not _array_offsets_ok():
+        return None
+    import llvmlite.binding as llvm
+    try:
+        _runtime()
+    except Exception:
+        return None
+    if any(s in _PARALLEL_SYMBOLS for s in header["undefined"]):
+        if not _parallel_symbols():
+            return None
+    with _LOCK:
+        # (creating the engine makes the process's own symbols visible to the lookup)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+        if any(llvm.address_of_symbol(s) is None for s in header["undefined"]):
+            return None         # LLVM would abort the process on an unresolved symbol
+        for blob in blobs:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(blob))
+        engine.finalize_object()
+        _ENGINES.append(engine)
+    addr = engine.get_global_value_address
+    for gname, obj in (("jgw_ndarray", np.ndarray), ("jgw_float", float), ("jgw_int", int),
+                       ("jgw_mismatch", MISMATCHED), ("jgw_failed", FAILED)):
+        ctypes.c_void_p.from_address(addr(gname)).value = id(obj)    # alive while the process is
+    functions = {}
+    for name, entries in header["callees"].items():
+        overloads = {}
+        for e in entries:
+            fn = _builtin(name, engine.get_function_address(e["wrapper"]))
+            if fn is None:
+                return None
+            overloads[tuple(tuple(k) for k in e["kinds"])] = fn
+        functions[name] = _function(name, overloads, lambda name=name: fallback(name),
+                                    addr("jgw_status"), addr("jgw_exc"))
+    return functions, header.get("driver")
