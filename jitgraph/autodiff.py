@@ -71,11 +71,73 @@ def _fit(ct, aval: Aval, node: Node):
 
 
 def _active_vars(graph: Graph, wrt: Sequence[int]) -> set:
+    """The vars that carry derivatives of ``inputs[wrt]``, less the shifts of hand-written
+    logsumexp / log-softmax (``_invariant_shifts``), whose derivative is exactly zero."""
     active = {graph.inputs[i] for i in wrt}
+    has_exp = False
     for n in graph.nodes:
         if n.prim.differentiable and any(v in active for v in n.inputs):
             active.update(o for o in n.outs if _differentiable(o.aval))
+            has_exp = has_exp or n.prim.name == "exp"
+    if has_exp:
+        active.difference_update(_invariant_shifts(graph))
     return active
+
+
+def _invariant_shifts(graph: Graph) -> list:
+    """Vars ``m`` that a graph only uses as the shift of ``m + log(sum(exp(x - m)))`` or
+    ``(x - m) - log(sum(exp(x - m)))`` over the axes ``m`` is broadcast along (the max
+    trick, written out by hand). Both results do not depend on ``m``, so its derivative is
+    exactly zero, as if the user had written ``stop_gradient(max(x))``: the backward pass
+    then skips ``max``'s derivative (the ties of each row), which costs a comparison per
+    element in two more passes over every row and cancels anyway."""
+    uses: dict = {}
+    for n in graph.nodes:
+        for v in n.inputs:
+            uses.setdefault(v, []).append(n)
+    outputs = set(graph.outputs)
+
+    def only_use(v, name):
+        us = uses.get(v, [])
+        return us[0] if len(us) == 1 and us[0].prim.name == name and v not in outputs else None
+
+    found = []
+    for f in graph.nodes:
+        if f.prim.name != "sub" or len(f.inputs) != 2:
+            continue
+        x, m = f.inputs
+        xs, ms = x.aval.shape, m.aval.shape
+        if len(ms) != len(xs) or m in outputs or f.outs[0] in outputs \
+                or not _differentiable(m.aval):
+            continue
+        # log(sum(exp(x - m))) over the axes m is broadcast along, in m's shape
+        g = next((u for u in uses.get(f.outs[0], []) if u.prim.name == "exp"), None)
+        h = g and only_use(g.outs[0], "reduce_sum")
+        if h is None:
+            continue
+        axes = set(h.params["axes"])
+        if any((ms[a] != 1) if a in axes else (ms[a] != xs[a]) for a in range(len(xs))):
+            continue
+        r = h.outs[0]
+        if r.aval.shape != ms:
+            rs = only_use(r, "reshape")
+            if rs is None or rs.outs[0].aval.shape != ms:
+                continue
+            r = rs.outs[0]
+        lg = only_use(r, "log")
+        if lg is None:
+            continue
+        j = lg.outs[0]
+        # m's other uses: m + j; x - m's other uses: (x - m) - j; j's uses: only those
+        rest_m = [u for u in uses.get(m, []) if u is not f]
+        rest_f = [u for u in uses.get(f.outs[0], []) if u is not g]
+        ok = bool(rest_m or rest_f) and j not in outputs
+        ok = ok and all(u.prim.name == "add" and set(u.inputs) == {m, j} for u in rest_m)
+        ok = ok and all(u.prim.name == "sub" and u.inputs == [f.outs[0], j] for u in rest_f)
+        ok = ok and all(u in rest_m or u in rest_f for u in uses.get(j, []))
+        if ok:
+            found.append(m)
+    return found
 
 
 def _backward(graph: Graph, env: dict, active: set, cts_in: Sequence[Any]) -> dict:

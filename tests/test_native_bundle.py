@@ -270,3 +270,13 @@ def test_elf_reader_lists_what_an_object_needs():
     mod.triple = llvm.get_process_triple()
     obj = native._target_machine().emit_object(mod)
     assert native.undefined_symbols(obj) == ["needed_elsewhere"]
+
+
+def test_wrappers_release_the_gil_where_the_dispatcher_does():
+    kinds = [("a", "<f4", 1, "C", True, True), ("f8",)]
+    released = native._wrapper_ir(0, "f", kinds, nogil=True)
+    held = native._wrapper_ir(0, "f", kinds, nogil=False)
+    assert "PyEval_SaveThread" in released and "PyEval_RestoreThread" in released
+    assert "PyEval_SaveThread" not in held
+    # the type checks come before the GIL is let go: a mismatch never runs the machine code
+    assert released.index("label %bad") < released.index("PyEval_SaveThread")
