@@ -6,21 +6,24 @@ Numba compiled earlier.  After a program's first successful call, the functions 
 calls (loop kernels, the ``kernels/`` products; or the driver itself where it is compiled)
 are written to one *bundle* beside the disk cache's modules, ``<driver entry>.native``:
 
-* for each overload: Numba's object code (which holds everything it calls, linked in),
-  the argument types it was compiled for, and a small *wrapper* that takes the Python
-  objects, reads each array's data pointer, shape and strides from NumPy's array struct and
-  calls Numba's native entry point (its calling convention: return slot, exception slot,
-  then each argument flattened: an array as meminfo, parent, size, itemsize, data, shape,
-  strides);
-* the undefined symbols of each object (from its ELF symbol table), so a loader can refuse
-  a bundle whose symbols it cannot resolve instead of letting LLVM abort the process;
+* for each overload: Numba's object code (which holds everything it calls, linked in), the
+  argument types it was compiled for, and a *wrapper*: a CPython ``METH_FASTCALL`` function
+  in LLVM IR that checks each argument's class, rank, dtype, byte order, layout and flags
+  in NumPy's array struct (a mismatch returns a sentinel, never runs the kernel), then calls
+  Numba's native entry point (return slot, exception slot, then each argument flattened:
+  an array as meminfo, parent, size, itemsize, data, shape, strides), releasing the GIL
+  where the dispatcher does;
+* the undefined symbols of all objects (from their ELF symbol tables), so a loader can
+  refuse a bundle whose symbols it cannot resolve instead of letting LLVM abort the process;
 * the driver's Python source when the driver is Python.
 
-A new process that has not imported Numba loads the bundle with llvmlite alone (Numba's
-runtime symbols come from its two C extensions, loaded by file without the ``numba``
-package) and calls the wrappers through ``ctypes``.  A call with argument types the bundle
-lacks, or any failed check, falls back to the usual Numba path, which builds the same
-program from the disk cache.  Linux (ELF) only; ``JITGRAPH_NATIVE=0`` turns it off.
+A new process that has not imported Numba loads the bundle with llvmlite alone: Numba's
+runtime, helpers and (for ``prange`` kernels) threading layer come from Numba's C extensions,
+loaded by file without the ``numba`` package; each wrapper becomes a built-in function
+object (``PyCFunction_NewEx``), so a call costs about what calling a dispatcher costs.  A call
+with argument types the bundle lacks goes to Numba for that function; a bundle that fails
+any check is ignored (the usual Numba path then builds the same program from the disk
+cache).  Linux (ELF) only; ``JITGRAPH_NATIVE=0`` turns it off.
 """
 from __future__ import annotations
 
