@@ -141,8 +141,12 @@ def test_damaged_bundles_take_the_numba_path(two_processes, tmp_path):
     rep = run_child(tmp_path, copy)
     assert rep["numba_imported"] and rep["info"]["native_loads"] == 0
     assert rep["numba_compiles"] == [0, 0]          # Numba's own cache still serves it
-    for key in ("losses", "params", "small", "sized"):
+    for key in ("losses", "params", "small", "sized", "rows"):
         assert rep[key] == first[key], key
+    # that process wrote them again (from machine code it loaded from Numba's cache)
+    again = run_child(tmp_path, copy)
+    assert not again["numba_imported"] and again["info"]["native_loads"] == 5
+    assert again["params"] == first["params"]
 
 
 def test_damaged_module_entry_is_not_hidden_by_its_bundle(two_processes, tmp_path):

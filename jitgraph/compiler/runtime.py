@@ -305,9 +305,18 @@ def load(gen: Generated, t0: float, symbols: Sequence = (),
     program = _load_with_numba(gen, fin, cache, t0, symbols)
     if bundle is not None and program.module.__file__ and \
             os.path.dirname(program.module.__file__) == str(cache.directory) and \
-            not bundle.exists():
+            not _intact(bundle):
         program.bundle_path = bundle      # written after the first call (make_runner)
     return program
+
+
+def _intact(path) -> bool:
+    """Whether a native bundle exists and passes its checksum (else it is written again)."""
+    try:
+        with open(path, "rb") as f:
+            return native.parse(f.read()) is not None
+    except OSError:
+        return False
 
 
 _HELPERS_READY = False
