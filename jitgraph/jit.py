@@ -252,6 +252,14 @@ class JitFunction:
             key = []
             for a in args:
                 if type(a) not in self._fast_types:
+                    key = self._fast_key(args)      # lists/tuples of arrays, else None
+                    if key is None:
+                        break
+                    entry = self._fast.get(key)
+                    if entry is not None:
+                        _STATS.hits += 1
+                        return self._run(entry, [x for a in args for x in (
+                            a if type(a) is list or type(a) is tuple else (a,))])
                     break
                 key.append((a.shape, a.dtype.char))
             else:
@@ -260,6 +268,21 @@ class JitFunction:
                     _STATS.hits += 1
                     return self._run(entry, args)
         return self._call_slow(args, kwargs)
+
+    def _fast_key(self, args) -> tuple | None:
+        """The signature of a call whose arguments are arrays or flat lists/tuples of arrays
+        (a model's parameters), without the pytree machinery; None for anything else."""
+        key = []
+        fast = self._fast_types
+        for a in args:
+            t = type(a)
+            if t in fast:
+                key.append((a.shape, a.dtype.char))
+            elif (t is list or t is tuple) and a and all(type(e) in fast for e in a):
+                key.append((t, tuple((e.shape, e.dtype.char) for e in a)))
+            else:
+                return None
+        return tuple(key)
 
     def _run(self, entry: _Entry, leaves: Sequence[Any]) -> Any:
         if entry.fresh:
@@ -318,9 +341,10 @@ class JitFunction:
             return self.fun(*args, **kwargs)   # inside another transformation: trace through
         if hit:
             _STATS.hits += 1
-        elif not kwargs and not self.static_argnums and \
-                all(type(a) in self._fast_types for a in args):
-            self._fast[tuple((a.shape, a.dtype.char) for a in args)] = entry
+        elif not kwargs and not self.static_argnums:
+            key = self._fast_key(args)
+            if key is not None:
+                self._fast[key] = entry
         return self._run(entry, leaves)
 
     def _entry(self, args, kwargs):

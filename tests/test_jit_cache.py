@@ -496,3 +496,40 @@ def test_generated_source_is_identical_across_processes(tmp_path):
         assert out.returncode == 0, out.stderr
         hashes.add(out.stdout.strip().splitlines()[-1])
     assert len(hashes) == 1, hashes
+
+
+def test_parameter_lists_take_the_fast_call_path():
+    """Flat lists/tuples of arrays (a model's parameters) are keyed without the pytree code;
+    a list and a tuple of the same arrays, or another length, are other signatures."""
+    f = jitgraph.jit(lambda ps, x: sum(jnp.sum(p * x) for p in ps))
+    ps = [rng.standard_normal(3) for _ in range(3)]
+    x = rng.standard_normal(3)
+    want = sum(float(np.sum(p * x)) for p in ps)
+    assert float(f(ps, x)) == pytest.approx(want)
+    with Delta() as d:
+        assert float(f(ps, x)) == pytest.approx(want)
+        assert float(f(tuple(ps), x)) == pytest.approx(want)
+        assert float(f(ps[:2], x)) == pytest.approx(want - float(np.sum(ps[2] * x)))
+    assert d["hits"] == 1 and d["misses"] == 2
+    assert [k[0][0] for k in f._fast] == [list, tuple, list]
+
+
+@pytest.mark.parametrize("alias", ["view", "same array", "shared buffer"])
+def test_donated_parameter_aliasing_another_argument_is_copied_first(alias):
+    """A donated array that shares memory with another argument is copied before the update
+    (else the other argument would be read after being overwritten)."""
+    def step(ps, x):
+        return [p - 0.5 * x for p in ps], jnp.sum(x)
+    w = rng.standard_normal(6)
+    if alias == "view":
+        x = w[:]                                  # a view of the donated parameter
+    elif alias == "same array":
+        x = w
+    else:                                         # two arrays over one foreign buffer
+        buf = bytearray(w.tobytes())
+        w = np.frombuffer(buf, np.float64)
+        x = np.frombuffer(buf, np.float64)
+    x_before = np.array(x)
+    (nw,), s = jitgraph.jit(step, donate_argnums=0)([w], x)
+    np.testing.assert_allclose(nw, x_before - 0.5 * x_before, rtol=1e-15)
+    assert float(s) == pytest.approx(float(np.sum(x_before)))

@@ -527,7 +527,30 @@ def compile_graph(graph: Graph, *, fastmath: bool = False, donate: Sequence[int]
 
 
 def _overlaps(x: np.ndarray, others) -> bool:
-    return any(x is o or np.may_share_memory(x, o) for o in others)
+    """Whether ``x`` may share memory with any of ``others``. Arrays whose memory belongs to
+    two different NumPy-allocated arrays cannot: that test is a few attribute reads, where
+    ``np.may_share_memory`` (used for everything else) costs about a microsecond a pair,
+    which added up to most of a cached call with donated parameters."""
+    rx = _owner(x)
+    for o in others:
+        ro = _owner(o)
+        if ro is not rx and rx is not None and ro is not None:
+            continue
+        if np.may_share_memory(x, o):
+            return True
+    return False
+
+
+def _owner(a: np.ndarray):
+    """The NumPy array that allocated ``a``'s memory, or None where NumPy did not (a buffer,
+    a memory map, foreign memory)."""
+    while True:
+        b = a.base
+        if b is None:
+            return a if a.flags.owndata else None
+        if b.__class__ is not np.ndarray:
+            return None
+        a = b
 
 
 def _conv(x, dtype):
