@@ -28,6 +28,7 @@ cache).  Linux (ELF) only; ``JITGRAPH_NATIVE=0`` turns it off.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -44,7 +45,7 @@ import numpy as np
 MAGIC = b"JITGRAPH-NATIVE-1\n"
 _LOCK = threading.RLock()
 _ENGINES: list = []         # keeps every loaded engine (and its machine code) alive
-_RUNTIME: dict | None = None
+_RUNTIME_READY = False
 
 
 def enabled() -> bool:
@@ -135,7 +136,6 @@ def _flattened_ok(fnty: Any, kinds: list[tuple]) -> bool:
     return pos == len(params)
 
 
-MISMATCH = -1000      # a wrapper's status when an argument is not of its compiled type
 _NPY_C, _NPY_F, _NPY_ALIGNED, _NPY_WRITEABLE = 0x1, 0x2, 0x100, 0x400
 
 
@@ -315,8 +315,7 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
                 return False
             nogil = bool(getattr(disp, "targetoptions", {}).get("nogil"))
             ir_parts.append(_wrapper_ir(n, cres.fndesc.llvm_func_name, kinds, nogil))
-            entries.append({"kinds": [list(k) for k in kinds], "wrapper": f"jgw_{n}",
-                            "object": len(objects)})
+            entries.append({"kinds": [list(k) for k in kinds], "wrapper": f"jgw_{n}"})
             objects.append(obj)
             undefined.update(und)
             n += 1
@@ -349,8 +348,7 @@ def _loadable(names: set[str]) -> bool:
     from numba import _helperlib
     from numba.core.runtime import _nrt_python as nrt
     from ..kernels import blas  # type: ignore[attr-defined]
-    known = {"numba_" + k for k in _helperlib.c_helpers} | set(_PARALLEL_SYMBOLS)
-    known |= {k if k.startswith("_") else "NRT_" + k for k in nrt.c_helpers}
+    known = set(_numba_symbols(_helperlib, nrt)) | set(_PARALLEL_SYMBOLS)
     known |= set(blas.ROUTINES.values()) | {"_Py_NoneStruct"}
     process = ctypes.CDLL(None)
     for name in names:
@@ -389,6 +387,7 @@ _OFF = {"data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56, "flags": 6
         "byteorder": 26, "type_num": 28}
 
 
+@functools.lru_cache(maxsize=None)
 def _array_offsets_ok() -> bool:
     """NumPy's structs have the fields where the wrappers read them (a standard CPython
     build: 16-byte object header)."""
@@ -446,36 +445,38 @@ def _load_extension(name: str, relpath: str) -> Any:
     raise ImportError(f"numba's {relpath} extension not found")
 
 
-def _runtime() -> dict:
+def _numba_symbols(helperlib: Any, nrt: Any) -> dict[str, int]:
+    """The names Numba's machine code calls its C helpers and runtime functions by (as
+    ``numba.core.base`` and ``numba.core.runtime.nrt`` register them), with their addresses."""
+    symbols = {"numba_" + name: addr for name, addr in helperlib.c_helpers.items()}
+    symbols.update({name if name.startswith("_") else "NRT_" + name: addr
+                    for name, addr in nrt.c_helpers.items()})
+    return symbols
+
+
+def _runtime() -> None:
     """Register the symbols Numba's machine code calls (its runtime, its helpers, CPython's
-    None and exception objects) with LLVM, as Numba does when it starts. Returns the map."""
-    global _RUNTIME
+    None and exception objects) with LLVM, as Numba does when it starts (once)."""
+    global _RUNTIME_READY
     with _LOCK:
-        if _RUNTIME is not None:
-            return _RUNTIME
+        if _RUNTIME_READY:
+            return
         import llvmlite.binding as llvm
-        symbols: dict[str, int] = {}
         if "numba" in sys.modules:
             from numba import _helperlib
             from numba.core.runtime import _nrt_python as nrt
         else:
             _helperlib = _load_extension("_helperlib", "_helperlib")
             nrt = _load_extension("_nrt_python", "core/runtime/_nrt_python")
-        for py_name, addr in _helperlib.c_helpers.items():
-            symbols["numba_" + py_name] = addr
-        for py_name, addr in nrt.c_helpers.items():
-            symbols[py_name if py_name.startswith("_") else "NRT_" + py_name] = addr
+        symbols = _numba_symbols(_helperlib, nrt)
         symbols["_Py_NoneStruct"] = id(None)
         import builtins
         for obj in vars(builtins).values():
             if isinstance(obj, type) and issubclass(obj, BaseException):
                 symbols["PyExc_" + obj.__name__] = id(obj)
-        from ..kernels import blas  # type: ignore[attr-defined]
-        blas.register()
         for name, addr in symbols.items():
             llvm.add_symbol(name, addr)
-        _RUNTIME = symbols
-        return symbols
+        _RUNTIME_READY = True
 
 
 class _Sentinel:
@@ -644,13 +645,16 @@ def load(data: bytes, machine: dict, fallback: Callable[[str], Any]) -> tuple[di
         _runtime()
     except Exception:
         return None
-    if any(s in _PARALLEL_SYMBOLS for s in header["undefined"]):
-        if not _parallel_symbols():
-            return None
+    needs = set(header["undefined"])
+    if needs & set(_PARALLEL_SYMBOLS) and not _parallel_symbols():
+        return None
+    from ..kernels import blas  # type: ignore[attr-defined]
+    if needs & set(blas.ROUTINES.values()):
+        blas.register()         # SciPy's cython_blas: loaded only for programs with products
     with _LOCK:
         # (creating the engine makes the process's own symbols visible to the lookup)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
-        if any(llvm.address_of_symbol(s) is None for s in header["undefined"]):
+        if any(llvm.address_of_symbol(s) is None for s in needs):
             return None         # LLVM would abort the process on an unresolved symbol
         for blob in blobs:
             engine.add_object_file(llvm.ObjectFileRef.from_data(blob))

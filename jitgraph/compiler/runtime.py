@@ -378,8 +378,8 @@ def _load_native(gen: Generated, fin, path, t0: float, symbols: Sequence):
     # the modules the bundle was made from must be intact: a damaged or missing entry takes
     # the Numba path, which repairs it and warns (the bundle must not hide it)
     names = []
-    for src in [src for _, src, _ in fin.kernel_modules] + [fin.driver_source]:
-        digest = cache.entry_name(src, _FINGERPRINT)
+    digests = [cache.entry_name(src, _FINGERPRINT) for _, src, _ in fin.kernel_modules]
+    for digest in digests + [path.stem]:        # the bundle is named by the driver's entry
         if cache.entry_status(digest) != "ok":
             return None
         names.append(MODULE_PREFIX + digest)
