@@ -277,6 +277,42 @@ def timeit(fn, *, warmup: int = 3, repeats: int = 20, number: int = 1,
     return best
 
 
+def timeit_interleaved(fns: dict, *, warmup: int = 3, repeats: int = 60, per_round: int = 5,
+                       max_time: float | None = 30.0, sync=block) -> dict:
+    """Time several implementations of one computation against each other: ``{name: fn}`` ->
+    ``{name: Timing}``.
+
+    Why: the speed of a shared machine drifts by 20-50 % over a few seconds (another tenant,
+    the clock), so implementations timed one after the other, each in its own block of
+    seconds, get ratios that change from run to run by as much. Here every round takes
+    ``per_round`` samples of each implementation in turn (the order rotating between rounds,
+    one untimed call before each turn), until each has ``repeats`` samples or ``max_time`` is spent, so all of them see the same
+    mix of slow and fast phases and their ratios are comparable."""
+    names = list(fns)
+    samples: dict = {n: [] for n in names}
+    est = {}
+    for n in names:
+        for _ in range(warmup):
+            t0 = time.perf_counter()
+            sync(fns[n]())
+            est[n] = min(est.get(n, 1e9), time.perf_counter() - t0)
+    per_round_s = sum(est.values()) * (per_round + 1)
+    rounds = max(1, -(-repeats // per_round))
+    if max_time is not None and per_round_s > 0:
+        rounds = max(2, min(rounds, int(max_time / per_round_s)))
+    probe = _LoadProbe()
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            sync(fns[n]())          # untimed: the switch from the other code (caches, threads)
+            samples[n] += sample_host(fns[n], per_round, 1, sync=sync)
+    load = probe.stop()
+    out = {}
+    for n in names:
+        out[n] = Timing(samples[n], 1)
+        out[n].other_load = load
+    return out
+
+
 def sample_host(fn, repeats: int, number: int, **kw) -> list[float]:
     """``jitgraph.profiler.sample_host``: per-call seconds of samples of back-to-back calls."""
     return _profiler().sample_host(fn, repeats, number, **kw)

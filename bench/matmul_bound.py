@@ -17,7 +17,7 @@ import common  # noqa: I001  (first: sets thread limits before numpy loads)
 
 import numpy as np
 
-from common import ResultTable, fmt_time, import_jitgraph, print_kv, timeit
+from common import ResultTable, fmt_time, import_jitgraph, print_kv, timeit_interleaved
 import w1_mlp_train_step as w1
 
 SIZES = {"784-512-512-10, batch 128": ((784, 512, 512, 10), 128),
@@ -71,9 +71,11 @@ def run(args) -> dict:
             state["p"], loss = step(state["p"], x, y)
             return loss
         alone = products_alone(products)
-        kw = dict(repeats=15 if args.quick else 60, max_time=3.0 if args.quick else 10.0)
-        t_step = timeit(call_step, **kw)
-        t_alone = timeit(alone, **kw)
+        # interleaved: the machine's speed drifts between seconds (common.timeit_interleaved)
+        t = timeit_interleaved({"step": call_step, "alone": alone},
+                               repeats=15 if args.quick else 100,
+                               max_time=6.0 if args.quick else 30.0)
+        t_step, t_alone = t["step"], t["alone"]
         table = ResultTable(f"{label}: whole step vs its {len(products)} products alone "
                             "(ms per step)", unit="ms")
         table.add("jitgraph.jit step", t_step)

@@ -27,7 +27,7 @@ import numpy as np
 
 from common import (ResultTable, block, check_close, first_call_seconds, fmt_time,
                     guarded, import_error, import_jax, import_jitgraph, import_torch,
-                    print_kv, short_error, timeit)
+                    print_kv, short_error, timeit_interleaved)
 
 BATCH = 128
 DIMS = (784, 512, 512, 10)
@@ -208,20 +208,36 @@ class Runner:
         return self.loss
 
 
-def measure(name, runner, ref_loss, ref_params, table, args, compile_times=None,
-            convert=lambda p: p):
-    """First call (checked against the reference), then timed warm calls."""
+def measure(name, runner, ref_loss, ref_params, pending, args, compile_times=None,
+            convert=lambda p: p, note=""):
+    """First call (checked against the reference); the warm calls are timed later, all
+    implementations interleaved (``time_pending``)."""
     first = first_call_seconds(runner.call)
     checks = [check_close(name, runner.loss, ref_loss)]
     checks += [check_close(name, convert(p), r) for p, r in zip(runner.params, ref_params)]
     bad = [c for c in checks if c != "ok"]
-    check = "ok" if not bad else bad[0]
-    t = timeit(runner.call, warmup=2 if args.quick else 5, repeats=10 if args.quick else 100,
-               max_time=3.0 if args.quick else 8.0)
-    table.add(name, t, check=check)
+    pending.append({"name": name, "runner": runner, "check": "ok" if not bad else bad[0],
+                    "first": first, "note": note})
     if compile_times is not None:
-        compile_times[name] = (first, t.median)
-    return t
+        compile_times[name] = first
+
+
+def time_pending(pending, table, args, compile_times) -> None:
+    """Warm calls of every implementation, interleaved round by round (the machine's speed
+    drifts; see ``common.timeit_interleaved``), then the table rows in the order measured."""
+    timings = timeit_interleaved({p["name"]: p["runner"].call for p in pending
+                                  if "runner" in p},
+                                 warmup=2 if args.quick else 5,
+                                 repeats=10 if args.quick else 100,
+                                 max_time=6.0 if args.quick else 40.0)
+    for p in pending:
+        if "runner" not in p:
+            table.add_unavailable(p["name"], p["unavailable"])
+            continue
+        t = timings[p["name"]]
+        table.add(p["name"], t, note=p["note"], check=p["check"])
+        if p["name"] in compile_times:
+            compile_times[p["name"]] = (compile_times[p["name"]], t.median)
 
 
 def run(args) -> dict:
@@ -233,18 +249,22 @@ def run(args) -> dict:
     ref_loss, ref_params = reference(params0, x, y)
     table = ResultTable(f"W1: MLP {'-'.join(map(str, DIMS))} tanh train step, batch {BATCH}, "
                         "float32 (ms/step)", unit="ms", extra_cols=("check",))
-    compile_times: dict[str, tuple[float, float]] = {}
+    compile_times: dict = {}        # name -> first call s, then (first call s, warm call s)
+    pending: list = []              # implementations whose first call passed, to be timed
+
+    def unavailable(name: str, reason: str) -> None:
+        pending.append({"name": name, "unavailable": reason})
 
     # NumPy
     def numpy_bench():
         r = Runner(numpy_step, copy_params(params0), x, y, functional=False)
-        measure("numpy (manual backward)", r, ref_loss, ref_params, table, args)
+        measure("numpy (manual backward)", r, ref_loss, ref_params, pending, args)
     guarded("numpy", numpy_bench)
 
     torch = import_torch()
     if torch is None:
-        table.add_unavailable("torch eager", f"n/a ({import_error('torch')})")
-        table.add_unavailable("torch.compile", f"n/a ({import_error('torch')})")
+        unavailable("torch eager", f"n/a ({import_error('torch')})")
+        unavailable("torch.compile", f"n/a ({import_error('torch')})")
     else:
         def tparams(requires_grad=True):
             return [torch.tensor(p).requires_grad_(requires_grad) for p in params0]
@@ -252,7 +272,7 @@ def run(args) -> dict:
 
         def torch_eager():
             r = Runner(torch_eager_step(torch), tparams(), tx, ty, functional=False)
-            measure("torch eager", r, ref_loss, ref_params, table, args)
+            measure("torch eager", r, ref_loss, ref_params, pending, args)
         guarded("torch eager", torch_eager)
 
         def torch_compiled():
@@ -261,8 +281,8 @@ def run(args) -> dict:
                 try:
                     step, variant = make(torch)
                     r = Runner(step, tparams(needs_grad), tx, ty, functional=False)
-                    measure("torch.compile", r, ref_loss, ref_params, table, args, compile_times)
-                    table.rows[-1]["note"] = variant
+                    measure("torch.compile", r, ref_loss, ref_params, pending, args,
+                            compile_times, note=variant)
                     return
                 except Exception as exc:  # try the next variant
                     errors.append(short_error(exc, 100))
@@ -270,19 +290,19 @@ def run(args) -> dict:
                     torch._dynamo.reset()
             raise RuntimeError(" | ".join(errors))
         guarded("torch.compile", torch_compiled)
-        if not any(r["name"] == "torch.compile" for r in table.rows):
-            table.add_unavailable("torch.compile", "failed (see above)")
+        if not any(p["name"] == "torch.compile" for p in pending):
+            unavailable("torch.compile", "failed (see above)")
 
     jax = import_jax()
     if jax is None:
-        table.add_unavailable("jax.jit", f"n/a ({import_error('jax')})")
+        unavailable("jax.jit", f"n/a ({import_error('jax')})")
     else:
         def jax_bench():
             step = make_step(jax)
             jparams = [jax.numpy.asarray(p) for p in params0]
             jx, jy = jax.numpy.asarray(x), jax.numpy.asarray(y)
             r = Runner(step, jparams, jx, jy, functional=True)
-            measure("jax.jit", r, ref_loss, ref_params, table, args, compile_times)
+            measure("jax.jit", r, ref_loss, ref_params, pending, args, compile_times)
         guarded("jax.jit", jax_bench)
 
     def jitgraph_bench():
@@ -291,11 +311,12 @@ def run(args) -> dict:
             raise RuntimeError(import_error("jitgraph"))
         step = make_step(jg)
         r = Runner(step, copy_params(params0), x, y, functional=True)
-        measure("jitgraph.jit", r, ref_loss, ref_params, table, args, compile_times)
+        measure("jitgraph.jit", r, ref_loss, ref_params, pending, args, compile_times)
     guarded("jitgraph", jitgraph_bench)
-    if not any(r["name"] == "jitgraph.jit" for r in table.rows):
-        table.add_unavailable("jitgraph.jit", "unavailable")
+    if not any(p["name"] == "jitgraph.jit" for p in pending):
+        unavailable("jitgraph.jit", "unavailable")
 
+    time_pending(pending, table, args, compile_times)
     table.print()
     print()
 

@@ -27,9 +27,13 @@ def matmul_loop(a, b, out):
 
 @njit(cache=True, error_model="numpy")
 def matmul_blas(a, b, out):
-    """out = a @ b through BLAS; empty contractions give zeros (BLAS leaves them undefined)."""
+    """out = a @ b through BLAS; empty contractions give zeros (BLAS leaves them undefined).
+    (Plain loops and no helper calls beside the product: each costs compile time on a fresh
+    machine, where this compiles once per operand layout.)"""
     if a.shape[1] == 0:
-        out[:, :] = 0
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] = 0
     elif out.size:
         _product_into(a, b, out)
 
@@ -43,6 +47,7 @@ from .blas import ROUTINES, register  # noqa: E402
 
 register()   # before any cached code that calls the routines is linked
 _INT32_MAX = 2**31 - 1
+_TOO_LARGE = "matmul: a dimension exceeds 2**31 - 1, which BLAS cannot index"
 
 
 def _gemm_operands(a, b, c) -> bool:
@@ -51,12 +56,6 @@ def _gemm_operands(a, b, c) -> bool:
     return (all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, c))
             and c.layout == "C" and a.layout in "CF" and b.layout in "CF"
             and c.dtype in (types.float32, types.float64) and a.dtype == b.dtype == c.dtype)
-
-
-@njit(cache=True)
-def _check_blas_sizes(m, k, n):
-    if max(m, k, n) > _INT32_MAX:
-        raise ValueError("matmul: a dimension exceeds 2**31 - 1, which BLAS cannot index")
 
 
 @intrinsic
@@ -115,7 +114,8 @@ def _product_into(a, b, out):
 def _product_into_impl(a, b, out):
     if _gemm_operands(a, b, out):
         def impl(a, b, out):
-            _check_blas_sizes(a.shape[0], a.shape[1], b.shape[1])
+            if max(a.shape[0], a.shape[1], b.shape[1]) > _INT32_MAX:
+                raise ValueError(_TOO_LARGE)
             _xxgemm(1.0, a, b, 0.0, out)
         return impl
     return lambda a, b, out: np.dot(a, b, out)
@@ -133,5 +133,6 @@ def gemm(alpha, a, b, beta, c):
             for j in range(c.shape[1]):
                 c[i, j] = beta * c[i, j] if beta != 0 else 0
         return
-    _check_blas_sizes(m, k, c.shape[1])
+    if max(m, k, c.shape[1]) > _INT32_MAX:
+        raise ValueError(_TOO_LARGE)
     _xxgemm(alpha, a, b, beta, c)

@@ -173,6 +173,8 @@ class CpuCodegen:
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None
         self.made_decisions: list[LoopDecision] = []
+        # kernel name -> (parameter, size, dtype) of accumulators the driver gives scratch for
+        self._accumulators: dict[str, list] = {}
 
     def decide(self, k: LoopKernel) -> LoopDecision:
         if self.decisions is not None:
@@ -199,6 +201,8 @@ class CpuCodegen:
         # a value a later stage reads back is both loaded and stored: one parameter
         params = list(dict.fromkeys([plan.array_name(v) for v in loads] +
                                     [plan.array_name(v) for v in stores]))
+        if d.column:
+            params += self._accumulator_params(k)
         params += [name for name, _, _ in self.symbols]
         lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.python_driver),
                  f"def {k.name}_{{H}}({', '.join(params)}):"]
@@ -270,6 +274,20 @@ class CpuCodegen:
             int(np.prod(k.outer_shape, dtype=np.int64)) >= 8 and \
             st[0].kind == "loop" and len(st) <= 2 and (len(st) == 1 or st[1].kind == "scalar")
 
+    def _accumulator_params(self, k: LoopKernel) -> list[str]:
+        """Parameters for a column-order kernel's accumulators that no output buffer holds:
+        the driver passes scratch for them (an ``np.empty`` in the kernel would cost every
+        call an allocation, and the first such kernel of a process 0.2 s more to compile)."""
+        o_size = int(np.prod(k.outer_shape, dtype=np.int64))
+        names = []
+        for j, (n, _, _, _) in enumerate(k.body.stages[0].reductions):
+            if n.out not in self.plan.needed:
+                name = f"{k.name}_acc{j}"
+                self._accumulators.setdefault(k.name, []).append(
+                    (name, o_size, n.inputs[0].aval.dtype))
+                names.append(name)
+        return names
+
     def _column_body(self, k: LoopKernel) -> list[str]:
         plan, body = self.plan, k.body
         o_shape, r_shape = k.outer_shape, k.inner_shape
@@ -279,12 +297,12 @@ class CpuCodegen:
         olin = offset(body.o_vars, o_shape)
         loop_st = body.stages[0]
         out = []
-        for (n, acc, _, monoid) in loop_st.reductions:
+        for j, (n, acc, _, monoid) in enumerate(loop_st.reductions):
             dt = n.inputs[0].aval.dtype
             if n.out in plan.needed:     # accumulate straight into the output buffer
                 out.append(f"    {acc} = {plan.array_name(n.out)}")
-            else:
-                out.append(f"    {acc} = np.empty({o_size}, np.{dt.name})")
+            else:                        # into scratch the driver passes
+                out.append(f"    {acc} = {k.name}_acc{j}")
             out.append(f"    for z in range({o_size}):")
             out.append(f"        {acc}[z] = {_init(monoid, dt)}")
         ind = 1
@@ -410,6 +428,8 @@ class CpuCodegen:
         """What the driver passes a kernel: flat C-contiguous arrays, and int64 runtime sizes
         (``compile_pool`` compiles kernels for exactly these types ahead of the first call)."""
         dtypes = {name: v.aval.dtype.name for v, name in self.plan._names.items()}
+        dtypes.update((name, np.dtype(dt).name) for accs in self._accumulators.values()
+                      for name, _, dt in accs)
         sizes = {name for name, _, _ in self.symbols}
         return tuple("size" if p in sizes else dtypes[p] for p in params)
 
@@ -449,14 +469,16 @@ class CpuCodegen:
                     out_specs[v] = (f"out_{name}", v.aval.size, v.aval.dtype)
                     lines.append(f"{name} = out_{name}")
                 return
-            key = (v.aval.size, v.aval.dtype)
-            if free.get(key):
-                slot = free[key].pop()
-            else:
-                slot = f"scratch{len(scratch_specs)}"
-                scratch_specs.append((slot, v.aval.size, v.aval.dtype))
+            slot = take_slot(v.aval.size, v.aval.dtype)
             lines.append(f"{name} = {slot}")
             self._slot[v] = slot
+
+        def take_slot(size: int, dtype) -> str:
+            if free.get((size, dtype)):
+                return free[(size, dtype)].pop()
+            slot = f"scratch{len(scratch_specs)}"
+            scratch_specs.append((slot, size, dtype))
+            return slot
 
         self._slot = {}
         self._in_place = {}
@@ -465,6 +487,11 @@ class CpuCodegen:
         for i, (s, params) in enumerate(calls):
             for v in _writes(s, plan):
                 bind_buffer(v, i, s)
+            taken = []
+            for name, size, dt in self._accumulators.get(s.name, ()):
+                slot = take_slot(size, dt)
+                taken.append(((size, dt), slot))
+                lines.append(f"{name} = {slot}")
             if isinstance(s, (LoopKernel, ScatterStep)):
                 lines.append(f"{self._callee[s.name]}_{{H}}({', '.join(params)})")
             elif isinstance(s, MatmulStep):
@@ -473,6 +500,8 @@ class CpuCodegen:
                 lines += self._host_call(s)
             if self.profile:
                 lines.append("profile_marks.append(profile_clock())")
+            for key, slot in taken:
+                free.setdefault(key, []).append(slot)
             for v in _reads(s, plan):
                 if last_use.get(v) == i and v in self._slot:
                     free.setdefault((v.aval.size, v.aval.dtype), []).append(self._slot[v])
