@@ -277,17 +277,22 @@ def timeit(fn, *, warmup: int = 3, repeats: int = 20, number: int = 1,
     return best
 
 
-def timeit_interleaved(fns: dict, *, warmup: int = 3, repeats: int = 60, per_round: int = 5,
-                       max_time: float | None = 30.0, sync=block) -> dict:
+def timeit_interleaved(fns: dict, *, warmup: int = 3, repeats: int = 60, per_round: int = 10,
+                       max_time: float | None = 30.0, settle: float = 0.15, sync=block) -> dict:
     """Time several implementations of one computation against each other: ``{name: fn}`` ->
     ``{name: Timing}``.
 
     Why: the speed of a shared machine drifts by 20-50 % over a few seconds (another tenant,
     the clock), so implementations timed one after the other, each in its own block of
     seconds, get ratios that change from run to run by as much. Here every round takes
-    ``per_round`` samples of each implementation in turn (the order rotating between rounds,
-    one untimed call before each turn), until each has ``repeats`` samples or ``max_time`` is spent, so all of them see the same
-    mix of slow and fast phases and their ratios are comparable."""
+    ``per_round`` samples of each implementation in turn (the order rotating between rounds),
+    until each has ``repeats`` samples or ``max_time`` is spent, so all of them see the same
+    mix of slow and fast phases and their ratios are comparable.
+
+    Before each turn: ``settle`` seconds of sleep, then one untimed call. Libraries keep their
+    worker threads spinning after a call (OpenBLAS for about 0.1 s; NumPy and SciPy each bring
+    their own OpenBLAS, PyTorch its OpenMP pool), and those threads would otherwise take the
+    cores from the next implementation's first calls."""
     names = list(fns)
     samples: dict = {n: [] for n in names}
     est = {}
@@ -296,14 +301,15 @@ def timeit_interleaved(fns: dict, *, warmup: int = 3, repeats: int = 60, per_rou
             t0 = time.perf_counter()
             sync(fns[n]())
             est[n] = min(est.get(n, 1e9), time.perf_counter() - t0)
-    per_round_s = sum(est.values()) * (per_round + 1)
+    per_round_s = sum(est.values()) * (per_round + 1) + settle * len(names)
     rounds = max(1, -(-repeats // per_round))
     if max_time is not None and per_round_s > 0:
         rounds = max(2, min(rounds, int(max_time / per_round_s)))
     probe = _LoadProbe()
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            sync(fns[n]())          # untimed: the switch from the other code (caches, threads)
+            time.sleep(settle)      # the previous implementation's threads stop spinning
+            sync(fns[n]())          # untimed: this one's threads and caches warm again
             samples[n] += sample_host(fns[n], per_round, 1, sync=sync)
     load = probe.stop()
     out = {}

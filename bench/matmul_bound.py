@@ -5,9 +5,11 @@ tanh, softmax cross-entropy, SGD) are bound by their eight matrix products. This
 each step with ``jitgraph.jit``, reads the products from its fusion plan (shapes, and which
 operands are transposed views), and times the same products alone: ``np.matmul`` into
 preallocated outputs on views with the same layouts, which NumPy hands to OpenBLAS's sgemm
-without copying. The ratio of the whole step to its products alone is what the issue's
-"within 5 % of the same products in OpenBLAS alone" speaks of: everything jitgraph adds
-(elementwise and row kernels, the SGD update, dispatch) is in the difference.
+without copying (the OpenBLAS NumPy's wheels bundle: the library the step's products call
+too, ``kernels/blas.py``; the script prints which one they call). The ratio of the whole step
+to its products alone is what the issue's "within 5 % of the same products in OpenBLAS alone"
+speaks of: everything jitgraph adds (elementwise and row kernels, the SGD update, dispatch) is
+in the difference.
 
     python bench/matmul_bound.py [--quick] [--json out.json]
 """
@@ -57,6 +59,7 @@ def run(args) -> dict:
     jg = import_jitgraph()
     if jg is None:
         raise SystemExit("jitgraph is not importable")
+    from jitgraph.kernels.blas import library
     sizes = dict(list(SIZES.items())[:1]) if args.quick else SIZES
     results = {}
     for label, (dims, batch) in sizes.items():
@@ -79,15 +82,17 @@ def run(args) -> dict:
         table = ResultTable(f"{label}: whole step vs its {len(products)} products alone "
                             "(ms per step)", unit="ms")
         table.add("jitgraph.jit step", t_step)
-        table.add("the same products, np.matmul (OpenBLAS)", t_alone)
+        table.add("the same products, np.matmul (NumPy's OpenBLAS)", t_alone)
         table.print()
         ratio = t_step.median / t_alone.median
-        print_kv(f"{label}", [("step / products alone", f"{ratio:.3f}  "
-                                                       f"(step {fmt_time(t_step.median)}, "
-                                                       f"products {fmt_time(t_alone.median)})")])
+        print_kv(f"{label}", [
+            ("step / products alone", f"{ratio:.3f}  (step {fmt_time(t_step.median)}, "
+                                      f"products {fmt_time(t_alone.median)})"),
+            ("BLAS of the step's products", f"{library()} (kernels/blas.py)")])
         print()
         results[label] = {"step_s": t_step.median, "products_s": t_alone.median,
-                          "ratio": ratio, "products": products, "table": table.as_dict()}
+                          "ratio": ratio, "step_blas": library(), "products": products,
+                          "table": table.as_dict()}
     return results
 
 

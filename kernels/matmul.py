@@ -1,9 +1,11 @@
 """Matrix products for generated programs.
 
-Float products go to BLAS: one Fortran ``?gemm`` call bound by symbol name (``kernels/blas.py``;
-transposed operands are passed as views, so backward-pass products copy nothing), or NumPy's
-``np.dot`` where an operand is neither C- nor F-ordered. Integer products, which BLAS does not do,
-use a cache-friendly i-k-j loop.
+Float32/float64 products go to BLAS: ``blas_gemm``, one Fortran ``?gemm`` call bound by symbol
+name (``kernels/blas.py``) on the operands as stored, with "transposed" as a runtime flag, so
+backward-pass products copy nothing and one compiled function serves every layout (on a fresh
+machine each compiled variant costs about 0.3 s). ``matmul_blas`` and ``gemm`` take views of any
+layout (``np.dot`` where an operand is neither C- nor F-ordered). Integer products, which BLAS
+does not do, use a cache-friendly i-k-j loop.
 """
 from __future__ import annotations
 
@@ -62,7 +64,8 @@ def _gemm_operands(a, b, c) -> bool:
 def _xxgemm(typingctx, alpha, a, b, beta, c):
     """c = alpha * a @ b + beta * c, one Fortran ``?gemm`` call (``kernels/blas.py``: resolved by
     symbol name, so cached machine code stays valid in a new process, and no ``scipy.linalg``).
-    ``a``/``b`` may be C- or F-ordered 2-D views; ``c`` is C-contiguous; sizes fit 32 bits."""
+    ``a``/``b`` may be C- or F-ordered 2-D views; ``c`` is C-contiguous; sizes fit 32 bits
+    (the SciPy fallback narrows them)."""
     if not _gemm_operands(a, b, c):
         return None
     dtype = c.dtype
@@ -75,7 +78,7 @@ def _xxgemm(typingctx, alpha, a, b, beta, c):
         arrs = [context.make_array(t)(context, builder, v) for t, v in zip(sig.args[1:3], (a_v, b_v))]
         out = context.make_array(sig.args[4])(context, builder, c_v)
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape) for x in arrs)
-        i32, char = ir.IntType(32), ir.IntType(8)
+        i64, char = ir.IntType(64), ir.IntType(8)     # ILP64 (kernels/blas.py)
         ptr = context.get_value_type(dtype).as_pointer()
 
         def ref(value, ty):
@@ -89,20 +92,95 @@ def _xxgemm(typingctx, alpha, a, b, beta, c):
             # column-major view of a row-major product: C^T = B^T A^T
             trans = ir.Constant(char, ord("N" if ty.layout == "C" else "T"))
             ld = shapes[1] if ty.layout == "C" else shapes[0]
-            return ref(trans, char), ref(ld, i32), builder.bitcast(arr.data, ptr)
+            return ref(trans, char), ref(ld, i64), builder.bitcast(arr.data, ptr)
 
         ta, lda, da = param(sig.args[2], arrs[1], (k, n))
         tb, ldb, db = param(sig.args[1], arrs[0], (m, k))
-        p_i32 = i32.as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [char.as_pointer()] * 2 + [p_i32] * 3
-                               + [ptr, ptr, p_i32, ptr, p_i32, ptr, ptr, p_i32])
+        p_i64 = i64.as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [char.as_pointer()] * 2 + [p_i64] * 3
+                               + [ptr, ptr, p_i64, ptr, p_i64, ptr, ptr, p_i64])
         name = ROUTINES["sgemm" if dtype == types.float32 else "dgemm"]
         fn = cgutils.get_or_insert_function(builder.module, fnty, name)
-        builder.call(fn, (ta, tb, ref(n, i32), ref(m, i32), ref(k, i32),
+        builder.call(fn, (ta, tb, ref(n, i64), ref(m, i64), ref(k, i64),
                           scalar(alpha_v, sig.args[0]), da, lda, db, ldb,
-                          scalar(beta_v, sig.args[3]), builder.bitcast(out.data, ptr), ref(n, i32)))
+                          scalar(beta_v, sig.args[3]), builder.bitcast(out.data, ptr), ref(n, i64)))
         return context.get_dummy_value()
     return sig, codegen
+
+
+@intrinsic
+def _xxgemm_stored(typingctx, alpha, a, ta, b, tb, beta, c):
+    """c = alpha * op(a) @ op(b) + beta * c, op(x) = x.T where ``tx`` is true, one Fortran
+    ``?gemm`` call. ``a``, ``b`` and ``c`` are C-contiguous 2-D arrays as stored; transposes are
+    flags, not views, so one compiled function serves every layout of a product (each layout
+    of a view was a compile of its own: 0.3 s apiece on a fresh machine)."""
+    if not (_gemm_operands(a, b, c) and a.layout == b.layout == "C"
+            and isinstance(ta, (types.Integer, types.Boolean))
+            and isinstance(tb, (types.Integer, types.Boolean))):
+        return None
+    dtype = c.dtype
+    sig = types.void(alpha, a, ta, b, tb, beta, c)
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir
+
+        alpha_v, a_v, ta_v, b_v, tb_v, beta_v, c_v = args
+        i64, char = ir.IntType(64), ir.IntType(8)     # ILP64 (kernels/blas.py)
+        ptr = context.get_value_type(dtype).as_pointer()
+        a_arr, b_arr, c_arr = (context.make_array(t)(context, builder, v)
+                               for t, v in zip(sig.args[1::2][:2] + (sig.args[6],),
+                                               (a_v, b_v, c_v)))
+
+        def flag(v, ty):
+            return context.cast(builder, v, ty, types.boolean)
+
+        def ref(value):
+            return cgutils.alloca_once_value(builder, value)
+
+        def scalar(v, ty):
+            return cgutils.alloca_once_value(builder, context.cast(builder, v, ty, dtype))
+
+        def operand(arr, t):
+            # the stored row-major array is its column-major transpose: C^T = op(B)^T op(A)^T
+            rows, cols = cgutils.unpack_tuple(builder, arr.shape)
+            trans = builder.select(t, ir.Constant(char, ord("T")), ir.Constant(char, ord("N")))
+            return (ref(trans), ref(cols), builder.bitcast(arr.data, ptr),
+                    builder.select(t, cols, rows), builder.select(t, rows, cols))
+
+        t_a, t_b = flag(ta_v, sig.args[2]), flag(tb_v, sig.args[4])
+        tra, lda, da, m, k = operand(a_arr, t_a)
+        trb, ldb, db, _, n = operand(b_arr, t_b)
+        p_i64 = i64.as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [char.as_pointer()] * 2 + [p_i64] * 3
+                               + [ptr, ptr, p_i64, ptr, p_i64, ptr, ptr, p_i64])
+        name = ROUTINES["sgemm" if dtype == types.float32 else "dgemm"]
+        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        builder.call(fn, (trb, tra, ref(n), ref(m), ref(k), scalar(alpha_v, sig.args[0]),
+                          db, ldb, da, lda, scalar(beta_v, sig.args[5]),
+                          builder.bitcast(c_arr.data, ptr), ref(n)))
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(cache=True, error_model="numpy")
+def blas_gemm(alpha, a, ta, b, tb, beta, c):
+    """c = alpha * op(a) @ op(b) + beta * c for float32/float64 C-contiguous 2-D arrays as
+    stored, op(x) = x.T where ``tx``: the one product function generated programs call (a
+    plain product has alpha 1 and beta 0; an SGD update ``W - lr * dW`` is alpha -lr, beta 1,
+    ``c`` the weights, in place). Empty contractions give ``beta * c`` (BLAS leaves them
+    undefined)."""
+    m, n = c.shape
+    k = a.shape[0] if ta else a.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        for i in range(m):
+            for j in range(n):
+                c[i, j] = beta * c[i, j] if beta != 0 else 0
+        return
+    if max(m, k, n) > _INT32_MAX:
+        raise ValueError(_TOO_LARGE)
+    _xxgemm_stored(alpha, a, ta, b, tb, beta, c)
 
 
 def _product_into(a, b, out):

@@ -95,3 +95,56 @@ def test_first_compile_of_a_process_does_not_import_scipy_linalg():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["after compile False", "dot 0.0"]
+
+
+def test_products_call_numpys_openblas_where_numpy_bundles_one():
+    """NumPy's wheels bundle an ILP64 OpenBLAS: compiled products share it (and its threads)."""
+    if not blas._numpy_library_paths():
+        pytest.skip("this NumPy bundles no OpenBLAS: products use SciPy's")
+    assert blas.library() == "numpy"
+    numpy_sgemm = blas._numpy_blas()["sgemm"]
+    assert blas.register()[blas.ROUTINES["sgemm"]] == numpy_sgemm
+
+
+def test_scipy_fallback_through_32_bit_shims_in_a_new_process():
+    """``JITGRAPH_BLAS=scipy``: the same compiled code calls SciPy's LP64 routines through the
+    shims that narrow the integers; a compiled training step's products still match NumPy."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent("""
+        import numpy as np
+        import jitgraph, jitgraph.numpy as jnp
+        from jitgraph.kernels import blas
+        from jitgraph.kernels.matmul import gemm, matmul_blas
+
+        rng = np.random.default_rng(0)
+        worst = 0.0
+        for dt, tol in ((np.float64, 1e-12), (np.float32, 1e-4)):
+            a = rng.standard_normal((7, 5)).astype(dt)
+            b = rng.standard_normal((6, 5)).astype(dt).T        # F-ordered view
+            out = np.empty((7, 6), dt)
+            matmul_blas(a, b, out)
+            worst = max(worst, float(np.abs(out - a @ b).max()) / tol)
+            c = rng.standard_normal((7, 6)).astype(dt)
+            want = 0.5 * (a @ b) - 2.0 * c
+            gemm(0.5, a, b, -2.0, c)
+            worst = max(worst, float(np.abs(c - want).max()) / tol)
+
+        @jitgraph.jit
+        def f(w, x):
+            return jnp.tanh(x @ w).sum()
+
+        w = rng.standard_normal((16, 8)); x = rng.standard_normal((4, 16))
+        g = jitgraph.jit(jitgraph.grad(f))(w, x)
+        want = x.T @ (1 - np.tanh(x @ w) ** 2)
+        worst = max(worst, float(np.abs(g - want).max()) / 1e-12)
+        print(blas.library(), worst < 1)
+    """)
+    env = dict(os.environ, JITGRAPH_BLAS="scipy")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["scipy", "True"]

@@ -200,26 +200,28 @@ def test_wrong_argument_types_take_the_fallback(step_bundle):
 
     functions, _ = _load(path, fallback)
     kernel = next(f for n, f in functions.items() if n.startswith("loop_"))
-    matmul = functions["matmul_blas"]
+    gemm = functions["blas_gemm"]
     a = np.ones((6, 5), np.float32)
     b = np.ones((5, 4), np.float32)
     out = np.zeros((6, 4), np.float32)
-    matmul(a, b, out)                                   # compiled for these: no fallback
+    gemm(1.0, a, 0, b, 0, 0.0, out)                     # compiled for these: no fallback
     np.testing.assert_array_equal(out, np.full((6, 4), 5.0, np.float32))
+    gemm(2.0, b, 1, a, 1, 0.0, out.reshape(4, 6))       # transposes are flags
+    np.testing.assert_array_equal(out, np.full((6, 4), 10.0, np.float32))
     assert calls == []
     bad = [
-        (a.astype(np.float64), b, out),                 # dtype
-        (a.reshape(2, 3, 5), b, out),                   # ndim
-        (np.asfortranarray(a), b, out),                 # layout (a C overload exists)
-        (a.tolist(), b, out),                           # not an array
-        (a, b),                                         # argument count
+        (1.0, a.astype(np.float64), 0, b, 0, 0.0, out),   # dtype
+        (1.0, a.reshape(2, 3, 5), 0, b, 0, 0.0, out),     # ndim
+        (1.0, np.asfortranarray(a), 0, b, 0, 0.0, out),   # layout (a C overload exists)
+        (1.0, a.tolist(), 0, b, 0, 0.0, out),             # not an array
+        (1.0, a, 0, b, 0, 0.0),                           # argument count
     ]
     ro = out.copy()
     ro.setflags(write=False)
-    bad.append((a, b, ro))                              # read-only output
+    bad.append((1.0, a, 0, b, 0, 0.0, ro))                # read-only output
     for args in bad:
-        matmul(*args)
-    assert [c[0] for c in calls] == ["matmul_blas"] * len(bad)
+        gemm(*args)
+    assert [c[0] for c in calls] == ["blas_gemm"] * len(bad)
     assert kernel.__name__.startswith("loop_")
 
 

@@ -81,7 +81,7 @@ from numba import njit, prange
 from jitgraph.kernels.scalar import maximum, minimum, sign, floor, erf, logistic, power, clamp_index
 from jitgraph.kernels.fastmath import (exp_f32, exp_f64, log_f32, log_f64, log1p_f32, log1p_f64,
     expm1_f32, expm1_f64, tanh_f32, tanh_f64, logistic_f32, logistic_f64)
-from jitgraph.kernels.matmul import gemm, matmul_blas, matmul_loop
+from jitgraph.kernels.matmul import blas_gemm, gemm, matmul_blas, matmul_loop
 '''
 
 
@@ -569,6 +569,8 @@ class CpuCodegen:
         out = n.out.aval
         batch = int(np.prod(out.shape[:-2], dtype=np.int64))
         m, nn = out.shape[-2], out.shape[-1]
+        if out.dtype in (np.float32, np.float64):
+            return self._blas_gemm_call(s, batch, m, nn)
         fn = "matmul_blas" if out.dtype.kind == "f" else "matmul_loop"
         a = self._view(s.a, batch)
         b = self._view(s.b, batch)
@@ -591,6 +593,36 @@ class CpuCodegen:
         bi_ = "[bi].T" if s.b[1] else "[bi]"
         return [f"for bi in range({batch}):",
                 f"    {fn}({a}{ai}, {b}{bi_}, {o}.reshape(({batch}, {m}, {nn}))[bi])"]
+
+    def _blas_gemm_call(self, s: MatmulStep, batch: int, m: int, nn: int) -> list[str]:
+        """A float32/float64 product as ``blas_gemm`` calls on the operands as stored, their
+        transposes as flags: one compiled function for every layout (``kernels/matmul.py``)."""
+        def stored(operand) -> tuple[str, str]:
+            v, transposed, shape = operand
+            full = (batch,) if batch > 1 else ()
+            flag = str(int(bool(transposed)))
+            # a compiled driver would type a literal 0/1 as Literal[int]: a compile per value
+            return f"{self.plan.array_name(v)}.reshape({full + tuple(shape[-2:])!r})", \
+                flag if self.python_driver else f"np.int64({flag})"
+        (a, ta), (b, tb) = stored(s.a), stored(s.b)
+        dt = s.node.out.aval.dtype.name
+        self._blas_calls.add(("blas_gemm", ("float", f"{dt}/2C", "size", f"{dt}/2C", "size",
+                                            "float", f"{dt}/2C")))
+        ep = s.epilogue
+        if ep is not None:
+            o = self.plan.array_name(ep.out)
+            lines = []
+            if ep.c is not None and self._in_place.get(ep.out) is not ep.c:
+                lines.append(f"{o}[:] = {self.plan.array_name(ep.c)}")
+            beta = float(ep.beta) if ep.c is not None else 0.0
+            return lines + [f"blas_gemm({float(ep.alpha)!r}, {a}, {ta}, {b}, {tb}, {beta!r}, "
+                            f"{o}.reshape(({m}, {nn})))"]
+        o = self.plan.array_name(s.node.out)
+        if batch == 1:
+            return [f"blas_gemm(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({m}, {nn})))"]
+        return [f"for bi in range({batch}):",
+                f"    blas_gemm(1.0, {a}[bi], {ta}, {b}[bi], {tb}, 0.0, "
+                f"{o}.reshape(({batch}, {m}, {nn}))[bi])"]
 
     def _host_call(self, s: HostStep) -> list[str]:
         n = s.node

@@ -92,7 +92,8 @@ def _blas_limit(graphs: Sequence[Graph]):
         return None
     if not _BLAS:
         try:
-            import scipy.linalg.cython_blas  # noqa: F401  (the BLAS Numba's products call)
+            from ..kernels import blas  # type: ignore[attr-defined]
+            blas.register()     # the BLAS compiled products call is loaded (NumPy's or SciPy's)
             from threadpoolctl import ThreadpoolController
             _BLAS.append(ThreadpoolController().select(user_api="blas"))
         except ImportError:

@@ -650,7 +650,7 @@ def load(data: bytes, machine: dict, fallback: Callable[[str], Any]) -> tuple[di
         return None
     from ..kernels import blas  # type: ignore[attr-defined]
     if needs & set(blas.ROUTINES.values()):
-        blas.register()         # SciPy's cython_blas: loaded only for programs with products
+        blas.register()         # bound only for programs with products
     with _LOCK:
         # (creating the engine makes the process's own symbols visible to the lookup)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
