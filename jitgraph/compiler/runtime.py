@@ -214,11 +214,12 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
         lines.append(f"    if x{i}.__class__ is not ndarray or x{i}.dtype is not D{i} or "
                      f"not x{i}.flags.c_contiguous or not x{i}.flags.writeable: "
                      f"x{i} = conv(x{i}, D{i})")
-    for i in sorted(set(info["donated"].values())):
+    donated = sorted(set(info["donated"].values()))
+    if donated and n_in > 1:
         # a buffer updated in place must not also be read through another argument
-        others = ", ".join(f"x{j}" for j in range(n_in) if j != i)
-        if others:
-            lines.append(f"    if overlaps(x{i}, ({others},)): x{i} = x{i}.copy()")
+        lines.append(f"    bad = overlaps(({', '.join(xs)},), {tuple(donated)!r})")
+        lines.append("    if bad:")
+        lines += [f"        if {i} in bad: x{i} = x{i}.copy()" for i in donated]
     lines += [f"    {name} = x{i}.shape[{axis}]" for name, i, axis in symbols]
     out_shapes = {j: v.aval.shape for (kind, j), v in zip(info["output_sources"], graph.outputs)
                   if kind == "out"}
@@ -526,19 +527,24 @@ def compile_graph(graph: Graph, *, fastmath: bool = False, donate: Sequence[int]
     return program
 
 
-def _overlaps(x: np.ndarray, others) -> bool:
-    """Whether ``x`` may share memory with any of ``others``. Arrays whose memory belongs to
-    two different NumPy-allocated arrays cannot: that test is a few attribute reads, where
-    ``np.may_share_memory`` (used for everything else) costs about a microsecond a pair,
-    which added up to most of a cached call with donated parameters."""
-    rx = _owner(x)
-    for o in others:
-        ro = _owner(o)
-        if ro is not rx and rx is not None and ro is not None:
-            continue
-        if np.may_share_memory(x, o):
-            return True
-    return False
+def _overlaps(xs: tuple, donated: tuple) -> list:
+    """The indices in ``donated`` whose argument may share memory with another of ``xs``.
+    Arrays whose memory belongs to two different NumPy-allocated arrays cannot: that test is
+    an identity check on owners found once per argument, where ``np.may_share_memory`` (used
+    for everything else) costs about a microsecond a pair, which added up to most of a cached
+    call with donated parameters."""
+    owners = [_owner(x) for x in xs]
+    bad = []
+    for i in donated:
+        ri, xi = owners[i], xs[i]
+        for j, x in enumerate(xs):
+            rj = owners[j]
+            if j == i or (ri is not rj and ri is not None and rj is not None):
+                continue
+            if np.may_share_memory(xi, x):
+                bad.append(i)
+                break
+    return bad
 
 
 def _owner(a: np.ndarray):
