@@ -533,3 +533,30 @@ def test_donated_parameter_aliasing_another_argument_is_copied_first(alias):
     (nw,), s = jitgraph.jit(step, donate_argnums=0)([w], x)
     np.testing.assert_allclose(nw, x_before - 0.5 * x_before, rtol=1e-15)
     assert float(s) == pytest.approx(float(np.sum(x_before)))
+
+
+def test_garbage_collector_is_off_while_compiling_and_restored_after():
+    """``compile_settings`` turns the cyclic collector off (Numba's compiles spend much of
+    their time in it) and leaves it as it found it, also when the compile raises."""
+    import gc
+
+    from jitgraph.compiler.runtime import compile_settings
+    assert gc.isenabled()
+    states = []
+    with compile_settings():
+        states.append(gc.isenabled())
+    with pytest.raises(ZeroDivisionError):
+        with compile_settings():
+            states.append(gc.isenabled())
+            1 / 0
+    assert states == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        with compile_settings():
+            pass
+        assert not gc.isenabled()          # a user's choice stays
+    finally:
+        gc.enable()
+    f = jitgraph.jit(lambda x: jnp.sum(jnp.exp(x) * 3.0))
+    assert float(f(np.arange(3.0))) == pytest.approx(3 * np.exp(np.arange(3.0)).sum())
+    assert gc.isenabled()

@@ -81,8 +81,11 @@ def _initialise_numba() -> None:
     """Build Numba's typing and target contexts once, before the fork, instead of in every
     process at its first compile (about half a second each)."""
     from numba.core.registry import cpu_target
-    cpu_target.typing_context.refresh()
-    cpu_target.target_context.refresh()
+
+    from .runtime import no_gc
+    with no_gc():
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
 
 
 def _take(fd: int) -> int | None:
