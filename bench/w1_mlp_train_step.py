@@ -208,7 +208,7 @@ class Runner:
         return self.loss
 
 
-def measure(name, runner, ref_loss, ref_params, pending, args, compile_times=None,
+def measure(name, runner, ref_loss, ref_params, pending, args, compile_time=False,
             convert=lambda p: p, note=""):
     """First call (checked against the reference); the warm calls are timed later, all
     implementations interleaved (``time_pending``)."""
@@ -217,9 +217,7 @@ def measure(name, runner, ref_loss, ref_params, pending, args, compile_times=Non
     checks += [check_close(name, convert(p), r) for p, r in zip(runner.params, ref_params)]
     bad = [c for c in checks if c != "ok"]
     pending.append({"name": name, "runner": runner, "check": "ok" if not bad else bad[0],
-                    "first": first, "note": note})
-    if compile_times is not None:
-        compile_times[name] = first
+                    "first": first, "note": note, "compile": compile_time})
 
 
 def time_pending(pending, table, args, compile_times) -> None:
@@ -236,8 +234,8 @@ def time_pending(pending, table, args, compile_times) -> None:
             continue
         t = timings[p["name"]]
         table.add(p["name"], t, note=p["note"], check=p["check"])
-        if p["name"] in compile_times:
-            compile_times[p["name"]] = (compile_times[p["name"]], t.median)
+        if p["compile"]:
+            compile_times[p["name"]] = (p["first"], t.median)
 
 
 def run(args) -> dict:
@@ -249,7 +247,7 @@ def run(args) -> dict:
     ref_loss, ref_params = reference(params0, x, y)
     table = ResultTable(f"W1: MLP {'-'.join(map(str, DIMS))} tanh train step, batch {BATCH}, "
                         "float32 (ms/step)", unit="ms", extra_cols=("check",))
-    compile_times: dict = {}        # name -> first call s, then (first call s, warm call s)
+    compile_times: dict = {}        # name -> (first call s, warm call s), filled by time_pending
     pending: list = []              # implementations whose first call passed, to be timed
 
     def unavailable(name: str, reason: str) -> None:
@@ -282,11 +280,10 @@ def run(args) -> dict:
                     step, variant = make(torch)
                     r = Runner(step, tparams(needs_grad), tx, ty, functional=False)
                     measure("torch.compile", r, ref_loss, ref_params, pending, args,
-                            compile_times, note=variant)
+                            compile_time=True, note=variant)
                     return
                 except Exception as exc:  # try the next variant
                     errors.append(short_error(exc, 100))
-                    compile_times.pop("torch.compile", None)
                     torch._dynamo.reset()
             raise RuntimeError(" | ".join(errors))
         guarded("torch.compile", torch_compiled)
@@ -302,7 +299,7 @@ def run(args) -> dict:
             jparams = [jax.numpy.asarray(p) for p in params0]
             jx, jy = jax.numpy.asarray(x), jax.numpy.asarray(y)
             r = Runner(step, jparams, jx, jy, functional=True)
-            measure("jax.jit", r, ref_loss, ref_params, pending, args, compile_times)
+            measure("jax.jit", r, ref_loss, ref_params, pending, args, compile_time=True)
         guarded("jax.jit", jax_bench)
 
     def jitgraph_bench():
@@ -311,7 +308,7 @@ def run(args) -> dict:
             raise RuntimeError(import_error("jitgraph"))
         step = make_step(jg)
         r = Runner(step, copy_params(params0), x, y, functional=True)
-        measure("jitgraph.jit", r, ref_loss, ref_params, pending, args, compile_times)
+        measure("jitgraph.jit", r, ref_loss, ref_params, pending, args, compile_time=True)
     guarded("jitgraph", jitgraph_bench)
     if not any(p["name"] == "jitgraph.jit" for p in pending):
         unavailable("jitgraph.jit", "unavailable")

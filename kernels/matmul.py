@@ -41,6 +41,7 @@ def matmul_blas(a, b, out):
 
 
 # ---------------------------------------------------------------------------- fused GEMM
+from llvmlite import ir  # noqa: E402
 from numba import types  # noqa: E402
 from numba.core import cgutils  # noqa: E402
 from numba.extending import intrinsic, overload  # noqa: E402
@@ -50,6 +51,7 @@ from .blas import ROUTINES, register  # noqa: E402
 register()   # before any cached code that calls the routines is linked
 _INT32_MAX = 2**31 - 1
 _TOO_LARGE = "matmul: a dimension exceeds 2**31 - 1, which BLAS cannot index"
+_CHAR = ir.IntType(8)           # a Fortran character argument (the transpose flags)
 
 
 def _gemm_operands(a, b, c) -> bool:
@@ -58,6 +60,26 @@ def _gemm_operands(a, b, c) -> bool:
     return (all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, c))
             and c.layout == "C" and a.layout in "CF" and b.layout in "CF"
             and c.dtype in (types.float32, types.float64) and a.dtype == b.dtype == c.dtype)
+
+
+def _call_gemm(context, builder, dtype, alpha, beta, a_op, b_op, m, n, k, c_data) -> None:
+    """Emit c = alpha * op(a) @ op(b) + beta * c for a row-major ``c`` (m x n) as one Fortran
+    ``?gemm`` call on its column-major transpose, C^T = op(B)^T op(A)^T (``kernels/blas.py``:
+    resolved by symbol name, 64-bit integers). ``a_op``/``b_op``: each operand's transpose
+    character, leading dimension and data pointer; ``alpha``/``beta`` of ``dtype``."""
+    ptr = context.get_value_type(dtype).as_pointer()
+    p_i64 = ir.IntType(64).as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [_CHAR.as_pointer()] * 2 + [p_i64] * 3
+                           + [ptr, ptr, p_i64, ptr, p_i64, ptr, ptr, p_i64])
+    name = ROUTINES["sgemm" if dtype == types.float32 else "dgemm"]
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+
+    def ref(value):
+        return cgutils.alloca_once_value(builder, value)
+    (ta, lda, da), (tb, ldb, db) = a_op, b_op
+    builder.call(fn, (ref(tb), ref(ta), ref(n), ref(m), ref(k), ref(alpha),
+                      builder.bitcast(db, ptr), ref(ldb), builder.bitcast(da, ptr), ref(lda),
+                      ref(beta), builder.bitcast(c_data, ptr), ref(n)))
 
 
 @intrinsic
@@ -72,38 +94,20 @@ def _xxgemm(typingctx, alpha, a, b, beta, c):
     sig = types.void(alpha, a, b, beta, c)
 
     def codegen(context, builder, sig, args):
-        from llvmlite import ir
-
         alpha_v, a_v, b_v, beta_v, c_v = args
-        arrs = [context.make_array(t)(context, builder, v) for t, v in zip(sig.args[1:3], (a_v, b_v))]
-        out = context.make_array(sig.args[4])(context, builder, c_v)
-        (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape) for x in arrs)
-        i64, char = ir.IntType(64), ir.IntType(8)     # ILP64 (kernels/blas.py)
-        ptr = context.get_value_type(dtype).as_pointer()
+        a_arr, b_arr, c_arr = (context.make_array(t)(context, builder, v) for t, v in
+                               zip(sig.args[1:3] + (sig.args[4],), (a_v, b_v, c_v)))
+        (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape) for x in (a_arr, b_arr))
 
-        def ref(value, ty):
-            return cgutils.alloca_once_value(builder, value if value.type == ty
-                                             else builder.trunc(value, ty))
-
-        def scalar(v, ty):
-            return cgutils.alloca_once_value(builder, context.cast(builder, v, ty, dtype))
-
-        def param(ty, arr, shapes):
-            # column-major view of a row-major product: C^T = B^T A^T
-            trans = ir.Constant(char, ord("N" if ty.layout == "C" else "T"))
-            ld = shapes[1] if ty.layout == "C" else shapes[0]
-            return ref(trans, char), ref(ld, i64), builder.bitcast(arr.data, ptr)
-
-        ta, lda, da = param(sig.args[2], arrs[1], (k, n))
-        tb, ldb, db = param(sig.args[1], arrs[0], (m, k))
-        p_i64 = i64.as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [char.as_pointer()] * 2 + [p_i64] * 3
-                               + [ptr, ptr, p_i64, ptr, p_i64, ptr, ptr, p_i64])
-        name = ROUTINES["sgemm" if dtype == types.float32 else "dgemm"]
-        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
-        builder.call(fn, (ta, tb, ref(n, i64), ref(m, i64), ref(k, i64),
-                          scalar(alpha_v, sig.args[0]), da, lda, db, ldb,
-                          scalar(beta_v, sig.args[3]), builder.bitcast(out.data, ptr), ref(n, i64)))
+        def view(ty, arr, rows, cols):
+            # an F-ordered view is the transpose of the C-ordered array it was made from
+            f = ty.layout == "F"
+            return ir.Constant(_CHAR, ord("T" if f else "N")), rows if f else cols, arr.data
+        _call_gemm(context, builder, dtype,
+                   context.cast(builder, alpha_v, sig.args[0], dtype),
+                   context.cast(builder, beta_v, sig.args[3], dtype),
+                   view(sig.args[1], a_arr, m, k), view(sig.args[2], b_arr, k, n), m, n, k,
+                   c_arr.data)
         return context.get_dummy_value()
     return sig, codegen
 
@@ -122,42 +126,23 @@ def _xxgemm_stored(typingctx, alpha, a, ta, b, tb, beta, c):
     sig = types.void(alpha, a, ta, b, tb, beta, c)
 
     def codegen(context, builder, sig, args):
-        from llvmlite import ir
-
         alpha_v, a_v, ta_v, b_v, tb_v, beta_v, c_v = args
-        i64, char = ir.IntType(64), ir.IntType(8)     # ILP64 (kernels/blas.py)
-        ptr = context.get_value_type(dtype).as_pointer()
-        a_arr, b_arr, c_arr = (context.make_array(t)(context, builder, v)
-                               for t, v in zip(sig.args[1::2][:2] + (sig.args[6],),
-                                               (a_v, b_v, c_v)))
+        a_arr, b_arr, c_arr = (context.make_array(t)(context, builder, v) for t, v in
+                               zip((sig.args[1], sig.args[3], sig.args[6]), (a_v, b_v, c_v)))
 
-        def flag(v, ty):
-            return context.cast(builder, v, ty, types.boolean)
-
-        def ref(value):
-            return cgutils.alloca_once_value(builder, value)
-
-        def scalar(v, ty):
-            return cgutils.alloca_once_value(builder, context.cast(builder, v, ty, dtype))
-
-        def operand(arr, t):
-            # the stored row-major array is its column-major transpose: C^T = op(B)^T op(A)^T
+        def operand(arr, flag, flag_ty):
+            # (transpose character, leading dimension, data), rows and columns of op(x)
+            t = context.cast(builder, flag, flag_ty, types.boolean)
             rows, cols = cgutils.unpack_tuple(builder, arr.shape)
-            trans = builder.select(t, ir.Constant(char, ord("T")), ir.Constant(char, ord("N")))
-            return (ref(trans), ref(cols), builder.bitcast(arr.data, ptr),
-                    builder.select(t, cols, rows), builder.select(t, rows, cols))
-
-        t_a, t_b = flag(ta_v, sig.args[2]), flag(tb_v, sig.args[4])
-        tra, lda, da, m, k = operand(a_arr, t_a)
-        trb, ldb, db, _, n = operand(b_arr, t_b)
-        p_i64 = i64.as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [char.as_pointer()] * 2 + [p_i64] * 3
-                               + [ptr, ptr, p_i64, ptr, p_i64, ptr, ptr, p_i64])
-        name = ROUTINES["sgemm" if dtype == types.float32 else "dgemm"]
-        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
-        builder.call(fn, (trb, tra, ref(n), ref(m), ref(k), scalar(alpha_v, sig.args[0]),
-                          db, ldb, da, lda, scalar(beta_v, sig.args[5]),
-                          builder.bitcast(c_arr.data, ptr), ref(n)))
+            trans = builder.select(t, ir.Constant(_CHAR, ord("T")), ir.Constant(_CHAR, ord("N")))
+            return (trans, cols, arr.data), builder.select(t, cols, rows), \
+                builder.select(t, rows, cols)
+        a_op, m, k = operand(a_arr, ta_v, sig.args[2])
+        b_op, _, n = operand(b_arr, tb_v, sig.args[4])
+        _call_gemm(context, builder, dtype,
+                   context.cast(builder, alpha_v, sig.args[0], dtype),
+                   context.cast(builder, beta_v, sig.args[5], dtype),
+                   a_op, b_op, m, n, k, c_arr.data)
         return context.get_dummy_value()
     return sig, codegen
 

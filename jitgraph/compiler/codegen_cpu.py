@@ -93,6 +93,12 @@ def _view_type(operand) -> str:
     return f"{v.aval.dtype.name}/2{'F' if f_order else 'C'}"
 
 
+def _accumulator_name(k: LoopKernel, j: int) -> str:
+    """The parameter of a column-order kernel through which the driver passes scratch for
+    its ``j``-th reduction's accumulator."""
+    return f"{k.name}_acc{j}"
+
+
 def _init(monoid: str, dtype) -> str:
     dtype = np.dtype(dtype)
     if monoid == "sum":
@@ -282,7 +288,7 @@ class CpuCodegen:
         names = []
         for j, (n, _, _, _) in enumerate(k.body.stages[0].reductions):
             if n.out not in self.plan.needed:
-                name = f"{k.name}_acc{j}"
+                name = _accumulator_name(k, j)
                 self._accumulators.setdefault(k.name, []).append(
                     (name, o_size, n.inputs[0].aval.dtype))
                 names.append(name)
@@ -302,7 +308,7 @@ class CpuCodegen:
             if n.out in plan.needed:     # accumulate straight into the output buffer
                 out.append(f"    {acc} = {plan.array_name(n.out)}")
             else:                        # into scratch the driver passes
-                out.append(f"    {acc} = {k.name}_acc{j}")
+                out.append(f"    {acc} = {_accumulator_name(k, j)}")
             out.append(f"    for z in range({o_size}):")
             out.append(f"        {acc}[z] = {_init(monoid, dt)}")
         ind = 1

@@ -560,7 +560,7 @@ def _overlaps(xs: tuple, donated: tuple) -> list:
             rj = owners[j]
             if j == i or (ri is not rj and ri is not None and rj is not None):
                 continue
-            if np.may_share_memory(xi, x):
+            if x is xi or np.may_share_memory(xi, x):
                 bad.append(i)
                 break
     return bad
