@@ -60,11 +60,10 @@ def run(args) -> dict:
         fresh0.append(run_example(common.fresh_dir("cold-jit"), common.fresh_dir("cold-numba"),
                                   extra, workers="0"))
         new_cache0.append(run_example(common.fresh_dir("cold-jit"), numba_dir, extra, "0"))
-    med = {k: float(np.median(v)) for k, v in
-           (("fresh machine", fresh), ("new jitgraph cache", new_cache), ("warm", warm),
-            ("fresh machine, no compile workers", fresh0),
-            ("new jitgraph cache, no compile workers", new_cache0))}
-    runs = dict(zip(med, (fresh, new_cache, warm, fresh0, new_cache0)))
+    runs = {"fresh machine": fresh, "new jitgraph cache": new_cache, "warm": warm,
+            "fresh machine, no compile workers": fresh0,
+            "new jitgraph cache, no compile workers": new_cache0}
+    med = {k: float(np.median(v)) for k, v in runs.items()}
     paired = {k: float(np.median([t / w for t, w in zip(v, warm)])) for k, v in runs.items()}
     print_kv(f"digits example{' --smoke' if extra else ''}: process wall time, median of {n}", [
         (k, f"{fmt_time(v)}   ({v / med['warm']:.2f}x the warm run; "

@@ -586,11 +586,7 @@ class CpuCodegen:
             self._blas_calls.add(("gemm", ("float", *ab[:2], "float", ab[2])) if ep is not None
                                  else ("matmul_blas", ab))
         if ep is not None:
-            o = self.plan.array_name(ep.out)
-            lines = []
-            if ep.c is not None and self._in_place.get(ep.out) is not ep.c:
-                lines.append(f"{o}[:] = {self.plan.array_name(ep.c)}")
-            beta = ep.beta if ep.c is not None else 0.0
+            o, lines, beta = self._epilogue_target(ep)
             return lines + [f"gemm({ep.alpha!r}, {a}, {b}, {beta!r}, {o}.reshape(({m}, {nn})))"]
         o = self.plan.array_name(n.out)
         if batch == 1:
@@ -599,6 +595,16 @@ class CpuCodegen:
         bi_ = "[bi].T" if s.b[1] else "[bi]"
         return [f"for bi in range({batch}):",
                 f"    {fn}({a}{ai}, {b}{bi_}, {o}.reshape(({batch}, {m}, {nn}))[bi])"]
+
+    def _epilogue_target(self, ep) -> tuple[str, list[str], float]:
+        """Where a GEMM with epilogue ``alpha * a @ b + beta * c`` writes: its output buffer,
+        the statement that first copies ``c`` there (none where ``c`` is updated in place),
+        and ``beta`` (0 without ``c``)."""
+        o = self.plan.array_name(ep.out)
+        lines = []
+        if ep.c is not None and self._in_place.get(ep.out) is not ep.c:
+            lines.append(f"{o}[:] = {self.plan.array_name(ep.c)}")
+        return o, lines, (ep.beta if ep.c is not None else 0.0)
 
     def _blas_gemm_call(self, s: MatmulStep, batch: int, m: int, nn: int) -> list[str]:
         """A float32/float64 product as ``blas_gemm`` calls on the operands as stored, their
@@ -616,13 +622,9 @@ class CpuCodegen:
                                             "float", f"{dt}/2C")))
         ep = s.epilogue
         if ep is not None:
-            o = self.plan.array_name(ep.out)
-            lines = []
-            if ep.c is not None and self._in_place.get(ep.out) is not ep.c:
-                lines.append(f"{o}[:] = {self.plan.array_name(ep.c)}")
-            beta = float(ep.beta) if ep.c is not None else 0.0
-            return lines + [f"blas_gemm({float(ep.alpha)!r}, {a}, {ta}, {b}, {tb}, {beta!r}, "
-                            f"{o}.reshape(({m}, {nn})))"]
+            o, lines, beta = self._epilogue_target(ep)
+            return lines + [f"blas_gemm({float(ep.alpha)!r}, {a}, {ta}, {b}, {tb}, "
+                            f"{float(beta)!r}, {o}.reshape(({m}, {nn})))"]
         o = self.plan.array_name(s.node.out)
         if batch == 1:
             return [f"blas_gemm(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({m}, {nn})))"]
