@@ -55,7 +55,10 @@ def logistic(x):
 
 @_inline
 def clamp_index(i, n):
-    """Index normalisation for gathers: negative wraps once, the rest is clamped (as JAX)."""
+    """Index normalisation for gathers: negative wraps once, the rest is clamped (as JAX).
+    The result is int64 whatever the index array's integer type (uint64 with the signed
+    bound would promote to float64)."""
+    i = np.int64(i)
     if i < 0:
         i += n
     if i < 0:

@@ -18,20 +18,15 @@ import numpy as np
 from .emit import literal, offset, scatter_parts
 from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
+from .thresholds import (COLUMN_ORDER_MIN_OUTER, PARALLEL_MIN_OUTER, PARALLEL_MIN_WORK,
+                         PARALLEL_MIN_WORK_WITH_BLAS, SMALL_PROGRAM_STEPS)
 
-PARALLEL_MIN_WORK = 1 << 16        # elements below which threads cost more than they save
-# With matmuls in the program, BLAS threads own the cores: its idle workers spin after each
-# call and starve Numba's workers (measured here, 2 cores: the MLP train step took 32 ms with
-# parallel loop kernels instead of 2 ms with serial ones).
-# Loop kernels then stay serial unless they are very large.
-PARALLEL_MIN_WORK_WITH_BLAS = 1 << 22
-# Programs of more steps (or with any matmul) run their steps from a Python driver rather than
-# a compiled one. Numba compiles a compiled driver by linking every kernel it calls into one
+# Programs of more steps than SMALL_PROGRAM_STEPS (or with any matmul) run their steps from a
+# Python driver rather than a compiled one. Numba compiles a compiled driver by linking every kernel it calls into one
 # module and optimizing all of it again: measured here on the 784-512-512-10 training step,
 # 7.0 s of compile CPU time with a compiled driver, 3.7 s without, for about 2 us more per call
 # (one Numba dispatch per step instead of one per call). Small programs keep the compiled
 # driver: there the per-call cost is what matters, and compiling it again is cheap.
-SMALL_PROGRAM_STEPS = 2
 _APPROX = {"exp", "log", "log1p", "expm1", "tanh", "logistic"}
 _SCALAR = {"max": "maximum", "min": "minimum", "sign": "sign", "floor": "floor", "erf": "erf",
            "pow": "power", "logistic": "logistic"}
@@ -134,6 +129,18 @@ def arg_update_lines(acc: str, val: str, monoid: str, index: str, pad: str) -> l
             pad + f"    {acc} = {index}"]
 
 
+def loop_header(var: str, size, parallel: bool, pad: str) -> list[str]:
+    """``for var in range(size):``, or a ``prange`` loop whose index is rebound as int64.
+
+    Numba types a ``prange`` index as unsigned (uint64), and uint64 with any signed operand
+    (an int64 offset, a literal, a clamp bound) promotes to float64, which no array index
+    accepts: every index expression must see one signed integer type, so the loop variable
+    the emitter's expressions name is the signed copy."""
+    if not parallel:
+        return [pad + f"for {var} in range({size}):"]
+    return [pad + f"for {var}_u in prange({size}):", pad + f"    {var} = np.int64({var}_u)"]
+
+
 def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) -> str:
     """Kernels skip the wrappers they are not called through (the C wrapper always; the
     Python one when a compiled driver calls them): wrappers are a good part of a small
@@ -188,7 +195,7 @@ class CpuCodegen:
         o_size = int(np.prod(k.outer_shape, dtype=np.int64))
         work = int(np.prod(k.shape, dtype=np.int64))
         has_arg = any(r[3].startswith("arg") for s in k.body.stages for r in s.reductions)
-        outer_par = work >= self.parallel_min and o_size >= 8
+        outer_par = work >= self.parallel_min and o_size >= PARALLEL_MIN_OUTER
         inner_par = work >= self.parallel_min and o_size == 1 and not has_arg and bool(k.inner_shape)
         return LoopDecision(outer_par, inner_par,
                             self._column_order(k, outer_par or inner_par, has_arg))
@@ -217,8 +224,7 @@ class CpuCodegen:
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
-            rng = "prange" if (outer_par and i == 0) else "range"
-            lines.append("    " * ind + f"for {v} in {rng}({d}):")
+            lines += loop_header(v, d, outer_par and i == 0, "    " * ind)
             ind += 1
         if not o_loop_vars and not any(s.reductions or s.lines or s.stores for s in body.stages):
             lines.append("    pass")
@@ -235,8 +241,7 @@ class CpuCodegen:
             r_loop_vars = [(v, d) for v, d in zip(body.r_vars, r_shape) if d != 1]
             ind2 = ind
             for i, (v, d) in enumerate(r_loop_vars):
-                rng = "prange" if (inner_par and i == 0) else "range"
-                lines.append("    " * ind2 + f"for {v} in {rng}({d}):")
+                lines += loop_header(v, d, inner_par and i == 0, "    " * ind2)
                 ind2 += 1
             pad2 = "    " * ind2
             lines += [pad2 + l for l in st.lines]
@@ -277,7 +282,7 @@ class CpuCodegen:
         return (bool(k.axes) and not parallel and not has_arg
                 and max(k.axes) < min(i for i in range(len(k.shape)) if i not in k.axes)
                 if len(k.axes) < len(k.shape) else False) and \
-            int(np.prod(k.outer_shape, dtype=np.int64)) >= 8 and \
+            int(np.prod(k.outer_shape, dtype=np.int64)) >= COLUMN_ORDER_MIN_OUTER and \
             st[0].kind == "loop" and len(st) <= 2 and (len(st) == 1 or st[1].kind == "scalar")
 
     def _accumulator_params(self, k: LoopKernel) -> list[str]:

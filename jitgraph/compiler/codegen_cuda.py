@@ -29,13 +29,13 @@ from .emit import offset, scatter_parts
 from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
-MAX_THREADS = 256          # threads per block for rows and elementwise loops
-MAX_BLOCKS = 4096          # grid-stride loops cover the rest
-SPLIT_MIN_INNER = 1 << 15  # a reduction row at least this long is split over many blocks...
-SPLIT_MAX_OUTER = 64       # ...when there are this few rows (else one block per row suffices)
-SPLIT_CHUNK = 1 << 13      # elements per block in a split reduction (32 per thread at 256)
-COLUMN_MIN_OUTER = 32     # leading-axis reductions with at least this many outputs: columns
-COLUMN_ROWS = 8           # reduced-dim slices per column block (block = 32 x COLUMN_ROWS)
+from .thresholds import (COLUMN_MIN_OUTER, COLUMN_ROWS, MAX_BLOCKS, MAX_THREADS, SPLIT_CHUNK,  # noqa: F401
+                         SPLIT_MAX_OUTER, SPLIT_MIN_INNER)
+
+# Thread and block indices enter index arithmetic as int64, the type of every other index
+# expression (loop variables, offsets, clamps): no expression mixes integer types.
+_TX, _TY = "np.int64(cuda.threadIdx.x)", "np.int64(cuda.threadIdx.y)"
+_BX, _NBX = "np.int64(cuda.blockIdx.x)", "np.int64(cuda.gridDim.x)"
 _SHUFFLE_DTYPES = {"float32", "float64", "int32", "int64"}
 
 _CUDA_FN = {"max": "maximum", "min": "minimum", "sign": "sign", "floor": "floor", "erf": "erf",
@@ -252,9 +252,9 @@ class CudaCodegen(CpuCodegen):
         t = threads_for(r_size)
         kern = f"{k.name}_kernel_{{H}}"
         lines = self._kernel_head(kern, params)
-        lines.append("    tid = cuda.threadIdx.x")
+        lines.append(f"    tid = {_TX}")
         lines += self._shared(k, t, "    ")
-        lines.append(f"    for ob in range(cuda.blockIdx.x, {o_size}, cuda.gridDim.x):")
+        lines.append(f"    for ob in range({_BX}, {o_size}, {_NBX}):")
         lines += _decompose("ob", body.o_vars, k.outer_shape, "        ")
         pad = "        "
         for st in body.stages:
@@ -287,11 +287,11 @@ class CudaCodegen(CpuCodegen):
         kern = f"{k.name}_kernel_{{H}}"
         pad = "        "
         lines = self._kernel_head(kern, params)
-        lines += ["    tx = cuda.threadIdx.x", "    ty = cuda.threadIdx.y"]
+        lines += [f"    tx = {_TX}", f"    ty = {_TY}"]
         for (n, acc, _, _) in loop.reductions:
             dt = np.dtype(n.inputs[0].aval.dtype)
             lines.append(f"    sm_{acc} = cuda.shared.array(({ry}, 33), np.{dt.name})")
-        lines.append(f"    for cb in range(cuda.blockIdx.x * 32, {o_size}, cuda.gridDim.x * 32):")
+        lines.append(f"    for cb in range({_BX} * 32, {o_size}, {_NBX} * 32):")
         lines.append(pad + "ob = cb + tx")
         lines.append(pad + f"live = ob < {o_size}")
         lines += _decompose("ob", body.o_vars, k.outer_shape, pad)
@@ -356,9 +356,9 @@ class CudaCodegen(CpuCodegen):
         k1 = f"{k.name}_part_{{H}}"
         pad = "        "
         lines = self._kernel_head(k1, params)
-        lines.append("    tid = cuda.threadIdx.x")
+        lines.append(f"    tid = {_TX}")
         lines += self._shared(k, t, "    ")
-        lines.append(f"    for bb in range(cuda.blockIdx.x, {o_size * chunks}, cuda.gridDim.x):")
+        lines.append(f"    for bb in range({_BX}, {o_size * chunks}, {_NBX}):")
         lines.append(pad + f"ob = bb // {chunks}")
         lines.append(pad + f"lo = (bb % {chunks}) * {chunk}")
         lines += _decompose("ob", body.o_vars, k.outer_shape, pad)
@@ -375,9 +375,9 @@ class CudaCodegen(CpuCodegen):
         t2 = threads_for(chunks)
         k2 = f"{k.name}_final_{{H}}"
         lines += ["", ""] + self._kernel_head(k2, params)
-        lines.append("    tid = cuda.threadIdx.x")
+        lines.append(f"    tid = {_TX}")
         lines += self._shared(k, t2, "    ")
-        lines.append(f"    for ob in range(cuda.blockIdx.x, {o_size}, cuda.gridDim.x):")
+        lines.append(f"    for ob in range({_BX}, {o_size}, {_NBX}):")
         lines += _decompose("ob", body.o_vars, k.outer_shape, pad)
         lines += self._init_accs(loop, pad)
         lines.append(pad + f"for c in range(tid, {chunks}, {t2}):")

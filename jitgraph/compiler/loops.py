@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core import Graph, Node
 from ..ops.control_flow import scan_p
+from .thresholds import COMPILED_LOOP_MIN_LENGTH, LOOP_BODY_MAX_STEPS, SMALL_PRODUCT
 
 
 def graph_fingerprint(g: Graph) -> str:
@@ -79,8 +80,7 @@ def compile_sub(g: Graph, donate: Sequence[int] = ()) -> Callable:
 # then cost more than they bring (measured here, 2 cores shared with other processes: a
 # 32x256x256 float32 product took 1-7 ms with 2 threads, 0.2 ms with one; the RNN benchmark's
 # 100-step forward+backward went from 1 s to 80 ms). Loops whose products are all below this
-# many multiply-adds run with one BLAS thread (through threadpoolctl).
-SMALL_PRODUCT = 1 << 23
+# many multiply-adds (SMALL_PRODUCT) run with one BLAS thread (through threadpoolctl).
 _BLAS: list = []        # [threadpoolctl's BLAS selection] once looked up ([None]: unavailable)
 
 
@@ -126,14 +126,13 @@ def cond_program(node) -> Callable:
     return run
 
 
-# A scan body of at most this many loop kernels (and no matrix product) gets a compiled driver
+# A scan body of at most LOOP_BODY_MAX_STEPS loop kernels (and no matrix product) gets a compiled driver
 # and a compiled loop around it: no Python per step (measured here: 0.5 us per step of a small
 # body instead of 12 us). Bodies with products or more kernels are called from a Python loop:
 # their work hides its microseconds per step, and linking BLAS calls into one compiled loop
 # tripled the RNN benchmark's compile time.
-LOOP_BODY_MAX_STEPS = 16
-# Shorter scans keep the Python loop: compiling the loop costs more than it would save them.
-COMPILED_LOOP_MIN_LENGTH = 32
+# Scans shorter than COMPILED_LOOP_MIN_LENGTH keep the Python loop: compiling the loop costs
+# more than it would save them.
 
 
 def _compiled_body(g: Graph):
