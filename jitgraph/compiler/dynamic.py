@@ -94,6 +94,10 @@ def fit(values: Sequence, points: Sequence[Point]) -> str:
         for cand in _shortest_first(form, is_int):
             if all(_close(_evaluate(cand, p), v, is_int) for p, v in zip(points, values)):
                 return _render(cand, is_int)
+    if len(moved) > 1 and all(float(v).is_integer() for v in values):
+        affine = _affine([int(v) for v in values], points, names, moved)
+        if affine is not None:        # a float literal stays a float
+            return affine if is_int else f"float{affine}"
     raise CannotGeneralize(f"no formula fits the literal {values[0]!r} "
                            f"(sizes {ref} -> {values[0]!r}, {last} -> {values[-1]!r})")
 
@@ -113,6 +117,26 @@ def _forms(values, points, names, moved, is_int):
     prod = math.prod(ref[n] for n in moved)
     yield (v0 / prod, {n: 1 for n in moved}, 0)                # c*n*m
     yield (v0 * prod, {n: -1 for n in moved}, 0)               # c/(n*m)
+
+
+def _affine(values, points, names, moved) -> str | None:
+    """``a*n + b*m + c`` with integer coefficients, or None: the size of a concatenation of
+    arrays whose lengths are two runtime sizes (its strides and bounds, the count of a mean
+    over it)."""
+    ref, v0 = points[0], values[0]
+    coefs = {}
+    for n in moved:
+        p, v = points[1 + names.index(n)], values[1 + names.index(n)]
+        a, rem = divmod(v - v0, p[n] - ref[n])
+        if rem:
+            return None
+        coefs[n] = a
+    off = v0 - sum(a * ref[n] for n, a in coefs.items())
+    if any(sum(a * p[n] for n, a in coefs.items()) + off != v for p, v in zip(points, values)):
+        return None
+    terms = [n if a == 1 else f"{a} * {n}" for n, a in sorted(coefs.items())]
+    text = " + ".join(terms) + (f" {'-' if off < 0 else '+'} {abs(off)}" if off else "")
+    return f"({text})"
 
 
 def _shortest_first(form, is_int):
