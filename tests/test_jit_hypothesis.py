@@ -3,27 +3,50 @@ transpose, reshape, strided and reversed slicing, broadcast, concatenate, flip),
 float64, compiled by ``jit`` and compared with the reference interpreter; and ``jit(grad(f))``
 of random float64 programs against the gradient without jit.
 
-Deterministic: hypothesis runs derandomized without an example database, with few examples
-(every example is a Numba compile)."""
+Shapes come from one of the size regimes (``REGIMES``): the small shapes of the rest of the
+suite, kernels past the parallel threshold, and rows of at least ``LONG_ROW`` columns; the
+sizes are computed from ``jitgraph.compiler.thresholds``, so they follow the thresholds.
+
+Deterministic in CI: hypothesis runs derandomized without an example database, with few
+examples per regime (every example is a Numba compile). The long differential run is the
+``fuzz``-marked test, deselected by default::
+
+    JITGRAPH_FUZZ_EXAMPLES=300 python -m pytest -m fuzz --hypothesis-seed=12345 tests/test_jit_hypothesis.py
+
+Every failure it finds goes into ``tests/test_size_regressions.py`` as a named test."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+import os
+
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jitgraph
 import jitgraph.numpy as jnp
 from jitgraph import nn
+from jitgraph.compiler import thresholds as T
 from jitgraph.scipy.special import logsumexp
 from jitgraph.tree import tree_flatten
 
 SETTINGS = dict(derandomize=True, deadline=None, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much])
-MAX_SIZE = 96            # elements of any intermediate value
+MAX_SIZE = 96            # elements of any intermediate value (small regime)
+
+_PAR = 2 * T.PARALLEL_MIN_WORK
+# regime -> (base shapes a program is built around, the most elements of any value)
+REGIMES = {
+    "small": (None, MAX_SIZE),
+    "parallel": ([(_PAR,), (_PAR // 64, 64), (64, _PAR // 64), (8, 32, _PAR // 256),
+                  (_PAR // 3 + 1,)], 4 * _PAR),
+    "long rows": ([(2, T.LONG_ROW), (T.PARALLEL_MIN_OUTER + 1, T.LONG_ROW), (T.LONG_ROW + 3,)],
+                  4 * (T.PARALLEL_MIN_OUTER + 1) * T.LONG_ROW),
+}
 
 UNARY: dict[str, Callable] = {
     "sin": jnp.sin, "cos": jnp.cos, "tanh": jnp.tanh,
@@ -58,8 +81,9 @@ class Program:
 class _Builder:
     """Grows an expression over a growing list of inputs, tracking shapes."""
 
-    def __init__(self, draw):
+    def __init__(self, draw, max_size: int = MAX_SIZE):
         self.draw = draw
+        self.max_size = max_size
         self.in_shapes: list[tuple] = []
 
     def new_input(self, shape) -> tuple:
@@ -70,6 +94,8 @@ class _Builder:
     def leaf(self, base):
         """An input whose shape broadcasts to ``base`` (leading dims dropped, some set to 1)."""
         d = self.draw
+        if self.max_size > MAX_SIZE and (not self.in_shapes or d(st.booleans())):
+            return self.new_input(base)     # large regimes: most operands at the full size
         drop = d(st.integers(0, len(base)))
         s = [1 if (d(st.booleans()) and d(st.booleans())) else n for n in base[drop:]]
         return self.new_input(s)
@@ -91,7 +117,7 @@ class _Builder:
             g, s2, t2 = self.expr(base, depth - 1)
             try:
                 out = np.broadcast_shapes(s, s2)
-                ok = int(np.prod(out, dtype=np.int64)) <= MAX_SIZE
+                ok = int(np.prod(out, dtype=np.int64)) <= self.max_size
             except ValueError:          # layout ops changed a shape: use g's mean instead
                 ok = False
             if not ok:
@@ -126,7 +152,7 @@ class _Builder:
             w, ws, wt = self.new_input((n, kdim) if w_is_t else (kdim, n))
             lhs_shape = s[:-2] + (s[-1], s[-2]) if transposed else s
             out = np.matmul(np.zeros(lhs_shape), np.zeros((kdim, n))).shape
-            if int(np.prod(out)) > MAX_SIZE:
+            if int(np.prod(out)) > self.max_size:
                 return f, s, t
 
             def mm(xs, f=f, w=w, tr=transposed, wt_=w_is_t):
@@ -158,7 +184,7 @@ class _Builder:
             idx = tuple(idx)
             out = np.zeros(s)[idx].shape
             return (lambda xs, f=f, i=idx: f(xs)[i]), out, f"{t}[{idx}]"
-        if op == "concat" and s and size * 2 <= MAX_SIZE:
+        if op == "concat" and s and size * 2 <= self.max_size:
             ax = d(st.integers(0, len(s) - 1))
             out = tuple(n * 2 if i == ax else n for i, n in enumerate(s))
             return (lambda xs, f=f, a=ax: jnp.concatenate([f(xs), f(xs)[::-1] * 0.5], axis=a)), \
@@ -166,7 +192,7 @@ class _Builder:
         if op == "flip" and s:
             ax = d(st.integers(0, len(s) - 1))
             return (lambda xs, f=f, a=ax: jnp.flip(f(xs), axis=a)), s, f"flip({t}, {ax})"
-        if op == "bcast" and len(s) < 3 and size * 2 <= MAX_SIZE:
+        if op == "bcast" and len(s) < 3 and size * 2 <= self.max_size:
             out = (2,) + tuple(s)
             return (lambda xs, f=f, o=out: jnp.broadcast_to(f(xs), o) * 1.5), out, \
                 f"broadcast_to({t}, {out})"
@@ -174,10 +200,14 @@ class _Builder:
 
 
 @st.composite
-def programs(draw, max_depth=4):
-    rank = draw(st.sampled_from([2, 1, 3, 0]))
-    base = tuple(draw(st.sampled_from([3, 2, 4, 1])) for _ in range(rank))
-    b = _Builder(draw)
+def programs(draw, max_depth=4, regime="small"):
+    bases, max_size = REGIMES[regime]
+    if bases is None:
+        rank = draw(st.sampled_from([2, 1, 3, 0]))
+        base = tuple(draw(st.sampled_from([3, 2, 4, 1])) for _ in range(rank))
+    else:
+        base = draw(st.sampled_from(bases))
+    b = _Builder(draw, max_size)
     f, s, t = b.expr(base, draw(st.integers(2, max_depth)))
     if draw(st.booleans()):           # a second output: a sub-expression used twice
         g, s2, t2 = b.expr(base, 1)
@@ -232,6 +262,10 @@ def test_random_float64_programs_compiled_match_reference(p, seed):
 @settings(max_examples=10, **SETTINGS)
 @given(p=programs(max_depth=3), seed=st.integers(0, 2 ** 16))
 def test_random_programs_compiled_gradients(p, seed):
+    check_gradient(p, seed)
+
+
+def check_gradient(p: Program, seed: int) -> None:
     xs = _inputs(p, seed, np.float64)
 
     def scalar(*xs):
@@ -241,3 +275,43 @@ def test_random_programs_compiled_gradients(p, seed):
     want = jitgraph.grad(scalar, argnums=argnums)(*xs)
     got = jitgraph.jit(jitgraph.grad(scalar, argnums=argnums))(*xs)
     assert_close(got, want, f"jit(grad({p.text}))")
+
+
+# ---------------------------------------------------------------- the large regimes
+@settings(max_examples=5, **SETTINGS)
+@given(p=programs(max_depth=3, regime="parallel"), seed=st.integers(0, 2 ** 16),
+       dt=st.sampled_from([np.float32, np.float64]))
+def test_random_parallel_size_programs_compiled_match_reference(p, seed, dt):
+    check_compiled(p, seed, dt)
+
+
+@settings(max_examples=3, **SETTINGS)
+@given(p=programs(max_depth=3, regime="long rows"), seed=st.integers(0, 2 ** 16))
+def test_random_long_row_programs_compiled_match_reference(p, seed):
+    check_compiled(p, seed, np.float32)
+
+
+@settings(max_examples=3, **SETTINGS)
+@given(p=programs(max_depth=2, regime="parallel"), seed=st.integers(0, 2 ** 16))
+def test_random_parallel_size_programs_compiled_gradients(p, seed):
+    check_gradient(p, seed)
+
+
+# ---------------------------------------------------------------- the long differential run
+FUZZ_EXAMPLES = int(os.environ.get("JITGRAPH_FUZZ_EXAMPLES", "200"))
+
+
+@pytest.mark.fuzz
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, print_blob=True,
+          suppress_health_check=SETTINGS["suppress_health_check"])
+@given(data=st.data(), regime=st.sampled_from(sorted(REGIMES)),
+       dt=st.sampled_from([np.float32, np.float64]), grad=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
+def test_fuzz_programs_across_regimes(data, regime, dt, grad, seed):
+    """Not run by default: ``python -m pytest -m fuzz --hypothesis-seed=N`` (see the module
+    docstring); each program is compiled and compared with the reference interpreter."""
+    p = data.draw(programs(max_depth=4 if regime == "small" else 3, regime=regime))
+    if grad:
+        check_gradient(p, seed)
+    else:
+        check_compiled(p, seed, dt)

@@ -197,6 +197,129 @@ def test_real_cpu_peaks_are_plausible(monkeypatch, tmp_path):
     assert all(v > 0 for v in p["bandwidth_GBs"].values())
     assert set(p["flops_GFs"]) == {"float32", "float64"} and all(
         v > 0 for v in p["flops_GFs"].values())
+    assert p["runs"] == 3 and p["measured_at"]
+
+
+def _scripted(monkeypatch, *figures):
+    """``_MEASURE["cpu"]`` returning these measurements in turn; the list of calls made."""
+    calls = []
+
+    def fake():
+        calls.append(1)
+        return figures[min(len(calls), len(figures)) - 1]
+    monkeypatch.setitem(profiler._MEASURE, "cpu", fake)
+    return calls
+
+
+def test_peaks_are_the_best_of_the_runs_with_load_and_time(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(profiler.os, "getloadavg", lambda: (1.5, 0.75, 0.25))
+    _scripted(monkeypatch, {
+        "bandwidth_GBs": {"copy": [9.0, 14.0, 11.0], "triad": [12.0, 8.0, 13.0]},
+        "flops_GFs": {"float32": [80.0, 60.0, 95.0], "float64": [40.0, 45.0, 30.0]}})
+    p = jitgraph.machine_peaks("cpu")
+    assert p["bandwidth_GBs"] == {"copy": 14.0, "triad": 13.0}
+    assert p["flops_GFs"] == {"float32": 95.0, "float64": 45.0}
+    assert p["runs"] == 3 and p["loadavg"] == [1.5, 0.75, 0.25]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", p["measured_at"])
+    (path,) = (tmp_path / "peaks").glob("cpu-*.json")
+    assert json.loads(path.read_text()) == p                  # all of it stored beside the figures
+
+
+def test_peaks_without_a_load_average(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    monkeypatch.delattr(profiler.os, "getloadavg")           # as on Windows
+    _scripted(monkeypatch, {"bandwidth_GBs": {"copy": 10.0}, "flops_GFs": {}})
+    p = jitgraph.machine_peaks("cpu")
+    assert p["loadavg"] is None and p["runs"] == 1 and p["bandwidth_GBs"] == {"copy": 10.0}
+
+
+def _step(gbps: float) -> profiler.StepProfile:
+    """A memory-bound step moving 1 GB at ``gbps`` (0.1 FLOP/byte)."""
+    return profiler.StepProfile("k0_loop", "loop", ["add"], 1.0 / gbps, 10 ** 9, 10 ** 8)
+
+
+def _result(steps) -> profiler.BenchmarkResult:
+    r = profiler.BenchmarkResult("f", "cpu", Stats.from_samples([1.0]), 1.0)
+    r.kernels, r.call_s, r.call_entry_s, r.call_exit_s, r.coverage = steps, 1.0, 0.0, 0.0, 1.0
+    return r
+
+
+def _bare_above_100(text: str) -> list:
+    return [m for m in re.findall(r"(\d+(?:\.\d+)?)%", text) if float(m) > 100]
+
+
+def test_a_step_above_the_peak_measures_it_again_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    calls = _scripted(monkeypatch,
+                      {"bandwidth_GBs": {"copy": [10.0, 8.0]}, "flops_GFs": {"float64": [100.0]}},
+                      {"bandwidth_GBs": {"copy": [25.0, 40.0]}, "flops_GFs": {"float64": [70.0]}})
+    jitgraph.machine_peaks("cpu")
+    assert len(calls) == 1
+    steps = [_step(30.0)]                                     # 300 % of the stored 10 GB/s
+    peaks = profiler._rate_against_peaks(steps, "cpu")
+    assert len(calls) == 2                                    # measured again, once
+    # the higher figure per metric is kept: the new bandwidth, the old FLOP/s
+    assert peaks["bandwidth_GBs"] == {"copy": 40.0} and peaks["flops_GFs"] == {"float64": 100.0}
+    assert peaks["runs"] == 2 + 2
+    assert jitgraph.machine_peaks("cpu") == peaks             # stored
+    assert steps[0].bound == "memory" and steps[0].peak_fraction == pytest.approx(0.75)
+    r = _result(steps)
+    assert not r.peaks_stale and "75.0%" in str(r) and "stale" not in str(r)
+    assert json.loads(r.to_json())["peaks_stale"] is False
+
+
+def test_a_step_still_above_the_peak_is_marked_stale(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    calls = _scripted(monkeypatch,
+                      {"bandwidth_GBs": {"copy": 10.0}, "flops_GFs": {"float64": 100.0}},
+                      {"bandwidth_GBs": {"copy": 20.0}, "flops_GFs": {"float64": 100.0}})
+    steps = [_step(30.0), _step(5.0)]
+    peaks = profiler._rate_against_peaks(steps, "cpu")
+    assert len(calls) == 2 and peaks["bandwidth_GBs"] == {"copy": 20.0}
+    assert steps[0].peak_fraction == pytest.approx(1.5)      # the number stays in the data
+    profiler._rate_against_peaks([_step(30.0)], "cpu")
+    assert len(calls) == 2                                    # once per process, no loop
+    r = _result(steps)
+    r.peaks = peaks
+    text = str(r)
+    assert r.peaks_stale and ">100%*" in text and "25.0%" in text
+    assert "stale" in text and "jitgraph.machine_peaks(refresh=True)" in text
+    assert _bare_above_100(text) == []
+    d = json.loads(r.to_json())
+    assert d["peaks_stale"] is True and d["kernels"][0]["peak_fraction"] == pytest.approx(1.5)
+
+
+def test_profile_measures_stale_peaks_again_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    low = {"bandwidth_GBs": {"copy": 1e-9}, "flops_GFs": {"float32": 1e-9}}   # any step beats it
+    calls = _scripted(monkeypatch, low)
+    f = jitgraph.jit(lambda a, b: a @ b + 1.0)
+    a = np.ones((16, 16), np.float32)
+    res = jitgraph.profile(f, a, a, reps=2, min_time=0.001)
+    assert len(calls) == 2 and res.peaks_stale and res.peaks["runs"] == 2
+    text = str(res)
+    assert text.count(">100%*") == len(res.kernels) and "refresh=True" in text
+    assert _bare_above_100(text) == []
+    jitgraph.profile(f, a, a, reps=2, min_time=0.001)
+    assert len(calls) == 2
+
+
+def test_old_peaks_file_loads_as_measured_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    calls = _scripted(monkeypatch, {"bandwidth_GBs": {"copy": [5.0, 6.0, 4.0]},
+                                    "flops_GFs": {"float64": [1.0, 2.0, 3.0]}})
+    name = jitgraph.machine_peaks("cpu")["device"]
+    (path,) = (tmp_path / "peaks").glob("cpu-*.json")
+    old = {"device": name, "kind": "cpu", "bandwidth_GBs": {"copy": 12.0, "triad": 13.0},
+           "flops_GFs": {"float32": 90.0, "float64": 45.0}}   # as written before runs/load
+    path.write_text(json.dumps(old))
+    p = jitgraph.machine_peaks("cpu")
+    assert len(calls) == 1 and p == {**old, "runs": 1, "loadavg": None, "measured_at": None}
+    peaks = profiler._rate_against_peaks([_step(20.0)], "cpu")      # merges with the old file
+    assert len(calls) == 2 and peaks["runs"] == 1 + 3
+    assert peaks["bandwidth_GBs"] == {"copy": 12.0, "triad": 13.0}
+    assert peaks["flops_GFs"] == {"float32": 90.0, "float64": 45.0}
 
 
 # ------------------------------------------------------------------ output
