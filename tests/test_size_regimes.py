@@ -129,7 +129,7 @@ def _index_map_cases(n: int):
         ("roll 2d", lambda x: jnp.roll(x, -5, axis=1) + jnp.roll(x, 3, axis=0), (x,), 0),
         ("slice negative steps", lambda a: a[::-1] * 2.0 + jnp.concatenate([a[::-2], a[-2::-2]]),
          (a,), 0),
-        ("slice 2d negative steps", lambda x: x[::-1, ::-1] + x[::-1, 5:] [:, ::-1].sum()
+        ("slice 2d negative steps", lambda x: x[::-1, ::-1] + x[::-1, 5:][:, ::-1].sum()
          + jnp.pad(x[::-2, ::-3], ((0, r - (r + 1) // 2), (0, c - (c + 2) // 3))), (x,), 0),
         ("gather int64", lambda a, i: a[i] * 3.0, (a, idx), 0),
         ("gather int32", lambda x, i: x[i % r, (i // 7) % c] + 1.0, (x, idx.astype(np.int32)), 0),
@@ -201,22 +201,26 @@ def test_index_map_regime_taken(regime, index_maps):
         assert not any(parallel(k.source) for k in loop_kernels(maps.lowered))
 
 
-def test_issue_programs_at_training_sizes():
-    """The programs reported to crash past the parallel threshold, at 2^17, 2^20 and 2^22
-    elements, value and gradient."""
-    for n in (1 << 17, 1 << 20, 1 << 22):
-        a, b = rn(n // 2, dtype=F32), rn(n // 2, dtype=F32)
-        fns = [(lambda a, b: jnp.concatenate([a, b]), (a, b), (0, 1)),
-               (lambda a: jnp.pad(a, (3, 5)), (a,), 0),
-               (lambda a: jnp.roll(a, 7), (a,), 0)]
-        for f, args, argnums in fns:
-            lowered = check_value_and_grad(f, args, argnums)
-            assert all(parallel(k.source) for k in loop_kernels(lowered))
-    x = rn(100_000, dtype=F32)
-    drop = lambda x: nn.dropout(jitgraph.random.key(0), x, 0.3)       # noqa: E731
-    check_value_and_grad(drop, (x,))
-    m = rn(512, 384, dtype=F32)
-    check_value_and_grad(lambda a, b: jnp.concatenate([a, b], axis=0), (m, m * 2.0), (0, 1))
+@pytest.mark.parametrize("regime", ["parallel", "serial"])
+@pytest.mark.parametrize("n", [1 << 17, 1 << 20, 1 << 22])
+def test_issue_programs_at_training_sizes(n, regime, monkeypatch):
+    """The programs reported to crash past the parallel threshold (concatenate, pad, roll,
+    dropout on 100,000 elements, a (512, 384) concatenation), value and gradient, at 2^17,
+    2^20 and 2^22 elements, in threaded kernels and (thresholds raised past the size) in
+    serial ones."""
+    from jitgraph.compiler import codegen_cpu
+    if regime == "serial":
+        monkeypatch.setattr(codegen_cpu, "PARALLEL_MIN_WORK", 4 * n)
+    a, b = rn(n // 2, dtype=F32), rn(n // 2, dtype=F32)
+    x, m = rn(100_000, dtype=F32), rn(512, 384, dtype=F32)
+
+    def f(a, b, x, m):
+        return (jnp.concatenate([a, b]), jnp.pad(a, (3, 5)), jnp.roll(b, 7),
+                nn.dropout(jitgraph.random.key(0), x, 0.3),
+                jnp.concatenate([m, m[::-1] * 2.0], axis=0))
+    lowered = check_value_and_grad(f, (a, b, x, m), (0, 1, 2, 3))
+    big = big_kernels(lowered)
+    assert big and all(big) == (regime == "parallel") and any(big) == (regime == "parallel")
 
 
 # ------------------------------------------------------------------ the case table, scaled

@@ -135,10 +135,13 @@ def loop_header(var: str, size, parallel: bool, pad: str) -> list[str]:
     Numba types a ``prange`` index as unsigned (uint64), and uint64 with any signed operand
     (an int64 offset, a literal, a clamp bound) promotes to float64, which no array index
     accepts: every index expression must see one signed integer type, so the loop variable
-    the emitter's expressions name is the signed copy."""
+    the emitter's expressions name is the signed copy. The mask (a no-op on any index) tells
+    LLVM the copy is not negative, so Numba's negative-index wraparound on every access folds
+    away and the loop still vectorizes (without it, measured here: 1.6x slower at 2^24)."""
     if not parallel:
         return [pad + f"for {var} in range({size}):"]
-    return [pad + f"for {var}_u in prange({size}):", pad + f"    {var} = np.int64({var}_u)"]
+    return [pad + f"for {var}_u in prange({size}):",
+            pad + f"    {var} = np.int64({var}_u) & 0x7FFFFFFFFFFFFFFF"]
 
 
 def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) -> str:
