@@ -41,8 +41,8 @@ from .errors import ConcretizationError, LeakedTracerError, ShapeError
 from .interpreter import run as interpret
 from .jit import cache_info, clear_cache, jit
 from .profiler import BenchmarkResult, benchmark, machine_peaks, profile
-from .transforms import (grad, hessian, jacfwd, jacobian, jacrev, jvp, make_graph,
-                         value_and_grad, vjp)
+from .transforms import (grad, hessian, hessian_vector_product, jacfwd, jacobian, jacrev, jvp,
+                         make_graph, value_and_grad, vjp)
 from .tree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 from .device import DeviceArray, device_get, device_put, devices  # noqa: E402
@@ -53,7 +53,7 @@ primitive = defprimitive
 __all__ = [
     "Aval", "BenchmarkResult", "ConcretizationError", "Graph", "GradCheckError", "LeakedTracerError", "PRIMITIVES",
     "Primitive", "ShapeError", "cache_info", "clear_cache", "jit", "ShapedArray", "check_grads", "custom_vjp", "defjvp",
-    "benchmark", "defprimitive", "defvjp", "grad", "hessian", "machine_peaks", "profile", "interpret", "jacfwd", "jacobian", "jacrev",
+    "benchmark", "defprimitive", "defvjp", "grad", "hessian", "hessian_vector_product", "machine_peaks", "profile", "interpret", "jacfwd", "jacobian", "jacrev",
     "jvp", "make_graph", "nn", "numpy", "primitive", "scipy", "stop_gradient", "tree_flatten",
     "tree_leaves", "tree_map", "tree_unflatten", "value_and_grad", "vjp",
     "DeviceArray", "device_get", "device_put", "devices",

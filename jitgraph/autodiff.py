@@ -8,15 +8,18 @@ again). ``build_jvp`` does the same forward, with each primitive's JVP rule.
 ``eager_vjp`` is reverse mode for un-jitted transforms, whose forward trace carries values: the
 same VJP rules run on those values (or on the enclosing trace's tracers, for grad of grad), and
 a program that records the same graph again reuses a cached, optimized backward graph.
+``eager_hvp`` does the same for Hessian-vector products: one cached graph per structure.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
 
 from . import dtypes
-from .core import Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, bind, params_key, top_trace
+from .core import (Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, aval_of, bind, params_key,
+                   top_trace)
 from .errors import user_frame, where
 from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
@@ -35,16 +38,21 @@ def eval_graph(graph: Graph, args: Sequence[Any]) -> list:
 
 
 def _const_tracers(graph: Graph, trace: Trace, env: dict) -> None:
-    """Constants enter the new trace as tracers, so rules can read ``.aval`` on every operand."""
+    """Constants enter the new trace as tracers, so rules can read ``.aval`` on every operand
+    (those ``env`` has already are left as they are)."""
     for v, c in graph.consts.items():
-        cv = trace.const_var(c)
-        env[v] = Tracer(trace, cv, None if trace.abstract else c)
+        if v not in env:
+            cv = trace.const_var(c)
+            env[v] = Tracer(trace, cv, None if trace.abstract else c)
 
 
 def _replay(graph: Graph, trace: Trace, env: dict) -> None:
-    """Re-emit ``graph``'s nodes into ``trace`` (``env`` maps its inputs to tracers)."""
+    """Re-emit ``graph``'s nodes into ``trace`` (``env`` maps its inputs to tracers; nodes
+    whose outputs it maps already are not emitted again)."""
     _const_tracers(graph, trace, env)
     for n in graph.nodes:
+        if n.outs[0] in env:
+            continue
         outs = bind(n.prim, *[env[v] for v in n.inputs], **n.params)
         if not n.prim.multiple_results:
             outs = (outs,)
@@ -260,6 +268,23 @@ def structure_key(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any],
     return tuple(parts), list(index)
 
 
+def _cached(cache: dict, size: int, key, build, now: bool = False):
+    """``cache[key]``, an entry ``(graph, positions, Plan(graph))`` from ``build() -> (graph,
+    positions)``, built the second time ``key`` is seen (``now``: the first); None before (the
+    first sighting is remembered). A cache holding ``size`` keys drops its oldest."""
+    hit = cache.get(key, False)
+    if hit is False:
+        if len(cache) >= size:
+            cache.pop(next(iter(cache), None), None)
+        cache[key] = hit = None
+        if not now:
+            return None
+    if hit is None:
+        g, positions = build()
+        hit = cache[key] = (g, positions, Plan(g))
+    return hit
+
+
 def _ct_kind(c, o, seeded: bool):
     """How a cotangent enters a cached backward graph: not at all (None: zero), as the
     constant 1 ("one": ``seeded``, grad's scalar seed, which then folds away), or as an input
@@ -270,13 +295,16 @@ def _ct_kind(c, o, seeded: bool):
 
 
 def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any],
-                    seeded: bool):
+                    seeded: bool, recompute: bool = False):
     """Optimized graph ``(*forward values it reads, *cotangents) -> input cotangents``, and the
-    positions in ``order`` of the forward values it reads."""
+    positions in ``order`` of the forward values it reads. ``recompute``: ``order`` names only
+    some of the forward values; the graph computes the others from them."""
     active = _active_vars(graph, wrt)
     with Trace(abstract=True, what="the backward pass") as t:
         env = {v: t.new_input(v.aval) for v in order}
         n_fwd = len(order)
+        if recompute:
+            _replay(graph, t, env)
         cts_in = []
         for c, o in zip(ct_values, graph.outputs):
             kind = _ct_kind(c, o, seeded)
@@ -296,7 +324,7 @@ def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Se
 def eager_values(trace: Trace, graph: Graph, call_args: Sequence[Any]) -> dict | None:
     """The value of every var of ``graph`` (traced by ``trace`` from ``call_args``) for
     ``eager_vjp``: ``trace.values`` when it ran on concrete arrays outside any transformation;
-    tracers of the enclosing trace, into which the forward nodes are re-emitted, when it ran
+    tracers of the enclosing trace, into which the forward nodes are recorded, when it ran
     inside another un-jitted transformation (grad of grad). None under jit or make_graph,
     where values are abstract: there the backward pass is built as a graph."""
     if not trace.concrete:
@@ -304,13 +332,54 @@ def eager_values(trace: Trace, graph: Graph, call_args: Sequence[Any]) -> dict |
     if not any(isinstance(a, Tracer) for a in call_args):
         return trace.values
     outer = top_trace(call_args)
-    env: dict = {}
-    for v, a in zip(graph.inputs, call_args):   # rules read .aval: arrays enter as tracers
-        if not isinstance(a, Tracer):
-            cv = outer.const_var(a)
-            a = Tracer(outer, cv, outer.values.get(cv))
-        env[v] = a
+    if _graftable(outer, call_args):
+        return _graft(graph, outer, call_args, trace.values)
+    env = {v: a if isinstance(a, Tracer) else _const_tracer(outer, a)   # rules read .aval
+           for v, a in zip(graph.inputs, call_args)}
     _replay(graph, outer, env)
+    return env
+
+
+def _const_tracer(trace: Trace, value: Any, aval: Aval | None = None) -> Tracer:
+    cv = trace.const_var(value, aval)
+    return Tracer(trace, cv, trace.values.get(cv))
+
+
+def _graftable(trace: Trace, args: Sequence[Any]) -> bool:
+    """``trace`` records nodes with their values (a plain trace, not abstract) and every
+    argument has a value: what ``_graft`` needs."""
+    return type(trace) is Trace and not trace.abstract and all(
+        type(a) is not Tracer or a.val is not None for a in args)
+
+
+def _graft(graph: Graph, trace: Trace, args: Sequence[Any], values: dict,
+           fresh: bool = False) -> dict:
+    """Record ``graph`` applied to ``args`` into ``trace`` as ``_replay`` does, with each
+    node's value taken from ``values`` (var -> array, every var of ``graph``) instead of
+    computed again, and its avals kept (constants keep theirs, weak or not, as on the first
+    order path): the forward values of grad of grad, which the inner trace computed, and a
+    cached backward graph's, which ``run_plan`` computes, are computed once, and no shape
+    rule runs again. ``fresh``: the nodes get new vars (a cached graph, recorded on every
+    call) instead of ``graph``'s own (a trace's graph, recorded once). Returns var -> tracer
+    of ``trace`` for every var of ``graph``."""
+    env: dict = {}
+    tvar: dict = {}
+    for v, c in graph.consts.items():
+        t = env[v] = _const_tracer(trace, c, v.aval)
+        tvar[v] = t.gvar
+    for v, a in zip(graph.inputs, args):
+        if type(a) is not Tracer:
+            a = _const_tracer(trace, a)
+        env[v], tvar[v] = a, trace.to_var(a)
+    nodes, tvalues = trace.nodes, trace.values
+    for n in graph.nodes:
+        outs = [Var(o.aval) for o in n.outs] if fresh else n.outs
+        nodes.append(Node(n.prim, [tvar[v] for v in n.inputs], n.params, outs))
+        for o, t in zip(n.outs, outs):
+            x = values[o]
+            tvalues[t] = x
+            tvar[o] = t
+            env[o] = Tracer(trace, t, x)
     return env
 
 
@@ -325,14 +394,9 @@ def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequenc
     nested = any(isinstance(values.get(v), Tracer) for v in graph.inputs) or \
         any(isinstance(c, Tracer) for c in ct_values)
     key, order = key or structure_key(graph, wrt, ct_values, seeded)
-    hit = None if key is None else _BACKWARD_CACHE.get(key, False)
-    if hit is False:                          # first sighting: remember it
-        if len(_BACKWARD_CACHE) >= BACKWARD_CACHE_SIZE:   # drop the oldest entry
-            _BACKWARD_CACHE.pop(next(iter(_BACKWARD_CACHE), None), None)
-        _BACKWARD_CACHE[key] = None
-    elif hit is None and key is not None:     # second: build and keep the backward graph
-        g, keep = _build_backward(graph, order, wrt, ct_values, seeded)
-        hit = _BACKWARD_CACHE[key] = (g, keep, Plan(g))
+    hit = None if key is None else _cached(
+        _BACKWARD_CACHE, BACKWARD_CACHE_SIZE, key,
+        lambda: _build_backward(graph, order, wrt, ct_values, seeded))
     if not hit:
         if not nested:
             return vjp_values(graph, values, wrt, ct_values)
@@ -344,7 +408,70 @@ def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequenc
     if not seeded:
         args += [c if isinstance(c, Tracer) else np.asarray(c, o.aval.dtype)
                  for c, o in zip(ct_values, graph.outputs) if c is not None]
-    return eval_graph(g, args) if nested else run_plan(plan, args)
+    if not nested:
+        return run_plan(plan, args)
+    outer = top_trace(args)
+    if _graftable(outer, args) and all(aval_of(a) == v.aval for a, v in zip(args, g.inputs)):
+        vals = run_plan(plan, [a.val if type(a) is Tracer else a for a in args], every=True)
+        env = _graft(g, outer, args, dict(zip(plan.vars, vals)), fresh=True)
+        return [env[v] for v in g.outputs]
+    return eval_graph(g, args)
+
+
+# ------------------------------------------------------------------ eager Hessian-vector products
+# ``hessian_vector_product`` is grad of <grad f, v>. Un-jitted, grad of grad records the inner
+# forward and backward passes into the outer trace on every call, and keys and runs the outer
+# backward graph. Its structure follows from the inner forward graph's, so one graph per
+# structure does it all: the inner backward pass, <., v> and the outer backward pass, built
+# and optimized together, fed the forward values and v. A call traces f and runs that plan.
+_HVP_CACHE: dict = {}   # (structure key, vector avals) -> (graph, positions, plan) | None
+HVP_CACHE_SIZE = 64     # (their graphs are about three times a backward graph)
+
+
+def vdot_leaves(xs: Sequence[Any], ys: Sequence[Any]):
+    """sum_i <xs[i], ys[i]>: the inner product of two pytrees' leaves."""
+    return functools.reduce(lambda a, b: a + b, [jnp.sum(x * y) for x, y in zip(xs, ys)])
+
+
+def eager_hvp(graph: Graph, values: dict, wrt: Sequence[int],
+              vectors: Sequence[np.ndarray]) -> list | None:
+    """H v for the scalar ``graph`` (traced on concrete arrays, ``values`` of every var),
+    with respect to ``graph.inputs[wrt]``, one array of ``vectors`` each, from the graph
+    cached for this structure; None the first time a structure is seen or when it cannot be
+    cached: then the caller takes grad of grad."""
+    ct = [np.ones((), graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
+    key, order = structure_key(graph, wrt, ct, seeded=True)
+    if key is None:
+        return None
+    hit = _cached(_HVP_CACHE, HVP_CACHE_SIZE, (key, tuple(aval_of(v) for v in vectors)),
+                  lambda: _build_hvp(graph, order, wrt, ct, vectors, key))
+    if hit is None:
+        return None
+    _, keep, plan = hit
+    n = len(order)
+    return run_plan(plan, [values[order[i]] if i < n else vectors[i - n] for i in keep])
+
+
+def _build_hvp(graph: Graph, order: list, wrt: Sequence[int], ct: list,
+               vectors: Sequence[np.ndarray], key):
+    """The graph ``(*forward values it reads, *vectors) -> H v`` for ``eager_hvp``, and the
+    positions it reads (< len(order): in ``order``; after: in ``vectors``). First the graph of
+    <grad, v> as a function of the forward inputs, its constants (inputs too: their values
+    change between calls) and v: the forward nodes, then the cached inner backward graph on
+    their values. Its backward graph takes the forward values and v as given and recomputes
+    the inner backward pass itself."""
+    g, g_keep, _ = _cached(_BACKWARD_CACHE, BACKWARD_CACHE_SIZE, key,
+                           lambda: _build_backward(graph, order, wrt, ct, True), now=True)
+    with Trace(abstract=True, what="a Hessian-vector product") as t:
+        env = {v: t.new_input(v.aval) for v in [*graph.inputs, *graph.consts]}
+        _replay(graph, t, env)
+        genv = {gv: env[order[i]] for gv, i in zip(g.inputs, g_keep)}
+        _replay(g, t, genv)
+        vs = [t.new_input(aval_of(v)) for v in vectors]
+        inner = t.to_graph([vdot_leaves([genv[o] for o in g.outputs], vs)])
+    given = [env[v].gvar for v in order] + [v.gvar for v in vs]
+    return _build_backward(inner, given, wrt, [np.ones((), inner.outputs[0].aval.dtype)],
+                           True, recompute=True)
 
 
 def build_jvp(graph: Graph, wrt: Sequence[int]) -> Graph:

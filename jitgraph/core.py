@@ -273,12 +273,15 @@ class Trace:
             self.concrete = False
         return Tracer(self, v, val)
 
-    def const_var(self, value: Any) -> Var:
+    def const_var(self, value: Any, aval: Aval | None = None) -> Var:
+        """The var of a constant, one per value object; ``aval``: the one it had in another
+        graph, when it is recorded again (a weak-typed scalar stays weak)."""
         key = id(value)
         hit = self._const_cache.get(key)
-        if hit is not None and hit[0] is value:
+        if hit is not None and hit[0] is value and (aval is None or hit[1].aval == aval):
             return hit[1]
-        aval = aval_of(value)
+        if aval is None:
+            aval = aval_of(value)
         arr = np.asarray(value, dtype=aval.dtype)
         v = Var(aval)
         self.consts[v] = arr

@@ -52,7 +52,7 @@ class Plan:
     """``graph`` prepared for repeated evaluation with ``run_plan`` (the graph must not be
     changed afterwards)."""
 
-    __slots__ = ("n_in", "in_dtypes", "consts", "steps", "outputs", "size")
+    __slots__ = ("n_in", "in_dtypes", "consts", "steps", "outputs", "size", "vars")
 
     def __init__(self, graph: Graph):
         slot: dict = {}
@@ -74,10 +74,12 @@ class Plan:
             self.steps.append((fn, ins, n.prim.multiple_results, outs))
         self.outputs = [slot[v] for v in graph.outputs]
         self.size = len(slot)
+        self.vars = list(slot)      # the graph's vars in slot order
 
 
-def run_plan(plan: Plan, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """``run(graph, args)`` for ``Plan(graph)``: the same results, pinned the same way."""
+def run_plan(plan: Plan, args: Sequence[np.ndarray], every: bool = False) -> list[np.ndarray]:
+    """``run(graph, args)`` for ``Plan(graph)``: the same results, pinned the same way.
+    ``every``: the value of every var instead, in the order of ``plan.vars``."""
     if len(args) != plan.n_in:
         raise TypeError(f"graph takes {plan.n_in} inputs, got {len(args)}")
     env = [a if type(a) is np.ndarray and a.dtype is dt else np.asarray(a, dtype=dt)
@@ -103,4 +105,4 @@ def run_plan(plan: Plan, args: Sequence[np.ndarray]) -> list[np.ndarray]:
             if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
                 res = _pinned(res, a)
             env[k] = res
-    return [env[k] for k in plan.outputs]
+    return env if every else [env[k] for k in plan.outputs]

@@ -9,7 +9,8 @@ makes the transforms compose to any order.
 Reverse mode outside ``jit`` (``grad``, ``value_and_grad``, ``vjp``) takes a shortcut with the
 same numbers: the forward pass already computed every value while tracing, so the derivative
 rules run on those values (``autodiff.eager_vjp``) instead of a backward graph being built,
-optimized and interpreted anew on every call.
+optimized and interpreted anew on every call; ``hessian_vector_product`` runs one cached
+graph per structure (``autodiff.eager_hvp``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import numpy as np
 
 from . import dtypes
 from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eager_values, eager_vjp, eval_graph, structure_key
+from .autodiff import (build_jvp, build_vjp, eager_hvp, eager_values, eager_vjp, eval_graph,
+                       structure_key, vdot_leaves)
 from .core import Graph, Trace, Tracer, aval_of
 from .passes import optimize
 from .tree import tree_flatten
@@ -195,52 +197,62 @@ def _count_leaves(node) -> int:
     return sum(_count_leaves(c) for c in node[2])
 
 
+def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bool):
+    """Validate the differentiated arguments and trace ``fun`` on them (with their values),
+    for ``value_and_grad`` and ``hessian_vector_product``: returns (single, in_tree, trace,
+    graph, captured outer tracers, argument leaves, out_tree); the graph's outputs are
+    ``fun``'s scalar output, then aux's leaves."""
+    single, nums = _split_args(args, argnums)
+    diff = [args[i] for i in nums]
+    leaves, in_tree = tree_flatten(tuple(diff))
+    for i, d in zip(nums, diff):
+        # an argument with no arrays (an empty list, a pytree of nothing) gets an empty
+        # gradient of the same structure, as autograd returns; a bare None is a mistake
+        if d is None:
+            raise TypeError(f"grad: argument {i} is None, which has no arrays to "
+                            "differentiate; pass an array, a scalar or a pytree of them, "
+                            "or choose other arguments with argnums=...")
+    plain = _plain_leaves(leaves)
+    pos = 0
+    for i, node in zip(nums, in_tree.node[2]):
+        n = _count_leaves(node)
+        if not plain:
+            leaves[pos:pos + n] = [_leaf_operand(x, f"argument {i}")
+                                   for x in leaves[pos:pos + n]]
+        _check_float_leaves(leaves[pos:pos + n], "grad", i)
+        pos += n
+    f = _partial(fun, args, nums, kwargs)
+
+    def scalar_f(*xs):
+        r = f(*xs)
+        if has_aux and not (isinstance(r, tuple) and len(r) == 2):
+            raise TypeError("with has_aux=True the function must return a pair (output, aux)")
+        out, aux = (r if has_aux else (r, None))
+        if isinstance(out, (list, tuple, dict)):
+            raise TypeError("grad requires a function with a scalar output, got a "
+                            f"{type(out).__name__} from {_describe_fn(fun)}; use jacrev or "
+                            "vjp for vector outputs (or has_aux=True for (loss, aux))")
+        a = aval_of(jnp._operand(out, "output"))
+        if a.shape != ():
+            raise TypeError(f"grad requires a scalar output, got shape {a.shape} from "
+                            f"{_describe_fn(fun)}; reduce "
+                            "it (e.g. .sum() or .mean()), or use jacrev / vjp")
+        if not dtypes.is_float(a.dtype):
+            raise TypeError(f"grad requires a float output, got {a.dtype} from "
+                            f"{_describe_fn(fun)}")
+        return out, aux
+
+    t, graph, captured, leaves, _, out_tree = _trace(
+        scalar_f, diff, abstract=False, what="grad", flat=(leaves, in_tree))
+    return single, in_tree, t, graph, captured, leaves, out_tree
+
+
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False):
     """Function returning ``(value, grad)`` (``((value, aux), grad)`` with has_aux)."""
     @functools.wraps(fun)
     def vg(*args, **kwargs):
-        single, nums = _split_args(args, argnums)
-        diff = [args[i] for i in nums]
-        leaves, in_tree = tree_flatten(tuple(diff))
-        for i, d in zip(nums, diff):
-            # an argument with no arrays (an empty list, a pytree of nothing) gets an empty
-            # gradient of the same structure, as autograd returns; a bare None is a mistake
-            if d is None:
-                raise TypeError(f"grad: argument {i} is None, which has no arrays to "
-                                "differentiate; pass an array, a scalar or a pytree of them, "
-                                "or choose other arguments with argnums=...")
-        plain = _plain_leaves(leaves)
-        pos = 0
-        for i, node in zip(nums, in_tree.node[2]):
-            n = _count_leaves(node)
-            if not plain:
-                leaves[pos:pos + n] = [_leaf_operand(x, f"argument {i}")
-                                       for x in leaves[pos:pos + n]]
-            _check_float_leaves(leaves[pos:pos + n], "grad", i)
-            pos += n
-        f = _partial(fun, args, nums, kwargs)
-
-        def scalar_f(*xs):
-            r = f(*xs)
-            if has_aux and not (isinstance(r, tuple) and len(r) == 2):
-                raise TypeError("with has_aux=True the function must return a pair (output, aux)")
-            out, aux = (r if has_aux else (r, None))
-            if isinstance(out, (list, tuple, dict)):
-                raise TypeError("grad requires a function with a scalar output, got a "
-                                f"{type(out).__name__} from {_describe_fn(fun)}; use jacrev or "
-                                "vjp for vector outputs (or has_aux=True for (loss, aux))")
-            a = aval_of(jnp._operand(out, "output"))
-            if a.shape != ():
-                raise TypeError(f"grad requires a scalar output, got shape {a.shape} from "
-                                f"{_describe_fn(fun)}; reduce "
-                                "it (e.g. .sum() or .mean()), or use jacrev / vjp")
-            if not dtypes.is_float(a.dtype):
-                raise TypeError(f"grad requires a float output, got {a.dtype} from "
-                                f"{_describe_fn(fun)}")
-            return out, aux
-
-        t, graph, captured, leaves, _, out_tree = _trace(
-            scalar_f, diff, abstract=False, what="grad", flat=(leaves, in_tree))
+        single, in_tree, t, graph, captured, leaves, out_tree = _trace_scalar(
+            fun, args, kwargs, argnums, has_aux)
         n_in = len(leaves)
         ct = [np.array(1, graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
         values = eager_values(t, graph, list(leaves) + captured)
@@ -428,6 +440,59 @@ jacobian = jacrev
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0):
     """Second derivatives: forward-over-reverse, as ``jax.hessian``."""
     return jacfwd(jacrev(fun, argnums), argnums)
+
+
+def hessian_vector_product(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """``hvp(*args, vector, **kwargs)``: the Hessian of the scalar ``fun`` at ``args`` (with
+    respect to ``args[argnums]``) times ``vector``, a pytree like those arguments; autograd's
+    ``hessian_vector_product`` (``argnums`` for its ``argnum``), e.g. scipy's Newton-CG
+    ``hessp``. Reverse over reverse: the gradient of ``<grad(fun)(*args), vector>``, without
+    forming the Hessian. Un-jitted on arrays, from the second call with a structure on, a
+    call traces ``fun`` once and runs one cached graph (``autodiff.eager_hvp``)."""
+    inner = grad(fun, argnums)
+
+    def dot_grad(*args, **kwargs):
+        *xs, vector = args
+        gs, g_tree = tree_flatten(inner(*xs, **kwargs))
+        return vdot_leaves(gs, _vector_leaves(vector, g_tree, gs))
+
+    @functools.wraps(fun)
+    def hvp(*args, **kwargs):
+        if not args:
+            raise TypeError("hessian_vector_product: call it as hvp(*args, vector)")
+        *xs, vector = args
+        if not _any_tracer(args) and not _any_tracer(kwargs):
+            single, in_tree, t, graph, captured, leaves, _ = _trace_scalar(
+                fun, tuple(xs), kwargs, argnums, False)
+            if t.concrete and not captured:
+                vs = _vector_leaves((vector,) if single else vector, in_tree, leaves)
+                vs = [np.asarray(v, aval_of(x).dtype) for v, x in zip(vs, leaves)]
+                res = eager_hvp(graph, t.values, range(len(leaves)), vs)
+                if res is not None:
+                    h = in_tree.unflatten(res)
+                    return h[0] if single else tuple(h)
+        nums = _split_args(tuple(xs), argnums)[1]
+        return grad(dot_grad, nums[0] if isinstance(argnums, int) else nums)(*args, **kwargs)
+    del hvp.__wrapped__     # fun's name and docstring, not its signature: hvp takes the vector too
+    return hvp
+
+
+def _any_tracer(tree) -> bool:
+    return any(isinstance(x, Tracer) for x in tree_flatten(tree)[0])
+
+
+def _vector_leaves(vector, tree, like: Sequence[Any]) -> list:
+    """``vector``'s leaves, checked against the structure and shapes of ``like``."""
+    vs, v_tree = tree_flatten(vector)
+    if v_tree != tree:
+        raise TypeError(f"hessian_vector_product: the vector's structure {v_tree} does not "
+                        f"match the differentiated arguments' {tree}")
+    for v, x in zip(vs, like):
+        if aval_of(jnp._operand(v, "vector")).shape != aval_of(x).shape:
+            raise ValueError(f"hessian_vector_product: vector shape "
+                             f"{aval_of(jnp._operand(v)).shape} does not match the "
+                             f"argument's shape {aval_of(x).shape}")
+    return vs
 
 
 # ------------------------------------------------------------------ inspection

@@ -25,8 +25,20 @@ def _check_indices(x: Aval, idx: tuple[Aval, ...]):
 
 
 def normalize_index(i: np.ndarray, n: int) -> np.ndarray:
+    """Negative indices counted from the end, then clamped to [0, n - 1]. (Two ufuncs, not
+    ``np.clip``, whose argument checks on integer arrays cost several times the clamp on
+    the small index arrays of eager code.)"""
     i = np.where(i < 0, i + n, i)
-    return np.clip(i, 0, max(n - 1, 0))
+    return np.minimum(np.maximum(i, 0), max(n - 1, 0))
+
+
+def _broadcast_indices(idx, sizes, shape) -> tuple:
+    """The normalized index arrays, each broadcast to ``shape`` (only those not in it)."""
+    out = []
+    for i, n in zip(idx, sizes):
+        k = normalize_index(i, n)
+        out.append(k if k.shape == shape else np.broadcast_to(k, shape))
+    return tuple(out)
 
 
 def _gather_aval(x, *idx):
@@ -35,9 +47,7 @@ def _gather_aval(x, *idx):
 
 
 def _gather_impl(x, *idx):
-    b = np.broadcast_shapes(*(i.shape for i in idx))
-    norm = tuple(np.broadcast_to(normalize_index(i, n), b) for i, n in zip(idx, x.shape))
-    return x[norm]
+    return x[_broadcast_indices(idx, x.shape, np.broadcast_shapes(*(i.shape for i in idx)))]
 
 
 def _gather_vjp(g, out, x, *idx):
@@ -59,8 +69,7 @@ def _scatter_aval(g, *idx, shape):
 def _scatter_impl(g, *idx, shape):
     out = np.zeros(shape, g.dtype)
     b = g.shape[:g.ndim - (len(shape) - len(idx))]
-    norm = tuple(np.broadcast_to(normalize_index(i, n), b) for i, n in zip(idx, shape))
-    np.add.at(out, norm, g)
+    np.add.at(out, _broadcast_indices(idx, shape, b), g)
     return out
 
 
