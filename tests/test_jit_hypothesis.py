@@ -225,7 +225,9 @@ def _tol(dtype):
     return (2e-5, 2e-6) if dtype == np.float32 else (1e-11, 1e-12)
 
 
-def assert_close(got, want, what):
+def assert_close(got, want, what, slack=None):
+    """``slack``: per output, an error the rounding of the reference itself allows (long
+    float32 sums and products, summed in another order, differ by more than a few ulps)."""
     g_l, g_t = tree_flatten(got)
     w_l, w_t = tree_flatten(want)
     assert g_t == w_t, what
@@ -235,15 +237,28 @@ def assert_close(got, want, what):
             f"{what}: output {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
         rtol, atol = _tol(w.dtype)
         scale = max(1.0, float(np.abs(w).max(initial=0.0)))
+        if slack is not None:
+            bad = np.abs(g.astype(np.float64) - w) > 4 * slack[k] + atol * scale + rtol * np.abs(w)
+            g = np.where(bad, g, w)       # within the reference's own rounding: equal
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale, err_msg=f"{what}: output {k}")
+
+
+def _reference(p: Program, xs):
+    g = jitgraph.make_graph(p.fn)(*xs)
+    return g.out_tree.unflatten(jitgraph.interpret(g, xs))
 
 
 def check_compiled(p: Program, seed: int, dt) -> None:
     xs = _inputs(p, seed, dt)
-    g = jitgraph.make_graph(p.fn)(*xs)
-    want = g.out_tree.unflatten(jitgraph.interpret(g, xs))
+    want = _reference(p, xs)
+    slack = None
+    if dt == np.float32 and max(int(np.prod(s, dtype=np.int64)) for s in p.in_shapes) > MAX_SIZE:
+        # the float32 reference's own error, against the same program in float64
+        exact = tree_flatten(_reference(p, [x.astype(np.float64) for x in xs]))[0]
+        slack = [np.abs(np.asarray(w, np.float64) - e)
+                 for w, e in zip(tree_flatten(want)[0], exact)]
     got = jitgraph.jit(p.fn)(*xs)
-    assert_close(got, want, f"jit({p.text}) [{np.dtype(dt).name}]")
+    assert_close(got, want, f"jit({p.text}) [{np.dtype(dt).name}]", slack)
 
 
 # two test functions, so that each dtype sees its own derandomized programs
