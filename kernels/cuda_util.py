@@ -3,13 +3,11 @@ from __future__ import annotations
 
 from numba import cuda
 
-BLOCK = 256
-MAX_BLOCKS = 4096
-
-
 def launch_config(n: int) -> tuple[int, int]:
-    """(blocks, threads) for a grid-stride loop over ``n`` elements."""
-    threads = BLOCK if n >= BLOCK else max(32, 1 << max(0, (n - 1).bit_length()))
+    """(blocks, threads) for a grid-stride loop over ``n`` elements, within the grid limits
+    the generated kernels use (``jitgraph.compiler.thresholds``)."""
+    from jitgraph.compiler.thresholds import MAX_BLOCKS, MAX_THREADS
+    threads = MAX_THREADS if n >= MAX_THREADS else max(32, 1 << max(0, (n - 1).bit_length()))
     return max(1, min(MAX_BLOCKS, -(-n // threads))), threads
 
 

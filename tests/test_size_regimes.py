@@ -555,3 +555,4 @@ def test_thresholds_are_the_ones_in_use():
     assert loops.COMPILED_LOOP_MIN_LENGTH is T.COMPILED_LOOP_MIN_LENGTH
     assert codegen_cuda.SPLIT_MIN_INNER is T.SPLIT_MIN_INNER
     assert math.log2(T.PARALLEL_MIN_WORK).is_integer()
+
