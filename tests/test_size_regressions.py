@@ -69,3 +69,20 @@ def test_dynamic_concatenation_of_two_runtime_sizes():
         for a, b in zip(dyn(x, y), fixed(x, y)):
             np.testing.assert_allclose(a, b, rtol=1e-13)
     assert all(e["dynamic"] for e in dyn.cache_entries())
+
+
+def test_fuzz_flip_of_column_sums_gradient():
+    """The scaled fuzzer's first failing program (seed 1): the gradient of
+    ``flip(sum(x0, axis=0)) * 2 + sum(abs(x1))`` and ``abs(x1)`` at 131,072 rows came out
+    as 4.25 where it is 2 everywhere. It did not recur on the finished tree (it was drawn while
+    the eager-gradient cache was being changed beside it); kept as a named test."""
+    r = np.random.default_rng(0)
+    x0, x1 = r.uniform(-1.5, 1.5, (PAR, 3)), r.uniform(-1.5, 1.5, PAR)
+
+    def scalar(x0, x1):
+        a = jnp.flip(jnp.sum(x0, axis=0), 0) * 2.0 + jnp.sum(jnp.abs(x1))
+        return jnp.sum(a) + jnp.sum(jnp.abs(x1) * 1.25)
+    g = jitgraph.grad(scalar, argnums=(0, 1))
+    for got in (jitgraph.jit(g)(x0, x1), g(x0, x1)):
+        np.testing.assert_array_equal(got[0], np.full((PAR, 3), 2.0))
+        np.testing.assert_allclose(got[1], np.sign(x1) * 4.25, rtol=1e-15)
