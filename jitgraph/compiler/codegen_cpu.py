@@ -22,11 +22,12 @@ from .thresholds import (COLUMN_ORDER_MIN_OUTER, PARALLEL_MIN_OUTER, PARALLEL_MI
                          PARALLEL_MIN_WORK_WITH_BLAS, SMALL_PROGRAM_STEPS)
 
 # Programs of more steps than SMALL_PROGRAM_STEPS (or with any matmul) run their steps from a
-# Python driver rather than a compiled one. Numba compiles a compiled driver by linking every kernel it calls into one
-# module and optimizing all of it again: measured here on the 784-512-512-10 training step,
-# 7.0 s of compile CPU time with a compiled driver, 3.7 s without, for about 2 us more per call
-# (one Numba dispatch per step instead of one per call). Small programs keep the compiled
-# driver: there the per-call cost is what matters, and compiling it again is cheap.
+# Python driver rather than a compiled one. Numba compiles a compiled driver by linking every
+# kernel it calls into one module and optimizing all of it again: measured here on the
+# 784-512-512-10 training step, 7.0 s of compile CPU time with a compiled driver, 3.7 s
+# without, for about 2 us more per call (one Numba dispatch per step instead of one per call).
+# Small programs keep the compiled driver: there the per-call cost is what matters, and
+# compiling it again is cheap.
 _APPROX = {"exp", "log", "log1p", "expm1", "tanh", "logistic"}
 _SCALAR = {"max": "maximum", "min": "minimum", "sign": "sign", "floor": "floor", "erf": "erf",
            "pow": "power", "logistic": "logistic"}

@@ -29,8 +29,8 @@ from .emit import offset, scatter_parts
 from .loops import subgraph_comment
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 
-from .thresholds import (COLUMN_MIN_OUTER, COLUMN_ROWS, MAX_BLOCKS, MAX_THREADS, SPLIT_CHUNK,  # noqa: F401
-                         SPLIT_MAX_OUTER, SPLIT_MIN_INNER)
+from .thresholds import (COLUMN_MIN_OUTER, COLUMN_ROWS, MAX_BLOCKS, MAX_THREADS,  # noqa: F401
+                         SPLIT_CHUNK, SPLIT_MAX_OUTER, SPLIT_MIN_INNER)
 
 # Thread and block indices enter index arithmetic as int64, the type of every other index
 # expression (loop variables, offsets, clamps): no expression mixes integer types.
