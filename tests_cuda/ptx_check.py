@@ -121,6 +121,18 @@ def programs():
         (np.ones((5, 40)), np.ones(40)), {}
     yield "argmax rows", (lambda x: (jnp.argmax(x, axis=-1), jnp.max(x, axis=-1))), \
         (np.ones((4, 100), np.float32),), {}
+    # index maps at training sizes (the programs that failed to type past the CPU's parallel
+    # threshold), value and gradient: offsets, clamps and thread indices in one integer type
+    n = 1 << 17
+    a, idx = rng.standard_normal(n).astype(np.float32), rng.integers(-n, n, n)
+
+    def maps(a, i):
+        c = jnp.concatenate([a, a[::-1] * 2.0])
+        return jnp.pad(c, (3, 5)) + 1.0, jnp.roll(a, 7) * a[i], \
+            jitgraph.nn.dropout(jitgraph.random.key(0), a, 0.3)
+    yield "index maps 2^17", maps, (a, idx), {}
+    yield "grad index maps 2^17", jitgraph.grad(
+        lambda a, i: sum(jnp.sum(o) for o in maps(a, i))), (a, idx), {}
 
 
 def main() -> int:
