@@ -400,13 +400,16 @@ def _weights(c: JCase) -> list:
     return out
 
 
-def scalarized(c: JCase) -> Callable:
-    """``f`` reduced to a scalar: sum over float outputs of ``sum(out * weight)``."""
+def scalarized(c: JCase, fn: Callable | None = None) -> Callable:
+    """``f`` reduced to a scalar: sum over float outputs of ``sum(out * weight)``. ``fn``:
+    another function of the case's outputs' layout instead of ``c.fn`` (its ``vmap``: the
+    weights broadcast over the mapped axis)."""
     ws = c.weights
+    fn = c.fn if fn is None else fn
 
     def s(*a):
         total = 0.0
-        for o, w in zip(tree_flatten(c.fn(*a))[0], ws):
+        for o, w in zip(tree_flatten(fn(*a))[0], ws):
             if w is not None:
                 total = total + jnp.sum(o * w)
         return total
@@ -472,6 +475,23 @@ def _grad_features(c: JCase) -> set:
     return out
 
 
+def greedy_cover(cases: list, features: Callable, covered: frozenset = frozenset()) -> list:
+    """The cases, chosen greedily (most new features first, the first of ties), whose
+    ``features(case)`` cover every case's, but those already ``covered``; a case whose
+    features are None is never chosen."""
+    feats = {c.name: features(c) for c in cases}
+    rest = [c for c in cases if feats[c.name] is not None]
+    chosen, covered = [], set(covered)
+    while rest:
+        best = max(rest, key=lambda c: len(feats[c.name] - covered))
+        if not feats[best.name] - covered:
+            break
+        chosen.append(best)
+        covered |= feats[best.name]
+        rest.remove(best)
+    return chosen
+
+
 def _select_jit_grad(cases: list[JCase]) -> list[JCase]:
     """The cases whose gradient is compiled: every own case, then shared cases chosen greedily
     until every feature (``_grad_features``) of any gradient program is covered once. The full
@@ -480,15 +500,9 @@ def _select_jit_grad(cases: list[JCase]) -> list[JCase]:
         return list(cases)
     feats = {c.name: _grad_features(c) for c in cases}
     chosen = [c for c in cases if c.name.startswith("own:")]
-    covered = set().union(*(feats[c.name] for c in chosen)) if chosen else set()
-    rest = [c for c in cases if not c.name.startswith("own:")]
-    while rest:
-        best = max(rest, key=lambda c: len(feats[c.name] - covered))   # first of the ties
-        if not feats[best.name] - covered:
-            break
-        chosen.append(best)
-        covered |= feats[best.name]
-        rest.remove(best)
+    covered = frozenset().union(*(feats[c.name] for c in chosen))
+    chosen += greedy_cover([c for c in cases if not c.name.startswith("own:")],
+                           lambda c: feats[c.name], covered)
     names = {c.name for c in chosen}
     return [c for c in cases if c.name in names]
 
@@ -639,10 +653,15 @@ def assert_same(got, want, what: str, tol: dict, rtol=None, atol=None) -> None:
             np.testing.assert_array_equal(g, w, err_msg=f"{what}: leaf {k}")
 
 
-def reference(c: JCase):
-    g = jitgraph.make_graph(c.fn)(*c.args)
-    outs = jitgraph.interpret(g, tree_flatten(tuple(c.args))[0])
+def reference_of(f: Callable, args) -> Any:
+    """``f(*args)`` by the reference interpreter on its graph."""
+    g = jitgraph.make_graph(f)(*args)
+    outs = jitgraph.interpret(g, tree_flatten(tuple(args))[0])
     return g.out_tree.unflatten(outs) if g.out_tree is not None else outs
+
+
+def reference(c: JCase):
+    return reference_of(c.fn, c.args)
 
 
 def _alone(c: JCase, grad: bool):

@@ -74,10 +74,7 @@ def big_kernels(lowered, min_work: int = T.PARALLEL_MIN_WORK) -> list[bool]:
     return out
 
 
-def reference(f, args):
-    g = jitgraph.make_graph(f)(*args)
-    outs = jitgraph.interpret(g, tree_flatten(tuple(args))[0])
-    return g.out_tree.unflatten(outs) if g.out_tree is not None else outs
+reference = table.reference_of
 
 
 def scalar_loss(f):
@@ -304,23 +301,6 @@ def _grad_features(c) -> set | None:
     return None if _scalable(c) is None else _program_features(c, True)
 
 
-def _cover(cases, feature, covered: frozenset = frozenset()) -> list:
-    """Greedy: the fewest cases (first of ties) whose features cover every case's features
-    (but those already ``covered``)."""
-    feats = {c.name: feature(c) for c in cases}
-    cases = [c for c in cases if feats[c.name] is not None]
-    chosen, covered = [], set(covered)
-    rest = list(cases)
-    while rest:
-        best = max(rest, key=lambda c: len(feats[c.name] - covered))
-        if not feats[best.name] - covered:
-            break
-        chosen.append(best)
-        covered |= feats[best.name]
-        rest.remove(best)
-    return chosen
-
-
 class ScaledTable:
     """The selected cases, batched into few programs (one jit each, compiled once)."""
 
@@ -329,9 +309,9 @@ class ScaledTable:
     def __init__(self):
         # a gradient program also computes the value: forward-only programs are needed just
         # for what the gradient programs leave uncovered
-        self.grads = _cover(table.GRAD, _grad_features)
-        self.forward = _cover(table.ALL, _scalable,
-                              frozenset().union(*(_scalable(c) for c in self.grads)))
+        self.grads = table.greedy_cover(table.GRAD, _grad_features)
+        self.forward = table.greedy_cover(
+            table.ALL, _scalable, frozenset().union(*(_scalable(c) for c in self.grads)))
         self.batches: list[tuple[bool, list]] = []
         for grad, cases in ((False, self.forward), (True, self.grads)):
             cur, used = [], 0
@@ -351,15 +331,8 @@ class ScaledTable:
         f = jitgraph.vmap(c.fn)
         if not grad:
             return f
-        weights = c.weights
-
-        def s(*a):        # the case's own scalarization, over every copy
-            total = 0.0
-            for o, w in zip(tree_flatten(f(*a))[0], weights):
-                if w is not None:
-                    total = total + jnp.sum(o * w)
-            return total
-        g = jitgraph.grad(s, argnums=c.argnums)
+        # the case's own scalarization, over every copy
+        g = jitgraph.grad(table.scalarized(c, f), argnums=c.argnums)
         return lambda *a: (f(*a), g(*a))
 
     def run(self, i: int):
@@ -378,17 +351,13 @@ class ScaledTable:
         return self.results[i]
 
 
+_TABLE = ScaledTable()      # the selection and batches (compiled on first use, per batch)
+_SCALED = [(i, j, c.name) for i, (_, cs) in enumerate(_TABLE.batches) for j, c in enumerate(cs)]
+
+
 @pytest.fixture(scope="module")
 def scaled():
-    return ScaledTable()
-
-
-def _scaled_ids():
-    t = ScaledTable()
-    return [(i, j, c.name) for i, (_, cs) in enumerate(t.batches) for j, c in enumerate(cs)]
-
-
-_SCALED = _scaled_ids()
+    return _TABLE
 
 
 def test_scaled_table_covers_the_table():
