@@ -3,10 +3,21 @@ fused and compiled to Numba kernels, cached by shape signature.
 
 Pipeline, one module per stage: ``core`` (IR, tracing) -> ``ops`` (primitives) ->
 ``autodiff`` -> ``passes`` -> ``compiler`` (fusion, codegen, cache, runtime).
+
+Layers only import downward (``.importlinter`` checks it): the IR (``core``, ``dtypes``,
+``errors``, ``printing``, ``tree``, ``interpreter``, ``state_key``) -> ``passes`` and
+``batching``, which read the rules each primitive declares (and whose helpers the batching
+rules are written with) -> ``ops``, the first-order primitives -> ``numpy``, the array API over
+them -> ``autodiff`` and ``transforms`` -> the higher-order primitives (``control_flow``,
+``custom``, then ``lax`` and ``remat`` over them), whose rules are set on their primitives and
+whose lowerings the compiler registers -> ``compiler`` -> ``jit``, ``device``, ``profiler``,
+``bench`` -> the libraries (``nn``, ``optim``, ``random``, ``scipy``, ``train``, ``compat``,
+``distributed``, ...). A rule written with ``jitgraph.numpy`` inside ``ops`` is the one
+upward import. Nothing imports a private name (``_x``) of another module.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 
 def _source_tree_kernels() -> None:
@@ -68,6 +79,7 @@ from .tree import register_pytree_node  # noqa: E402,F401
 __all__ += ["load", "optim", "random", "register_pytree_node", "save", "train_step"]
 
 # control flow, rematerialisation, forward mode
+from . import control_flow  # noqa: E402,F401  (registers cond, scan, while, remat)
 from . import lax  # noqa: E402,F401
 from .remat import checkpoint, remat  # noqa: E402,F401
 from .transforms import linearize  # noqa: E402,F401

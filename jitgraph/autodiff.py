@@ -294,11 +294,13 @@ def _ct_kind(c, o, seeded: bool):
     return "one" if seeded else o.aval
 
 
-def _build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any],
-                    seeded: bool, recompute: bool = False):
+def build_backward(graph: Graph, order: list, wrt: Sequence[int], ct_values: Sequence[Any],
+                   seeded: bool, recompute: bool = False) -> tuple[Graph, list]:
     """Optimized graph ``(*forward values it reads, *cotangents) -> input cotangents``, and the
-    positions in ``order`` of the forward values it reads. ``recompute``: ``order`` names only
-    some of the forward values; the graph computes the others from them."""
+    positions in ``order`` of the forward values it reads. ``ct_values``: one per output, None
+    for a zero cotangent; ``seeded``: the given ones are grad's constant 1. ``recompute``:
+    ``order`` names only some of the forward values; the graph computes the others from them.
+    The eager VJP caches it; scan's VJP stacks the forward values it reads."""
     active = _active_vars(graph, wrt)
     with Trace(abstract=True, what="the backward pass") as t:
         env = {v: t.new_input(v.aval) for v in order}
@@ -396,7 +398,7 @@ def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequenc
     key, order = key or structure_key(graph, wrt, ct_values, seeded)
     hit = None if key is None else _cached(
         _BACKWARD_CACHE, BACKWARD_CACHE_SIZE, key,
-        lambda: _build_backward(graph, order, wrt, ct_values, seeded))
+        lambda: build_backward(graph, order, wrt, ct_values, seeded))
     if not hit:
         if not nested:
             return vjp_values(graph, values, wrt, ct_values)
@@ -461,7 +463,7 @@ def _build_hvp(graph: Graph, order: list, wrt: Sequence[int], ct: list,
     their values. Its backward graph takes the forward values and v as given and recomputes
     the inner backward pass itself."""
     g, g_keep, _ = _cached(_BACKWARD_CACHE, BACKWARD_CACHE_SIZE, key,
-                           lambda: _build_backward(graph, order, wrt, ct, True), now=True)
+                           lambda: build_backward(graph, order, wrt, ct, True), now=True)
     with Trace(abstract=True, what="a Hessian-vector product") as t:
         env = {v: t.new_input(v.aval) for v in [*graph.inputs, *graph.consts]}
         _replay(graph, t, env)
@@ -470,7 +472,7 @@ def _build_hvp(graph: Graph, order: list, wrt: Sequence[int], ct: list,
         vs = [t.new_input(aval_of(v)) for v in vectors]
         inner = t.to_graph([vdot_leaves([genv[o] for o in g.outputs], vs)])
     given = [env[v].gvar for v in order] + [v.gvar for v in vs]
-    return _build_backward(inner, given, wrt, [np.ones((), inner.outputs[0].aval.dtype)],
+    return build_backward(inner, given, wrt, [np.ones((), inner.outputs[0].aval.dtype)],
                            True, recompute=True)
 
 

@@ -22,8 +22,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .core import PRIMITIVES, Aval, Graph, Trace, Tracer, aval_of, bind
+from .dtypes import concrete_operand
 from .errors import user_frame, where
-from .tree import _CUSTOM, tree_flatten
+from .passes import optimize
+from .tree import registered_flatten, tree_flatten
 
 
 # ------------------------------------------------------------------ helpers for the rules
@@ -220,7 +222,6 @@ def batch_graph(graph: Graph, dims: Sequence[int | None], size: int,
     every output batched at axis 0, except outputs marked in ``out_sum``, which are summed
     over the batch (a cotangent for an unbatched input). Used by rules of primitives that
     hold graphs (custom_vjp calls)."""
-    from .passes import optimize
     with Trace(abstract=True, what="vmap") as t:
         ins = [t.new_input(batched_aval(v.aval, d, size)) for v, d in zip(graph.inputs, dims)]
         outs, ods = batch_eval(graph, ins, dims)
@@ -248,8 +249,9 @@ def _children(tree):
     if t is dict:
         keys = tuple(sorted(tree, key=repr))
         return (t, keys, [tree[k] for k in keys])
-    if t in _CUSTOM:
-        children, aux = _CUSTOM[t][0](tree)
+    flatten = registered_flatten(t)
+    if flatten is not None:
+        children, aux = flatten(tree)
         return (t, aux, list(children))
     return None
 
@@ -371,7 +373,6 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
 
     @functools.wraps(fun)
     def batched(*args, **kwargs):
-        from .transforms import _leaf_operand
         if isinstance(in_axes, tuple) and len(in_axes) != len(args):
             raise ValueError(
                 "vmap in_axes must be an int, None, or a tuple of entries corresponding to the "
@@ -385,7 +386,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
             axes += [0] * len(tree_flatten(kwargs[k])[0])
         leaves, in_tree = tree_flatten((args, kwargs))
         names = _leaf_names(args, kwargs)
-        leaves = [x if a is None and type(x) in (bool, int, float) else _leaf_operand(x, n)
+        leaves = [x if a is None and type(x) in (bool, int, float) else _leaf(x, n)
                   for x, a, n in zip(leaves, axes, names)]
         axes = _normalize_in_axes(leaves, axes, names)
         size = _mapped_size(leaves, axes, names, axis_size)
@@ -406,7 +407,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
             a_t, kw_t = in_tree.unflatten(ins)
             out = fun(*a_t, **kw_t)
             out_leaves, out_tree = tree_flatten(out)
-            out_leaves = [_leaf_operand(o, "output") for o in out_leaves]
+            out_leaves = [_leaf(o, "output") for o in out_leaves]
             graph = t.to_graph(out_leaves)
             captured = t.captured_values()
         outs, odims = batch_eval(graph, [x for x, _ in traced] + captured,
@@ -415,6 +416,11 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
         return out_tree.unflatten([_place_output(o, d, a, size)
                                    for o, d, a in zip(outs, odims, oaxes)])
     return batched
+
+
+def _leaf(x: Any, name: str) -> Any:
+    """One pytree leaf as an operand (a traced value as it is)."""
+    return x if isinstance(x, Tracer) else concrete_operand(x, name)
 
 
 class _Leaf:

@@ -3,7 +3,8 @@
 * ``Aval``: abstract value (shape, dtype, weak-typed Python scalar or not).
 * ``Var``/``Node``/``Graph``: the IR. One ``Node`` applies one ``Primitive`` to ``Var`` inputs.
 * ``Primitive``: the single definition of an op: shape/dtype rule, NumPy reference
-  implementation, VJP and JVP rules (written with primitives) and code-generation rule.
+  implementation, VJP and JVP rules (written with primitives) and its code-generation record,
+  a ``Lowering``: what the compiler's fusion and both backends need to know about the op.
 * ``Trace``/``Tracer``: running a Python function on ``Tracer`` objects records nodes into a
   ``Trace``. A tracer may also carry its concrete value (``val``), which is how ``grad`` outside
   ``jit`` lets Python control flow look at values, as autograd and JAX do.
@@ -15,7 +16,8 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -170,18 +172,115 @@ class SharedGraph(Graph):
     carry it can be cached by structure like nodes with plain parameters."""
 
 
+# --------------------------------------------------------------------------- code generation
+# What code the compiler makes for a primitive (``Lowering.kind``):
+SCALAR = "scalar"            # a scalar expression inside a fused loop kernel
+INDEX_MAP = "index_map"      # index arithmetic: the element is read from the input elsewhere
+GATHER = "gather"            # reads of ``x`` at clamped positions taken from index arrays
+REDUCE = "reduce"            # a loop accumulating with ``monoid``
+ARG_REDUCE = "arg_reduce"    # a loop keeping the position of the ``monoid`` ("max" or "min")
+SCATTER_ADD = "scatter_add"  # its own kernel adding updates at indexed positions
+MATMUL = "matmul"            # BLAS or the backend's matrix-product kernel
+HOST = "host"                # no generated code: ``impl`` runs between kernels
+
+BACKENDS = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """A primitive's code-generation record: everything fusion and the backends know about
+    it, kept on the primitive (``prim.lowering``) so a new op, or an op new to a backend,
+    is written in one place."""
+
+    kind: str = HOST
+    """What code the compiler makes for the op: one of the kinds above."""
+    rule: Callable | None = None
+    """SCALAR: ``rule(ctx, *input_exprs, **params) -> expression``, backend-neutral (it names
+    scalar routines with ``ctx.fn``). INDEX_MAP: ``rule(out_idx, in_aval, out_aval, **params)
+    -> in_idx`` (see ``ops.layout``)."""
+    monoid: str | None = None
+    """REDUCE: "sum", "max", "min" or "prod"; ARG_REDUCE: "max" or "min"."""
+    cost: int = 1
+    """Work per element, in adds: fusion stores a value used twice rather than recompute it
+    when its cost (with its unstored inputs') reaches ``fusion.EXPENSIVE``."""
+    functions: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Backend -> the scalar routine ``ctx.fn(<op name>)`` names there (default
+    ``math.<name>``); ``{f}`` stands for the operand's float type, ``f32`` or ``f64``."""
+    approx: bool = False
+    """The CPU has vectorizable approximations ``<name>_f32``/``<name>_f64`` (LLVM cannot
+    vectorize libm calls), used under ``approx_math``; they return their argument's type."""
+    keeps_float: bool = False
+    """On operands of one float type the expression has that type (Numba's typing of
+    ``x + y``), so the generated code needs no cast around it: casts cost compile time."""
+    keeps_int64: bool = False
+    """The same for int64 operands (not true division, whose result is a float)."""
+    flops: int = 1
+    """Arithmetic operations per output element a profile counts (none for a cast)."""
+
+    @classmethod
+    def scalar(cls, rule: Callable, **fields: Any) -> "Lowering":
+        return cls(SCALAR, rule, **fields)
+
+    @classmethod
+    def index_map(cls, rule: Callable) -> "Lowering":
+        """Layout ops move elements: no arithmetic to recompute, so no cost."""
+        return cls(INDEX_MAP, rule, cost=0, flops=0)
+
+    @classmethod
+    def of(cls, codegen: Any, kind: str) -> "Lowering":
+        """The record of a primitive given ``codegen``: a record, None (a host step) or, for an
+        elementwise or layout op, its expression rule or index map."""
+        if isinstance(codegen, Lowering):
+            return codegen
+        if codegen is None or kind not in ("elementwise", "layout"):
+            return HOST_STEP     # (a rule on another kind of op was never generated code)
+        return cls.scalar(codegen) if kind == "elementwise" else cls.index_map(codegen)
+
+    @property
+    def reduces(self) -> bool:
+        return self.kind in (REDUCE, ARG_REDUCE)
+
+
+HOST_STEP = Lowering(HOST)
+
+
+def _float_suffix(dtype: np.dtype) -> str:
+    return "f32" if dtype == np.float32 else "f64"
+
+
+def scalar_function(name: str, backend: str, in_dtype: np.dtype, approx_math: bool) -> str:
+    """The routine generated code calls for ``ctx.fn(name)``: the one the record of primitive
+    ``name`` gives for ``backend`` (``in_dtype``: the operand's), else ``math.<name>``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    prim = PRIMITIVES.get(name)
+    if prim is None:
+        return f"math.{name}"
+    low, dtype = prim.lowering, np.dtype(in_dtype)
+    if backend == "cpu" and approx_math and low.approx and dtype.kind == "f":
+        return f"{name}_{_float_suffix(dtype)}"
+    fn = low.functions.get(backend)
+    return f"math.{name}" if fn is None else fn.format(f=_float_suffix(dtype))
+
+
+def returns_input_type(name: str, backend: str, approx_math: bool) -> bool:
+    """Whether ``ctx.fn(name)`` on ``backend`` is known to return its argument's float type
+    (the CPU's approximations), so the expression needs no cast."""
+    prim = PRIMITIVES.get(name)
+    return backend == "cpu" and approx_math and prim is not None and prim.lowering.approx
+
+
 # --------------------------------------------------------------------------- primitives
 class Primitive:
     """One op, defined once: every rule the pipeline needs lives on this object.
 
-    kind: 'elementwise' | 'reduce' | 'layout' | 'index' | 'matmul' | 'opaque' (used by fusion)
+    kind: 'elementwise' | 'reduce' | 'layout' | 'index' | 'matmul' | 'opaque' | 'call'
     abstract_eval(*avals, **params) -> Aval (or list of Avals when multiple_results)
     impl(*arrays, **params) -> ndarray            (NumPy reference: the ground truth)
     vjp(cts, outs, *inputs, **params) -> list     (written with jnp/primitives; None = zero)
     jvp(tangents, outs, *inputs, **params) -> out tangent(s)
-    codegen: backend-neutral codegen rule (see the ops modules for its form per kind)
-    keeps_dtype: the codegen expression already has the output's dtype when every input has
-        it (``x + y`` on float32, or int64), so the generated code needs no cast around it
+    codegen: the ``Lowering`` record, or (elementwise and layout ops) just its expression rule
+        or index map; None: a host step. The compiler reads ``lowering``, the record.
     batch(args, dims, **params) -> (out, out_dim): the batching rule ``vmap`` uses; ``dims[i]``
         is the batch axis of ``args[i]`` or None (unbatched); multiple_results primitives
         return (outs, out_dims). See ``jitgraph.batching``.
@@ -190,18 +289,22 @@ class Primitive:
     def __init__(self, name: str, *, kind: str, abstract_eval: Callable, impl: Callable,
                  vjp: Callable | None = None, jvp: Callable | None = None, codegen: Any = None,
                  multiple_results: bool = False, differentiable: bool = True,
-                 keeps_dtype: bool = False, batch: Callable | None = None):
+                 batch: Callable | None = None):
         self.name = name
         self.kind = kind
         self.abstract_eval = abstract_eval
         self.impl = impl
         self.vjp = vjp
         self.jvp = jvp
-        self.codegen = codegen
+        self.lowering = Lowering.of(codegen, kind)
         self.multiple_results = multiple_results
         self.differentiable = differentiable
-        self.keeps_dtype = keeps_dtype
         self.batch = batch
+
+    @property
+    def codegen(self) -> Callable | None:
+        """The expression rule or index map (what ``codegen=`` took before records)."""
+        return self.lowering.rule
 
     def __repr__(self) -> str:
         return self.name
@@ -430,17 +533,17 @@ def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
     if not prim.multiple_results:     # (one result: the common case, without the loop)
         a = out_avals[0]
         if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
-            res = _pinned(res, a)
+            res = pinned(res, a)
         return [res]
     out = []
     for r, a in zip(res, out_avals):
         if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
-            r = _pinned(r, a)
+            r = pinned(r, a)
         out.append(r)
     return out
 
 
-def _pinned(r: Any, a: Aval) -> np.ndarray:
+def pinned(r: Any, a: Aval) -> np.ndarray:
     """``r`` (a NumPy scalar from a 0-d operation, or an array) with ``a``'s dtype and shape."""
     r = np.asarray(r, dtype=a.dtype)
     return r if r.shape == a.shape else r.reshape(a.shape)

@@ -8,12 +8,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core import (Aval, KeyedParams, Primitive, SharedGraph, Tracer, aval_of, bind, register,
-                   top_trace)
+from . import numpy as jnp
+from .autodiff import build_vjp, eval_graph
+from .batching import batch_graph, batch_size, move_batch_axis
+from .core import (Aval, Graph, KeyedParams, Primitive, SharedGraph, Tracer, Var, aval_of, bind,
+                   register, top_trace)
 from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
+from .passes import optimize
 from .state_key import state_key
-from .transforms import _leaf_operands
+from .transforms import leaf_operands, trace_flat, trace_to_graph
 from .tree import tree_flatten
 
 
@@ -44,8 +48,6 @@ def _call_impl(*args, _graph, **_):
 
 def _call_vjp(cts, outs, *ins, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_caps, n_args,
               n_res, name, res_out=False, **_):
-    from . import numpy as jnp
-    from .autodiff import build_vjp, eval_graph
     args, caps = list(ins[:n_args]), list(ins[n_args:])
     if res_out:     # the node's own outputs end with fwd's residuals: nothing to recompute
         n_out = len(outs) - n_res
@@ -80,7 +82,6 @@ def _call_batch(args, dims, *, _graph, _fwd_graph, _bwd_graph, _fwd_caps, _bwd_c
     """A batched call of the same custom function: its primal, fwd and bwd graphs are each
     batched (``batch_graph``), so a vmapped function keeps its custom VJP. Batched operands go
     to axis 0; the batched bwd sums the cotangents of unbatched arguments over the batch."""
-    from .batching import batch_graph, batch_size, move_batch_axis
     size = batch_size(args, dims)
     xs = [x if d is None else move_batch_axis(x, d, 0) for x, d in zip(args, dims)]
     ds = [None if d is None else 0 for d in dims]
@@ -106,18 +107,6 @@ custom_vjp_call_p = register(Primitive(
 def _concrete(leaves) -> bool:
     """Every leaf has a value: a concrete (un-jitted) call, whose node may keep residuals."""
     return all(not isinstance(x, Tracer) or x.val is not None for x in leaves)
-
-
-def _trace_flat(fn, avals, what):
-    """Trace ``fn(*tracers)`` (abstract); returns (graph, captured outer tracers)."""
-    from . import numpy as jnp
-    from .core import Trace
-    with Trace(abstract=True, what=what) as t:
-        tracers = [t.new_input(a) for a in avals]
-        out = fn(*tracers)
-        leaves = [o if isinstance(o, Tracer) else jnp._operand(o, "output") for o in out]
-        graph = t.to_graph(leaves)
-        return graph, t.captured_values()
 
 
 class custom_vjp:
@@ -186,7 +175,7 @@ class custom_vjp:
         values (which must be node inputs, found by tracing) or read state that can't be
         keyed. At most ``TRACE_CACHE_SIZE`` entries per function, least recently used
         dropped first."""
-        leaves = _leaf_operands(args, leaves)
+        leaves = leaf_operands(args, leaves)
         key = None
         state = state_key(self)
         if state is not None:
@@ -209,9 +198,6 @@ class custom_vjp:
         graph, fwd graph, bwd graph, closed-over traced values, positions among them of
         fwd's and of bwd's, residual count, output structure, (parameters, output avals) of
         the node of a concrete call or None))."""
-        from .core import Graph, SharedGraph, Var
-        from .passes import optimize
-        from .transforms import trace_to_graph
         name = self.fun.__name__
         graph, cap_f, in_leaves, _, out_tree = trace_to_graph(
             self.fun, args, abstract=True, what=f"custom_vjp {name}")
@@ -231,14 +217,13 @@ class custom_vjp:
             fwd_flat.res_tree = res_tree
             return out_l + res_l
 
-        fwd_graph, cap_fwd = _trace_flat(fwd_flat, arg_avals, f"custom_vjp {name} (fwd)")
+        fwd_graph, cap_fwd = trace_flat(fwd_flat, arg_avals, f"custom_vjp {name} (fwd)")
         res_tree = fwd_flat.res_tree
         n_res = res_tree.num_leaves
         res_avals = [v.aval.strong() for v in fwd_graph.outputs[len(out_avals):]]
         arg_trees = [tree_flatten(a)[1] for a in args]
 
         def bwd_flat(*xs):
-            from . import numpy as jnp
             res = res_tree.unflatten(list(xs[:n_res]))
             ct = out_tree.unflatten(list(xs[n_res:]))
             g = self.bwd(res, ct)
@@ -268,7 +253,7 @@ class custom_vjp:
                 outs.append(gl)
             return outs
 
-        bwd_graph, cap_bwd = _trace_flat(bwd_flat, res_avals + out_avals,
+        bwd_graph, cap_bwd = trace_flat(bwd_flat, res_avals + out_avals,
                                          f"custom_vjp {name} (bwd)")
         # every closed-over traced value becomes an input of the node, once
         caps: list = []
@@ -303,10 +288,11 @@ def defprimitive(name: str, impl: Callable, abstract_eval: Callable | None = Non
     ``impl(*arrays, **params)`` is the NumPy reference; ``abstract_eval(*avals, **params)`` returns
     an ``Aval`` (default: the first operand's); ``vjp(g, out, *inputs, **params)`` returns a tuple
     of input cotangents written with jitgraph.numpy (``None`` = zero); ``jvp(tangents, out,
-    *inputs, **params)`` returns the output tangent. Without ``codegen`` a compiled program calls
-    ``impl`` between generated kernels. ``batch(args, dims, **params) -> (out, out_dim)`` is
-    its batching rule for ``vmap`` (see ``jitgraph.batching``). The primitive is callable:
-    ``prim(x, **params)``.
+    *inputs, **params)`` returns the output tangent. ``codegen`` (kind "elementwise"):
+    ``rule(ctx, *input_exprs, **params) -> scalar expression``, fused into the generated loops
+    (or a ``core.Lowering`` record); without it a compiled program calls ``impl`` between
+    generated kernels. ``batch(args, dims, **params) -> (out, out_dim)`` is its batching rule
+    for ``vmap`` (see ``jitgraph.batching``). The primitive is callable: ``prim(x, **params)``.
     """
     if abstract_eval is None:
         def abstract_eval(x, *rest, **params):

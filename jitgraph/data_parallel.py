@@ -21,7 +21,7 @@ import numpy as np
 from . import distributed as dist
 from .jit import jit
 from .optim import GradientTransformation, apply_updates
-from .transforms import value_and_grad
+from .transforms import make_graph, value_and_grad
 from .tree import tree_flatten
 
 
@@ -46,7 +46,6 @@ class DataParallelStep:
             return hit
         loss_fn, has_aux, optimizer = self.loss_fn, self.has_aux, self.optimizer
         # the plan needs the loss's dtype: trace once, shapes only
-        from .transforms import make_graph
         graph = make_graph((lambda p, *b: loss_fn(p, *b)[0]) if has_aux else loss_fn)(
             params, *batch)
         loss_aval = graph.outputs[0].aval

@@ -27,6 +27,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from . import numpy as jnp
+from . import serialization
 from .tree import tree_flatten, tree_unflatten
 
 __all__ = ["DistributedUnavailableError", "init", "rank", "world_size", "is_main", "barrier",
@@ -204,7 +206,6 @@ def unpack(buffers: Sequence[np.ndarray], plan: BucketPlan, copy: bool = False) 
 def pack_traced(leaves: Sequence[Any], plan: BucketPlan, scale: float | None = None) -> list:
     """``pack`` written with ``jitgraph.numpy``: inside ``jit`` the compiled program's outputs
     are the flat buffers themselves."""
-    from . import numpy as jnp
     out = []
     for b in plan.buckets:
         parts = [jnp.ravel(leaves[i]) for i, _, _ in b.entries]
@@ -215,7 +216,6 @@ def pack_traced(leaves: Sequence[Any], plan: BucketPlan, scale: float | None = N
 
 def unpack_traced(buffers: Sequence[Any], plan: BucketPlan) -> list:
     """``unpack`` written with ``jitgraph.numpy`` (static slices and reshapes)."""
-    from . import numpy as jnp
     leaves: list = [None] * plan.num_leaves
     for buf, b in zip(buffers, plan.buckets):
         for i, off, shape in b.entries:
@@ -409,14 +409,12 @@ def shard_batches(num_examples: int, global_batch_size: int, *, seed: int = 0, e
 # ------------------------------------------------------------------ checkpoints
 def save(path, tree: Any) -> None:
     """``jitgraph.save`` on rank 0 only, then a barrier, so every rank may load it afterwards."""
-    import jitgraph
     if is_main():
-        jitgraph.save(path, tree)
+        serialization.save(path, tree)
     barrier()
 
 
 def load(path, like: Any = None) -> Any:
     """``jitgraph.load`` on every rank (after a ``save`` here, the file is complete)."""
-    import jitgraph
     init()
-    return jitgraph.load(path, like=like)
+    return serialization.load(path, like=like)

@@ -6,6 +6,8 @@ as in NumPy 2 and JAX.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 bool_ = np.dtype(np.bool_)
@@ -74,3 +76,44 @@ def _result_type(items) -> tuple[np.dtype, bool]:
         return out, False
     kind = max(_KIND_ORDER[d.kind] for d in weak)
     return _DEFAULT_FOR_KIND["bif"[kind]], True
+
+
+def concrete_operand(x: Any, name: str = "argument") -> Any:
+    """A value that is not traced, as an operand: Python scalars as they are (weak), arrays and
+    NumPy scalars in the supported dtype of their kind, regular nested lists as arrays; a
+    TypeError or ValueError naming ``name`` for anything else. Traced values are the caller's to
+    pass through: this module sits below the IR, so ``vmap`` (below ``jitgraph.numpy``) and
+    ``jnp``'s own operand check share it."""
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return x
+    if isinstance(x, np.ndarray):
+        if x.dtype in SUPPORTED:
+            return x
+        return x.astype(_canonical_for(x.dtype, name))
+    if isinstance(x, np.generic):
+        return np.asarray(x, _canonical_for(x.dtype, name))
+    if isinstance(x, (list, tuple)):
+        try:
+            arr = np.asarray(x)
+        except ValueError as err:
+            raise ValueError(f"{name}: cannot make an array from a ragged nested sequence "
+                             f"({err}); all rows must have the same length") from None
+        if arr.dtype == object:
+            raise ValueError(f"{name}: cannot make an array from a ragged nested sequence")
+        if arr.dtype.kind in "US":
+            raise TypeError(f"{name}: strings are not arrays (got {x!r:.60})")
+        return arr.astype(_canonical_for(arr.dtype, name))
+    if x is None:
+        raise TypeError(f"{name}: None is not an array")
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name}: a string is not an array (got {x!r:.60})")
+    if hasattr(x, "__array__"):
+        return concrete_operand(np.asarray(x), name)
+    raise TypeError(f"{name}: expected an array, scalar or traced value, got {type(x).__name__}")
+
+
+def _canonical_for(dtype, name: str) -> np.dtype:
+    try:
+        return canonical(dtype)
+    except TypeError as err:
+        raise TypeError(f"{name}: {err}") from None

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .core import Graph, _pinned, fp_errors_ignored
+from .core import Graph, pinned, fp_errors_ignored
 
 
 def run(graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -31,13 +31,13 @@ def run(graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
                 for v, r in zip(n.outs, res):
                     a = v.aval
                     if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
-                        r = _pinned(r, a)
+                        r = pinned(r, a)
                     env[v] = r
                 continue
             v = n.outs[0]
             a = v.aval
             if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
-                res = _pinned(res, a)           # (a NumPy scalar, from a 0-d operation)
+                res = pinned(res, a)           # (a NumPy scalar, from a 0-d operation)
             env[v] = res
     return [env[v] for v in graph.outputs]
 
@@ -98,11 +98,11 @@ def run_plan(plan: Plan, args: Sequence[np.ndarray], every: bool = False) -> lis
             if multiple:
                 for (k, a), r in zip(outs, res):
                     if type(r) is not ndarray or r.dtype is not a.dtype or r.shape != a.shape:
-                        r = _pinned(r, a)
+                        r = pinned(r, a)
                     env[k] = r
                 continue
             k, a = outs[0]
             if type(res) is not ndarray or res.dtype is not a.dtype or res.shape != a.shape:
-                res = _pinned(res, a)
+                res = pinned(res, a)
             env[k] = res
     return env if every else [env[k] for k in plan.outputs]

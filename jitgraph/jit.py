@@ -17,9 +17,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .compiler import pipeline
+from .compiler.backends.base import CompileOptions
+from .compiler.dynamic import CannotGeneralize
+from .compiler.settings import compile_settings
+from .compiler.state import STATE
+from . import device as device_runtime
 from .core import Graph, Tracer, short_dtype
 from .errors import CompileError, user_frame, where
 from .passes import optimize
+from .transforms import trace_to_graph
 from .tree import tree_flatten
 
 @dataclass
@@ -50,9 +57,9 @@ def cache_info() -> dict:
     kernels compile workers compiled (``worker_compiles``) beside this process
     (``local_compiles``). Which program served each shape of one function:
     ``f.cache_entries()``."""
-    from .compiler.compile_pool import STATS
-    return {**_STATS.as_dict(), "worker_compiles": STATS["worker_compiles"],
-            "local_compiles": STATS["local_compiles"]}
+    stats = STATE.compile_stats
+    return {**_STATS.as_dict(), "worker_compiles": stats["worker_compiles"],
+            "local_compiles": stats["local_compiles"]}
 
 
 def clear_cache() -> None:
@@ -62,8 +69,7 @@ def clear_cache() -> None:
         f._fast.clear()
         f._patterns.clear()
     _STATS.__init__()
-    from .compiler.compile_pool import STATS
-    STATS.update(worker_compiles=0, local_compiles=0)
+    STATE.compile_stats.update(worker_compiles=0, local_compiles=0)
 
 
 def _log_enabled() -> bool:
@@ -72,12 +78,24 @@ def _log_enabled() -> bool:
 
 @dataclass
 class Lowered:
-    """What ``jit(f).lower(*args)`` shows: the optimized graph, the kernels and the module source."""
+    """What ``jit(f).lower(*args)`` shows: the optimized graph, the kernels and the module
+    source, and ``stages``: the value each stage of ``compiler.pipeline`` produced (``graph``,
+    ``lowered``, ``plan``, ``memory``, ``source``); ``show(stage)`` prints one."""
     graph: Graph
     kernels: list
     source: str
     plan: Any = None
     program: Any = None
+
+    @property
+    def stages(self) -> dict:
+        return self.program.stages if self.program is not None else {}
+
+    def show(self, stage: str = "source") -> str:
+        """The text of one stage's value (see ``stages``)."""
+        if stage not in self.stages:
+            raise KeyError(f"Lowered.show: no stage {stage!r}; one of {list(self.stages)}")
+        return pipeline.describe(self.stages[stage])
 
     def __repr__(self) -> str:
         return f"<Lowered: {len(self.graph.nodes)} graph nodes, {len(self.kernels)} kernels>"
@@ -90,7 +108,7 @@ class _Entry:
     in_dtypes: list
     donated: set = field(default_factory=set)
     fresh: bool = True      # Numba compiles lazily: the first run's time counts as compile time
-    run: Any = None         # the specialised call path (CompiledProgram.make_runner)
+    run: Any = None         # the specialised call path (Executable.make_runner)
     log_line: str = ""
     setup_seconds: float = 0.0
     signature: str = ""     # what the program was compiled for, sizes that vary as symbols
@@ -205,8 +223,7 @@ def _signature_text(graph, symbols) -> str:
 
 def _device_leaf_sig(x: Any):
     """Signature entry of a leaf for a GPU-jitted function: device arrays as host ones."""
-    from .device import leaf_signature
-    sig = leaf_signature(x)
+    sig = device_runtime.leaf_signature(x)
     return sig if sig is not None else _leaf_sig(x)
 
 
@@ -223,10 +240,9 @@ class JitFunction:
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
         if device in ("cuda", "gpu", "cuda:0"):
-            from .device import DeviceArray, cuda_api
-            cuda_api(f"jit({getattr(fun, '__name__', 'f')})")   # clear error if unusable
+            device_runtime.cuda_api(f"jit({getattr(fun, '__name__', 'f')})")   # clear error if unusable
             device = "cuda"
-            self._fast_types = (np.ndarray, DeviceArray)
+            self._fast_types = (np.ndarray, device_runtime.DeviceArray)
         elif device != "cpu":
             raise ValueError(f"jit: unknown device {device!r}; use 'cpu' or 'cuda' "
                              "(jitgraph.devices() lists what is usable here)")
@@ -286,10 +302,9 @@ class JitFunction:
 
     def _run(self, entry: _Entry, leaves: Sequence[Any]) -> Any:
         if entry.fresh:
-            from .compiler.runtime import compile_settings
             t0 = time.perf_counter()
             try:
-                if getattr(entry.program, "native", False):    # nothing to compile
+                if entry.program.native:    # nothing to compile
                     out = entry.run(*leaves)
                 else:
                     with compile_settings(self.device):
@@ -389,7 +404,6 @@ class JitFunction:
     def _trace(self, args, kwargs, statics, dyn_args, dyn_kwargs, probe: bool = False):
         """Trace and optimize; ``probe`` traces (at sample sizes, for programs whose sizes are
         runtime arguments) count as ``probe_traces``, not ``traces``."""
-        from .transforms import trace_to_graph
         if self._signature is not None:
             try:
                 self._signature.bind(*args, **kwargs)
@@ -427,8 +441,13 @@ class JitFunction:
             pos += n
         return donated
 
+    def _options(self, donated, out_tree) -> CompileOptions:
+        """How this function's programs are compiled (``compiler.pipeline``)."""
+        return CompileOptions(fastmath=self.fastmath, donate=tuple(donated),
+                              single_output=self.device == "cpu" and out_tree.node == "*",
+                              name=self.__name__, extra={"allow_native": True})
+
     def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves) -> _Entry:
-        from .compiler import compile_graph
         _STATS.misses += 1
         reason = self._miss_reason(key)
         pattern = self._patterns.setdefault(_pattern_key(key), _Pattern())
@@ -443,8 +462,7 @@ class JitFunction:
                       f"arguments): {reason}", file=sys.stderr)
             return served
         if self.device == "cuda":    # trace device arrays by shape and dtype: no host copy
-            from .device import host_placeholders
-            args, kwargs, dyn_args, dyn_kwargs = host_placeholders(
+            args, kwargs, dyn_args, dyn_kwargs = device_runtime.host_placeholders(
                 (args, kwargs, dyn_args, dyn_kwargs))
             dims = []                # the CUDA backend launches from static shapes
         else:
@@ -456,18 +474,13 @@ class JitFunction:
             symbols = _symbols(dims, shapes)
             program = self._compile_dynamic(graph, out_tree, statics, dyn_args, dyn_kwargs,
                                             leaves, symbols, donated, pattern, dims)
-        if self.device == "cuda":
-            from .compiler.runtime_cuda import compile_graph_cuda
-            program = compile_graph_cuda(graph, donate=donated, name=self.__name__,
-                                         fastmath=self.fastmath)
-        elif program is None:
+        if program is None:
             symbols = None
-            program = compile_graph(graph, fastmath=self.fastmath, donate=donated,
-                                    single_output=out_tree.node == "*")
+            program = pipeline.compile(graph, self.device, self._options(donated, out_tree))
         _STATS.compile_seconds += program.compile_seconds
         if program.was_on_disk:
             _STATS.disk_hits += 1
-        if getattr(program, "native", False):
+        if program.native:
             _STATS.native_loads += 1
         self._last_sig[key[0]] = key
         pattern.seen.append(shapes)
@@ -525,9 +538,6 @@ class JitFunction:
                          donated, pattern, dims):
         """Generate the program at sample sizes, fit the sizes as runtime arguments and compile
         that once; None (and the dims are remembered) if its structure depends on the sizes."""
-        from .compiler.dynamic import CannotGeneralize
-        from .compiler.runtime import compile_dynamic
-        from .tree import tree_flatten as flatten
 
         def trace_at(point):
             probe = list(leaves)
@@ -536,7 +546,7 @@ class JitFunction:
                     shp = list(np.shape(leaves[leaf]))
                     shp[axis] = point[name]
                     probe[leaf] = _probe_array(shp, np.asarray(leaves[leaf]).dtype)
-            _, treedef = flatten((dyn_args, dyn_kwargs))
+            _, treedef = tree_flatten((dyn_args, dyn_kwargs))
             a, k = treedef.unflatten(probe)
             full = list(a)
             for kind, i, v in statics:
@@ -547,8 +557,8 @@ class JitFunction:
 
         t0 = time.perf_counter()
         try:
-            return compile_dynamic(graph, trace_at, symbols, fastmath=self.fastmath,
-                                   donate=donated, single_output=out_tree.node == "*", t0=t0)
+            return pipeline.compile_dynamic(graph, trace_at, symbols,
+                                            self._options(donated, out_tree), t0=t0)
         except CannotGeneralize as e:
             pattern.failed.add(frozenset(dims))
             if _log_enabled():
@@ -561,7 +571,7 @@ class JitFunction:
         rows = []
         for key, e in self._cache.items():
             rows.append({"shapes": _shapes_text(key[1]), "program": e.signature,
-                         "dynamic": bool(getattr(e.program, "symbols", ()))})
+                         "dynamic": bool(e.program.symbols)})
         return rows
 
     def _miss_reason(self, key) -> str:
@@ -612,3 +622,6 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
         return JitFunction(f, static_argnums, static_argnames, donate_argnums, device, fastmath,
                            dynamic_dims, dynamic)
     return wrap if fun is None else wrap(fun)
+
+
+device_runtime.OPERATOR_COMPILER.append(jit)     # DeviceArray arithmetic compiles with jit

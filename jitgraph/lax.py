@@ -3,7 +3,7 @@
 
 Each call traces the user's functions once, abstractly, on the avals of the operands (values
 they close over become operands), and records ONE graph node holding the traced sub-graphs
-(``jitgraph.ops.control_flow``). So a 1,000-step scan is one node, differentiates as a scan
+(``jitgraph.control_flow``). So a 1,000-step scan is one node, differentiates as a scan
 and compiles to a loop around one compiled body, unlike a Python loop, which unrolls.
 """
 from __future__ import annotations
@@ -14,10 +14,12 @@ import numpy as np
 
 from . import dtypes
 from . import numpy as jnp
+from .autodiff import eval_graph
+from .control_flow import closed, cond_p, permuted, scan_p, while_p
 from .core import Aval, Graph, Tracer, Var, aval_of, bind
 from .errors import user_frame, where
-from .ops.control_flow import closed, cond_p, eval_graph, permuted, scan_p, trace_flat, while_p
-from .transforms import _describe_fn, _leaf_operand
+from .passes import optimize
+from .transforms import describe_fn, leaf_operand, trace_flat
 from .tree import TreeDef, tree_flatten
 
 __all__ = ["cond", "switch", "fori_loop", "while_loop", "scan", "map", "stop_gradient"]
@@ -26,13 +28,14 @@ stop_gradient = jnp.stop_gradient
 
 
 # ------------------------------------------------------------------ tracing user functions
-def _leaves(tree: Any, what: str) -> tuple[list, TreeDef]:
+def flatten_operands(tree: Any, what: str) -> tuple[list, TreeDef]:
+    """The leaves of ``tree`` as operands (``what`` names them in errors), and its structure."""
     leaves, td = tree_flatten(tree)
-    return [_leaf_operand(x, what) for x in leaves], td
+    return [leaf_operand(x, what) for x in leaves], td
 
 
-def _trace_user(fun: Callable, in_tree: TreeDef, avals: Sequence[Aval], what: str,
-                split: Callable | None = None):
+def trace_user(fun: Callable, in_tree: TreeDef, avals: Sequence[Aval], what: str,
+               split: Callable | None = None) -> tuple[Graph, list, list]:
     """Trace ``fun(*in_tree.unflatten(tracers))``: (graph, captured tracers, output trees).
     ``split(out)`` returns the parts of the result to flatten one after another (default: the
     whole result); the graph's outputs are their leaves in that order."""
@@ -45,7 +48,7 @@ def _trace_user(fun: Callable, in_tree: TreeDef, avals: Sequence[Aval], what: st
         for p in parts:
             pl, pt = tree_flatten(p)
             trees.append(pt)
-            leaves += [_leaf_operand(x, f"the output of {what}") for x in pl]
+            leaves += [leaf_operand(x, f"the output of {what}") for x in pl]
         return leaves
     graph, caps = trace_flat(flat, list(avals), what)
     return graph, caps, trees
@@ -84,7 +87,7 @@ def _cast_outputs(g: Graph, out_dtypes: Sequence, what: str) -> Graph:
 
 # ------------------------------------------------------------------ cond / switch
 def _check_index(x: Any, what: str, site: str) -> Any:
-    x = _leaf_operand(x, what)
+    x = leaf_operand(x, what)
     a = aval_of(x)
     if a.shape != ():
         raise TypeError(f"{what} must be a scalar, got shape {a.shape} (at {site}); reduce it "
@@ -121,14 +124,14 @@ def _switch(index, branches: list, operands, site: str, what: str) -> Any:
             raise TypeError(f"{what}: branches must be callables, got {type(b).__name__} "
                             f"(at {site})")
     index = _check_index(index, f"{what}'s index", site)
-    leaves, in_tree = _leaves(tuple(operands), f"an operand of {what}")
+    leaves, in_tree = flatten_operands(tuple(operands), f"an operand of {what}")
     avals = [aval_of(x) for x in leaves]
     names = ["false_fun", "true_fun"] if what == "cond" else \
         [f"branches[{i}]" for i in range(len(branches))]
-    traced = [_trace_user(b, in_tree, avals, f"{what} {nm} {_describe_fn(b)}")
+    traced = [trace_user(b, in_tree, avals, f"{what} {nm} {describe_fn(b)}")
               for b, nm in zip(branches, names)]
     first_g, _, (first_t,) = traced[0]
-    desc = lambda i: f"{names[i]} ({_describe_fn(branches[i])})"
+    desc = lambda i: f"{names[i]} ({describe_fn(branches[i])})"
     out_dtypes = []
     shown = range(len(branches))[::-1] if what == "cond" else range(len(branches))
     for i, (g, _, (t,)) in enumerate(traced[1:], 1):
@@ -152,7 +155,6 @@ def _switch(index, branches: list, operands, site: str, what: str) -> Any:
     graphs = tuple(_cast_outputs(_with_captures(g, len(leaves), c, caps), out_dtypes,
                                  f"{what} branch")
                    for g, c, _ in traced)
-    from .passes import optimize
     graphs = tuple(optimize(g) for g in graphs)
     outs = bind(cond_p, index, *leaves, *caps, _branches=graphs,
                 name=f"{what} ({', '.join(desc(i) for i in range(len(branches)))})")
@@ -168,7 +170,7 @@ def _loop_body(fun: Callable, init_leaves: list, init_tree: TreeDef, extra_avals
     carry's. Returns (graph, captured, output trees, carry leaves)."""
     for attempt in range(2):
         avals = [aval_of(x) for x in init_leaves] + extra_avals
-        g, caps, trees = _trace_user(fun, in_tree, avals, what, split)
+        g, caps, trees = trace_user(fun, in_tree, avals, what, split)
         if trees[0] != init_tree:
             raise TypeError(f"{what} must return a carry with the same pytree structure as its "
                             f"input carry: got {init_tree} in and {trees[0]} out (at {site})")
@@ -200,12 +202,12 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     returns ``(final carry, stacked ys)``. ``xs`` may be None with ``length`` given. One graph
     node: the body is traced and compiled once, whatever the length."""
     site = where(user_frame(2))
-    return _scan(f, init, xs, length, reverse, site, f"scan body {_describe_fn(f)}")
+    return _scan(f, init, xs, length, reverse, site, f"scan body {describe_fn(f)}")
 
 
 def _scan(f, init, xs, length, reverse, site, what):
-    init_leaves, init_tree = _leaves(init, f"the initial carry of {what}")
-    xs_leaves, xs_tree = _leaves(xs, f"xs of {what}")
+    init_leaves, init_tree = flatten_operands(init, f"the initial carry of {what}")
+    xs_leaves, xs_tree = flatten_operands(xs, f"xs of {what}")
     lengths = set()
     for x in xs_leaves:
         a = aval_of(x)
@@ -238,7 +240,6 @@ def _scan(f, init, xs, length, reverse, site, what):
     nin = nk + nx
     body = permuted(g, list(range(nin, len(g.inputs))) + list(range(nin)),
                     range(len(g.outputs)))
-    from .passes import optimize
     outs = bind(scan_p, *caps, *init_leaves, *xs_leaves, _body=optimize(body),
                 num_consts=len(caps), num_carry=nk, length=n, reverse=bool(reverse), name=what)
     outs = list(outs)
@@ -250,7 +251,7 @@ def map(f: Callable, xs: Any) -> Any:
     with no carry)."""
     site = where(user_frame(2))
     return _scan(lambda c, x: ((), f(x)), (), xs, None, False, site,
-                 f"map function {_describe_fn(f)}")[1]
+                 f"map function {describe_fn(f)}")[1]
 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
@@ -258,24 +259,23 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     forward mode only (use scan or fori_loop with static bounds for reverse mode)."""
     site = where(user_frame(2))
     return _while(cond_fun, body_fun, init_val, site,
-                  f"while_loop (body_fun {_describe_fn(body_fun)})")
+                  f"while_loop (body_fun {describe_fn(body_fun)})")
 
 
 def _while(cond_fun, body_fun, init_val, site, what):
-    leaves, tree = _leaves(init_val, f"the initial value of {what}")
+    leaves, tree = flatten_operands(init_val, f"the initial value of {what}")
     in_tree = tree_flatten((init_val,))[1]
     body, bcaps, _, leaves = _loop_body(body_fun, leaves, tree, [], in_tree, what, site,
                                         lambda out: (out,))
     avals = [aval_of(x) for x in leaves]
-    cg, ccaps, ctrees = _trace_user(cond_fun, in_tree, avals,
-                                    f"while_loop cond_fun {_describe_fn(cond_fun)}")
+    cg, ccaps, ctrees = trace_user(cond_fun, in_tree, avals,
+                                    f"while_loop cond_fun {describe_fn(cond_fun)}")
     if len(cg.outputs) != 1 or cg.outputs[0].aval.shape != () or \
             cg.outputs[0].aval.dtype != np.bool_:
-        raise TypeError(f"while_loop: cond_fun ({_describe_fn(cond_fun)}) must return a "
+        raise TypeError(f"while_loop: cond_fun ({describe_fn(cond_fun)}) must return a "
                         "boolean scalar, but got output type(s) "
                         f"{_fmt([v.aval for v in cg.outputs])} (at {site})")
     nk = len(leaves)
-    from .passes import optimize
     cgraph = optimize(permuted(cg, list(range(nk, len(cg.inputs))) + list(range(nk)), [0]))
     bgraph = optimize(permuted(body, list(range(nk, len(body.inputs))) + list(range(nk)),
                                range(nk)))
@@ -294,7 +294,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
     Python int bounds it is a scan (reverse-mode differentiable); with traced bounds a
     while_loop (forward mode only)."""
     site = where(user_frame(2))
-    what = f"fori_loop body_fun {_describe_fn(body_fun)}"
+    what = f"fori_loop body_fun {describe_fn(body_fun)}"
     if _static_int(lower) and _static_int(upper):
         lo, hi = int(lower), int(upper)
         # Python int bounds give a weakly typed index, as JAX's int32 index behaves beside

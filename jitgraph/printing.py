@@ -1,9 +1,12 @@
 """Readable listings of graphs: a jaxpr-like text form and Graphviz dot."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from .core import Graph, Var
+if TYPE_CHECKING:       # (only for the annotations: core imports this module to print graphs)
+    from .core import Graph, Var
 
 
 def _namer():

@@ -536,7 +536,7 @@ def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
     host clock around a launch). Returns the ``BenchmarkResult`` fields it measured."""
     from .compiler.cost import step_cost
     from .compiler.fusion import kernel_ops
-    from .compiler.runtime import compile_settings
+    from .compiler.settings import compile_settings
     entry, leaves, _ = f._entry(args, kwargs)
     prog = entry.program
     if getattr(prog, "symbols", ()) and any(
@@ -551,7 +551,7 @@ def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
     marks, clock = prog.module.profile_marks, prog.module.profile_clock
     reset = getattr(clock, "reset", lambda: None)    # a pool of CUDA events, reused per call
     if device == "cuda":
-        from .compiler.runtime_cuda import event_intervals as intervals
+        from .compiler.backends.cuda_program import event_intervals as intervals
     else:
         intervals = np.diff
     with compile_settings(device):

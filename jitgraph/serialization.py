@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .tree import tree_flatten, tree_unflatten
+from .tree import TreeDef, tree_flatten, tree_unflatten
 
 _HEADER = "__jitgraph_checkpoint__"
 _FORMAT = 1
@@ -122,7 +122,6 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
         raise CheckpointError(f"load: cannot read {path} as a checkpoint: {e}") from None
     if like is None:
         node = _json_node(header["structure"])
-        from .tree import TreeDef
         return tree_unflatten(TreeDef(node, len(arrays)), arrays)
     want_leaves, want_def = tree_flatten(like)
     if _node_json(want_def.node) != header["structure"]:

@@ -21,6 +21,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .core import run_impl
+from .data_parallel import DataParallelStep
+from .distributed import DEFAULT_BUCKET_BYTES
 from .errors import where
 from .jit import jit
 from .optim import GradientTransformation, apply_updates
@@ -79,8 +81,6 @@ class TrainStep:
         self._jitted = jit(step, donate_argnums=(0, 1) if donate else ())
         self.distributed = distributed
         if distributed:
-            from .data_parallel import DataParallelStep
-            from .distributed import DEFAULT_BUCKET_BYTES
             self._jitted = DataParallelStep(loss_fn, optimizer, has_aux, donate,
                                             bucket_bytes or DEFAULT_BUCKET_BYTES, overlap)
 

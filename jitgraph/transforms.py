@@ -23,16 +23,29 @@ from . import dtypes
 from . import numpy as jnp
 from .autodiff import (build_jvp, build_vjp, eager_hvp, eager_values, eager_vjp, eval_graph,
                        structure_key, vdot_leaves)
-from .core import Graph, Trace, Tracer, aval_of
+from .core import Aval, Graph, Trace, Tracer, aval_of
 from .passes import optimize
-from .tree import tree_flatten
+from .tree import TreeDef, tree_flatten
 
 
-def _leaf_operand(x: Any, name: str) -> Any:
-    """Validate one pytree leaf of a transformed function's argument."""
+def leaf_operand(x: Any, name: str) -> Any:
+    """Validate one pytree leaf of a transformed function's argument (``name`` says which, in
+    the error); the tracing helpers of ``custom``, ``lax`` and ``remat`` use it too."""
     if isinstance(x, Tracer):
         return x
     return jnp._operand(x, name)
+
+
+def trace_flat(fn: Callable, avals: Sequence[Aval], what: str) -> tuple[Graph, list]:
+    """Trace ``fn(*tracers) -> list`` abstractly, one input per aval: (graph, captured outer
+    tracers). The graph's inputs are the avals' inputs, then one per captured value; ``what``
+    names the function in errors. The common step of custom_vjp's and control flow's tracing."""
+    with Trace(abstract=True, what=what) as t:
+        tracers = [t.new_input(a) for a in avals]
+        out = fn(*tracers)
+        leaves = [o if isinstance(o, Tracer) else jnp._operand(o, "output") for o in out]
+        graph = t.to_graph(leaves)
+        return graph, t.captured_values()
 
 
 def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
@@ -51,7 +64,7 @@ def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
     ``flat``: ``(leaves, in_tree)`` of ``tuple(args)``, already validated by the caller."""
     if flat is None:
         leaves, in_tree = tree_flatten(tuple(args))
-        leaves = _leaf_operands(args, leaves, arg_names)
+        leaves = leaf_operands(args, leaves, arg_names)
     else:
         leaves, in_tree = flat
     with Trace(abstract=abstract, what=what) as t:
@@ -61,7 +74,7 @@ def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
                    for x in leaves for a in (aval_of(x),)]
         out = fun(*in_tree.unflatten(tracers))
         out_leaves, out_tree = tree_flatten(out)
-        out_leaves = [_leaf_operand(o, "output") for o in out_leaves]
+        out_leaves = [leaf_operand(o, "output") for o in out_leaves]
         graph = t.to_graph(out_leaves, in_tree, out_tree)
         out_vals = [o.val if isinstance(o, Tracer) and o.trace is t else o for o in out_leaves]
         captured = t.captured_values()
@@ -70,17 +83,18 @@ def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
 
 def _plain_leaves(leaves: Sequence[Any]) -> bool:
     """All leaves are already valid operands (tracers, floats, arrays of supported dtypes), so
-    ``_leaf_operand`` (and the names it needs for error messages) can be skipped."""
+    ``leaf_operand`` (and the names it needs for error messages) can be skipped."""
     return all(type(x) is Tracer or type(x) is float
                or type(x) is np.ndarray and x.dtype in dtypes.SUPPORTED for x in leaves)
 
 
-def _leaf_operands(args: Sequence[Any], leaves: list, arg_names=None) -> list:
-    """Validate argument leaves with ``_leaf_operand``."""
+def leaf_operands(args: Sequence[Any], leaves: list,
+                  arg_names: Sequence[str] | None = None) -> list:
+    """Validate the leaves of ``args`` with ``leaf_operand``, each named after its argument."""
     if _plain_leaves(leaves):
         return leaves
     names = _leaf_names(args, arg_names)
-    return [_leaf_operand(x, n) for x, n in zip(leaves, names)]
+    return [leaf_operand(x, n) for x, n in zip(leaves, names)]
 
 
 def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
@@ -115,7 +129,7 @@ def _split_args(args, argnums):
     return single, nums
 
 
-def _describe_fn(fun) -> str:
+def describe_fn(fun: Callable) -> str:
     """``name (file:line)`` of a user function, for error messages."""
     code = getattr(fun, "__code__", None)
     name = getattr(fun, "__name__", type(fun).__name__)
@@ -146,7 +160,6 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
         wrapped, primals, abstract=False, what="vjp")
     n_in = len(in_leaves)
     out_treedef = out_tree.node[2][0]   # tuple(out, aux)
-    from .tree import TreeDef
     n_out = _count_leaves(out_treedef)
     main_td = TreeDef(out_treedef, n_out)
     aux_td = TreeDef(out_tree.node[2][1], out_tree.num_leaves - n_out)
@@ -217,7 +230,7 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
     for i, node in zip(nums, in_tree.node[2]):
         n = _count_leaves(node)
         if not plain:
-            leaves[pos:pos + n] = [_leaf_operand(x, f"argument {i}")
+            leaves[pos:pos + n] = [leaf_operand(x, f"argument {i}")
                                    for x in leaves[pos:pos + n]]
         _check_float_leaves(leaves[pos:pos + n], "grad", i)
         pos += n
@@ -230,16 +243,16 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
         out, aux = (r if has_aux else (r, None))
         if isinstance(out, (list, tuple, dict)):
             raise TypeError("grad requires a function with a scalar output, got a "
-                            f"{type(out).__name__} from {_describe_fn(fun)}; use jacrev or "
+                            f"{type(out).__name__} from {describe_fn(fun)}; use jacrev or "
                             "vjp for vector outputs (or has_aux=True for (loss, aux))")
         a = aval_of(jnp._operand(out, "output"))
         if a.shape != ():
             raise TypeError(f"grad requires a scalar output, got shape {a.shape} from "
-                            f"{_describe_fn(fun)}; reduce "
+                            f"{describe_fn(fun)}; reduce "
                             "it (e.g. .sum() or .mean()), or use jacrev / vjp")
         if not dtypes.is_float(a.dtype):
             raise TypeError(f"grad requires a float output, got {a.dtype} from "
-                            f"{_describe_fn(fun)}")
+                            f"{describe_fn(fun)}")
         return out, aux
 
     t, graph, captured, leaves, _, out_tree = _trace(
@@ -327,14 +340,13 @@ def _with_aux(fun: Callable, what: str) -> Callable:
         r = fun(*xs)
         if not (isinstance(r, tuple) and len(r) == 2):
             raise TypeError(f"{what}: with has_aux=True the function must return a pair "
-                            f"(output, aux), got {type(r).__name__} from {_describe_fn(fun)}")
+                            f"(output, aux), got {type(r).__name__} from {describe_fn(fun)}")
         return r
     return f
 
 
 def _split_aux_tree(out_tree):
     """The structures of ``out`` and ``aux`` in an ``(out, aux)`` output, and ``out``'s leaf count."""
-    from .tree import TreeDef
     main, aux = out_tree.node[2]
     n_main = _count_leaves(main)
     return TreeDef(main, n_main), TreeDef(aux, out_tree.num_leaves - n_main), n_main

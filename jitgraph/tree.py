@@ -108,6 +108,13 @@ def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable) -> N
     _CUSTOM[cls] = (flatten, unflatten)
 
 
+def registered_flatten(cls: type) -> Callable | None:
+    """The ``flatten`` registered for ``cls`` (``register_pytree_node``), or None: for code
+    that walks one level of a pytree at a time (``vmap``'s in_axes prefixes)."""
+    entry = _CUSTOM.get(cls)
+    return None if entry is None else entry[0]
+
+
 _ONE_TUPLE = ("tuple", None, (_LEAF,))
 _LEAF_NONE = ("tuple", None, (_LEAF, ("none", None, ())))
 _LEAF_TREE = TreeDef(_LEAF, 1)

@@ -14,6 +14,7 @@ import pytest
 import jitgraph
 import jitgraph.numpy as jnp
 from jitgraph.compiler import compile_pool
+from jitgraph.compiler.state import STATE
 
 needs_fork = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="compile workers are forked on Linux only")
@@ -38,7 +39,7 @@ def _args(seed, dtype=np.float32):
 def test_worker_compiles_are_loaded_and_give_the_reference_values(tmp_path, monkeypatch):
     monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path / "jit"))
     monkeypatch.setenv(compile_pool.ENV, "2")
-    before = dict(compile_pool.STATS)
+    before = dict(STATE.compile_stats)
     f = jitgraph.jit(jitgraph.value_and_grad(_many_kernels, argnums=(1, 2)))
     args = _args(0)
     program = f.lower(*args).program
@@ -49,7 +50,7 @@ def test_worker_compiles_are_loaded_and_give_the_reference_values(tmp_path, monk
     np.testing.assert_allclose(gb, ref_gb, rtol=2e-4, atol=1e-5)
     kernels = len(program.kernel_modules)
     assert kernels >= 3
-    delta = {k: compile_pool.STATS[k] - before[k] for k in before}
+    delta = {k: STATE.compile_stats[k] - before[k] for k in before}
     assert delta["worker_failures"] == 0
     # jobs: the kernels, and the driver's BLAS helpers (kernels/matmul) with their signatures
     helpers = len(program.blas_calls)
@@ -82,16 +83,16 @@ def test_every_job_runs_once_and_failures_are_left_to_the_first_call(tmp_path, m
         (done / f"{job}-{os.getpid()}").touch()
         if job == 3:
             raise RuntimeError("a kernel that does not compile")
-    before = dict(compile_pool.STATS)
+    before = dict(STATE.compile_stats)
     assert compile_pool.precompile(list(range(6)), compile_one)
     names = sorted(p.name for p in done.iterdir())
     assert sorted(int(n.split("-")[0]) for n in names) == list(range(6))   # each exactly once
     me = str(os.getpid())
     here = sum(n.endswith("-" + me) for n in names)
-    assert compile_pool.STATS["local_compiles"] - before["local_compiles"] == here
+    assert STATE.compile_stats["local_compiles"] - before["local_compiles"] == here
     # job 3 failed where it ran: in a worker, that worker reports a failure
     ran_in_worker = not any(n == f"3-{me}" for n in names)
-    assert compile_pool.STATS["worker_failures"] - before["worker_failures"] == ran_in_worker
+    assert STATE.compile_stats["worker_failures"] - before["worker_failures"] == ran_in_worker
 
 
 def test_worker_count_setting_and_when_nothing_is_shared(monkeypatch):
@@ -118,11 +119,11 @@ def test_a_hanging_worker_is_killed(monkeypatch):
     def compile_one(job):
         # this process takes its time, so the worker gets a job, and it hangs in it
         time.sleep(0.2 if os.getpid() == parent else 60)
-    before = compile_pool.STATS["worker_failures"]
+    before = STATE.compile_stats["worker_failures"]
     t0 = time.monotonic()
     assert compile_pool.precompile(list(range(4)), compile_one)
     assert time.monotonic() - t0 < 20
-    assert compile_pool.STATS["worker_failures"] - before == 1
+    assert STATE.compile_stats["worker_failures"] - before == 1
 
 
 def test_predicted_blas_helper_signatures_are_the_ones_the_driver_calls(tmp_path, monkeypatch):

@@ -540,7 +540,7 @@ def test_garbage_collector_is_off_while_compiling_and_restored_after():
     their time in it) and leaves it as it found it, also when the compile raises."""
     import gc
 
-    from jitgraph.compiler.runtime import compile_settings
+    from jitgraph.compiler.settings import compile_settings
     assert gc.isenabled()
     states = []
     with compile_settings():

@@ -19,7 +19,8 @@ import pytest
 
 import jitgraph
 import jitgraph.numpy as jnp
-from jitgraph.compiler import native, runtime
+from jitgraph.compiler import native
+from jitgraph.compiler.backends import cpu_program
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not native.enabled(), reason="native bundles: Linux only")
@@ -181,7 +182,7 @@ def step_bundle(tmp_path_factory):
     x = r.standard_normal((6, 5)).astype(np.float32)
     expect = np.tanh(x @ w) @ w.T + 1.0
     np.testing.assert_allclose(f(w, x), expect, rtol=1e-5, atol=1e-5)
-    runtime.wait_for_bundles()
+    cpu_program.wait_for_bundles()
     prog = f.lower(w, x).program
     assert prog.bundle_status == "written", prog.bundle_status
     return prog, prog.bundle_file, w, x, expect

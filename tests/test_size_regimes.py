@@ -205,7 +205,7 @@ def test_issue_programs_at_training_sizes(n, regime, monkeypatch):
     dropout on 100,000 elements, a (512, 384) concatenation), value and gradient, at 2^17,
     2^20 and 2^22 elements, in threaded kernels and (thresholds raised past the size) in
     serial ones."""
-    from jitgraph.compiler import codegen_cpu
+    from jitgraph.compiler.backends import cpu as codegen_cpu
     if regime == "serial":
         monkeypatch.setattr(codegen_cpu, "PARALLEL_MIN_WORK", 4 * n)
     a, b = rn(n // 2, dtype=F32), rn(n // 2, dtype=F32)
@@ -518,7 +518,8 @@ def test_dynamic_program_at_parallel_sizes():
 
 def test_thresholds_are_the_ones_in_use():
     """The tier's sizes come from the thresholds the code generators read."""
-    from jitgraph.compiler import codegen_cpu, codegen_cuda, loops
+    from jitgraph.compiler import loops
+    from jitgraph.compiler.backends import cpu as codegen_cpu, cuda as codegen_cuda
     assert codegen_cpu.PARALLEL_MIN_WORK is T.PARALLEL_MIN_WORK
     assert codegen_cpu.PARALLEL_MIN_WORK_WITH_BLAS is T.PARALLEL_MIN_WORK_WITH_BLAS
     assert loops.COMPILED_LOOP_MIN_LENGTH is T.COMPILED_LOOP_MIN_LENGTH

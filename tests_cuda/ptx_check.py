@@ -34,11 +34,13 @@ def check_program(fn, args, cc=(9, 0), **patch) -> int:
     from numba import cuda, from_dtype, types
 
     import jitgraph
-    from jitgraph.compiler import codegen_cuda
-    from jitgraph.compiler.codegen_cuda import CudaCodegen, CudaContext
+    from jitgraph.compiler.backends import cuda as codegen_cuda
+    from jitgraph.compiler.backends.base import emit_program
+    from jitgraph.compiler.backends.cuda import CudaCodegen, CudaContext
+    from jitgraph.compiler.backends.cuda_program import cache_key
     from jitgraph.compiler.fusion import make_plan
-    from jitgraph.compiler.runtime import _codegen_fingerprint, disk_cache, inline_calls
-    from jitgraph.compiler.runtime_cuda import cache_key
+    from jitgraph.compiler.lower import inline_calls
+    from jitgraph.compiler.settings import disk_cache, fingerprint
 
     old = {k: getattr(codegen_cuda, k) for k in patch}
     for k, v in patch.items():
@@ -48,12 +50,13 @@ def check_program(fn, args, cc=(9, 0), **patch) -> int:
         ctx = CudaContext()
         plan = make_plan(graph, ctx)
         gen = CudaCodegen(plan, ctx, shuffle=True)
-        source, kernels, _, info = gen.module()
+        module_text = emit_program(gen, plan, set())[0]
+        source, info = module_text.source, module_text.info
     finally:
         for k, v in old.items():
             setattr(codegen_cuda, k, v)
     module, _ = disk_cache().load_module(source, key_extra=cache_key(
-        _codegen_fingerprint(), cc, False, True) + "|ptx-check")
+        fingerprint(), cc, False, True) + "|ptx-check")
     dtypes = {name: v.aval.dtype for v, name in plan._names.items()}
     dtypes.update({n: d for n, _, d in info["scratch_specs"]})
     n = 0

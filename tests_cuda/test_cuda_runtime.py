@@ -11,8 +11,8 @@ import pytest
 
 import jitgraph
 import jitgraph.numpy as jnp
-from jitgraph.compiler import codegen_cuda
-from jitgraph.compiler.runtime_cuda import cache_key
+from jitgraph.compiler.backends import cuda as codegen_cuda
+from jitgraph.compiler.backends.cuda_program import cache_key
 from jitgraph.device import as_device_buffer, buffer_pointer, device_error, simulator
 from jitgraph.kernels import cuda_matmul
 
@@ -166,15 +166,18 @@ def test_split_reduction(monkeypatch):
 
 
 def test_shuffle_path_is_generated_only_for_plain_monoids():
-    from jitgraph.compiler.codegen_cuda import CudaCodegen, CudaContext
+    from jitgraph.compiler.backends.base import emit_program
+    from jitgraph.compiler.backends.cuda import CudaCodegen, CudaContext
     from jitgraph.compiler.fusion import make_plan
     g = jitgraph.make_graph(lambda x: (jnp.sum(x, axis=-1), jnp.argmax(x, axis=-1)))(
         np.ones((4, 100), F32))
     ctx = CudaContext()
-    src = CudaCodegen(make_plan(g, ctx), ctx, shuffle=True).module()[0]
+    plan = make_plan(g, ctx)
+    src = emit_program(CudaCodegen(plan, ctx, shuffle=True), plan, set())[0].source
     compile(src, "<generated>", "exec")
     assert src.count("cuda.shfl_down_sync") == 5          # the sum's last warp; argmax: tree
-    src_tree = CudaCodegen(make_plan(g, ctx), ctx, shuffle=False).module()[0]
+    plan = make_plan(g, ctx)
+    src_tree = emit_program(CudaCodegen(plan, ctx, shuffle=False), plan, set())[0].source
     assert "shfl" not in src_tree
 
 

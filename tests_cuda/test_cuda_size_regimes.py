@@ -19,7 +19,7 @@ import pytest
 import jitgraph
 import jitgraph.numpy as jnp
 from jitgraph import nn
-from jitgraph.compiler import codegen_cuda
+from jitgraph.compiler.backends import cuda as codegen_cuda
 from jitgraph.compiler import thresholds as T
 from jitgraph.tree import tree_flatten
 

@@ -1,6 +1,4 @@
-"""The compiler: fusion plan -> generated Numba source -> disk-cached module -> runnable program.
-
-Stages, one module each: ``fusion`` (plan), ``emit`` (index arithmetic and scalar expressions),
-``codegen_cpu`` (Numba source), ``disk_cache`` (content-addressed modules), ``runtime``.
-"""
-from .runtime import CompiledProgram, compile_graph  # noqa: F401
+"""The compiler: ``pipeline.compile(graph, target, options)`` lowers, fuses, generates and
+loads a graph (see ``pipeline.py``); ``loops`` registers the lowerings of control flow."""
+from . import pipeline  # noqa: F401
+from . import loops  # noqa: F401  (registers the control-flow host lowerings)

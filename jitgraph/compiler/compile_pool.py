@@ -27,13 +27,15 @@ import time
 import warnings
 from typing import Any, Callable, Sequence
 
+from .settings import no_gc
+from .state import STATE
+
 ENV = "JITGRAPH_COMPILE_WORKERS"
 MIN_KERNELS = 2                 # fewer new kernels than this: nothing to share
 MAX_JOBS = 4096                 # job numbers go through a pipe, 2 bytes each: 8 KiB fits any pipe
 WAIT_S = 60.0                   # the longest this process waits for a worker's last kernel
 _MPI_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
-STATS = {"worker_compiles": 0, "local_compiles": 0, "worker_failures": 0}
 _batch_lock = threading.Lock()
 
 
@@ -82,7 +84,6 @@ def _initialise_numba() -> None:
     process at its first compile (about half a second each)."""
     from numba.core.registry import cpu_target
 
-    from .runtime import no_gc
     with no_gc():
         cpu_target.typing_context.refresh()
         cpu_target.target_context.refresh()
@@ -193,10 +194,10 @@ def precompile(jobs: Sequence[Any], compile_one: Callable[[Any], None]) -> bool:
             raise
         os.close(r)
         failed = _reap(pids, time.monotonic() + max(WAIT_S, 5 * t_last))
-        STATS["local_compiles"] += taken
-        STATS["worker_failures"] += failed
+        STATE.compile_stats["local_compiles"] += taken
+        STATE.compile_stats["worker_failures"] += failed
         if not failed:
-            STATS["worker_compiles"] += len(jobs) - taken
+            STATE.compile_stats["worker_compiles"] += len(jobs) - taken
         return True
     finally:
         _batch_lock.release()

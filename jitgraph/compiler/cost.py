@@ -3,15 +3,16 @@
 Bytes are the compulsory memory traffic: every array a step reads, once, plus every array it
 writes, once (a broadcast operand, a bias, counts its own size: it is read from cache after
 the first pass). Values a kernel computes and uses without storing cost no bytes: that is the
-point of fusion. FLOPs count one per elementwise operation per output element (a
-transcendental such as ``exp`` counts one, as in roofline practice for fused kernels; layout
-and gather ops count none), one per input element of a reduction, ``2*m*n*k`` per matrix
-product plus its epilogue, one per added element of a scatter-add.
+point of fusion. FLOPs count an elementwise operation's ``lowering.flops`` per output element
+(one, a transcendental such as ``exp`` too, as in roofline practice for fused kernels; none for
+casts; layout and gather ops count none), one per input element of a reduction, ``2*m*n*k``
+per matrix product plus its epilogue, one per added element of a scatter-add.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core import SCALAR
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, kernel_ops
 
 
@@ -40,10 +41,10 @@ def step_cost(step, plan: Plan) -> StepCost:
         moved = sum(_nbytes(v) for v in body.loads) + sum(_nbytes(v) for v in stored)
         flops = 0
         for n in kernel_ops(step):
-            kind = n.prim.kind
-            if kind == "elementwise" and n.prim.name not in ("convert", "stop_gradient"):
-                flops += int(n.out.aval.size)
-            elif kind == "reduce":
+            low = n.prim.lowering
+            if low.kind == SCALAR:
+                flops += low.flops * int(n.out.aval.size)
+            elif low.reduces:
                 flops += int(n.inputs[0].aval.size)
         return StepCost("loop", moved, flops)
     if isinstance(step, MatmulStep):

@@ -41,6 +41,8 @@ Design points (each one is covered by ``tests/test_disk_cache.py``):
   the dispatcher enables caching (a hook on ``Dispatcher.enable_caching`` that
   only acts on modules being imported by this file), so functions with
   explicit signatures, which compile while the module body runs, are covered.
+  These wrappers need Numba's internals (``numba_patches.py``): on a Numba
+  version they were not checked on, they are off and Numba's own caching applies.
 * Limits: entries are never evicted (delete the directory to clear it); only
   the cache directory and the files in it are checked, not the parents; a
   generated module can only be imported through :meth:`DiskCache.load_module`
@@ -68,6 +70,9 @@ import types
 import warnings
 from typing import Any
 
+from . import numba_patches
+from .state import STATE
+
 __all__ = [
     "FORMAT_VERSION",
     "MODULE_PREFIX",
@@ -89,12 +94,6 @@ _KEY_MARKER = "# jitgraph-cache-key: "
 
 # One lock for all DiskCache instances: they share sys.modules.
 _LOCK = threading.RLock()
-
-_PRIVATE_TMPDIRS: list[str] = []
-
-# module name -> callback(dispatcher), only while that generated module executes.
-_CACHING_HOOKS: dict[str, Any] = {}
-_HOOK_INSTALLED = False
 
 
 class CacheWarning(UserWarning):
@@ -131,26 +130,6 @@ def _unsafe_reason(st: os.stat_result, what: str) -> str | None:
     return None
 
 
-def _numba_version() -> str:
-    """Numba's version without importing Numba (0.35 s): from its installed metadata folder's
-    name, else (an unusual layout) from the package itself."""
-    if "numba" in sys.modules:
-        return sys.modules["numba"].__version__
-    spec = importlib.util.find_spec("numba")
-    if spec is not None and spec.submodule_search_locations:
-        site = os.path.dirname(list(spec.submodule_search_locations)[0])
-        try:
-            names = os.listdir(site)
-        except OSError:
-            names = []
-        found = [n[len("numba-"):-len(".dist-info")] for n in names
-                 if n.startswith("numba-") and n.endswith(".dist-info")]
-        if len(found) == 1:
-            return found[0]
-    import numba
-    return numba.__version__
-
-
 def _numba_target_setting(name: str) -> str:
     """``str(numba.core.config.<name>)`` for CPU_NAME / CPU_FEATURES, read from the environment
     as Numba reads it (unset: ``None``), so computing a key needs no Numba import."""
@@ -178,7 +157,7 @@ def _machine_key() -> tuple[tuple[str, str], ...]:
         ("python", sys.version),
         ("python_cache_tag", str(sys.implementation.cache_tag)),
         ("machine", platform.machine()),
-        ("numba", _numba_version()),
+        ("numba", numba_patches.installed_version()),
         ("numpy", numpy.__version__),
         ("llvmlite", llvmlite.__version__),
         ("cpu_name", cpu_name),
@@ -201,64 +180,16 @@ class _CorruptNumbaEntry(Exception):
     """A Numba cache data file failed jitgraph's checks."""
 
 
-def _load_without_refresh(cache: Any, load: Any, sig: Any, target_context: Any) -> Any:
-    """Numba's ``Cache.load_overload`` without its ``target_context.refresh()``.
-
-    Why: the refresh imports and installs every lowering registry Numba has (about 0.4 s, plus
-    0.3 s of ``scipy.linalg`` through ``numba.np.linalg``), which only *compiling* needs; cached
-    machine code needs the runtime's symbols (``rtsys.initialize``) and nothing else.  A later
-    compile still refreshes (Numba's compiler does so itself)."""
-    guard = getattr(cache, "_guard_against_spurious_io_errors", None)
-    inner = getattr(cache, "_load_overload", None)
-    if guard is None or inner is None:  # another Numba: its own path
-        return load(sig, target_context)
-    from numba.core.runtime import rtsys
-
-    rtsys.initialize(target_context)
-    _LOADED.object = None
-    with guard():
-        cres = inner(sig, target_context)
-        if cres is not None and _LOADED.object is not None:
-            # MCJIT consumes the library's copy; native bundles (``native.py``) need one
-            cres.library._jitgraph_object = _LOADED.object
-        _LOADED.object = None
-        return cres
-    return None  # the guard swallowed a spurious I/O error: "not cached"
-
-
-_LOADED = threading.local()     # object code of the entry being loaded on this thread
-
-
-def _remember_object(payload: Any) -> Any:
-    """Keep the object code of a Numba cache entry as it is read (its ``_reduce`` payload
-    starts with the library's ``(name, "object", (object code, bitcode))``)."""
-    try:
-        kind, data = payload[0][1], payload[0][2]
-        if kind == "object" and isinstance(data[0], bytes):
-            _LOADED.object = data[0]
-    except Exception:
-        pass
-    return payload
-
-
 def load_helpers_without_refresh(module: types.ModuleType) -> None:
     """Let the cached ``@njit(cache=True)`` helpers of *module* (``kernels/``) load without
-    Numba's context refresh; see :func:`_load_without_refresh`."""
-    from numba.core.caching import Cache
-
+    Numba's context refresh; see :func:`numba_patches.load_without_refresh`."""
     for disp in _iter_dispatchers(module):
-        cache = getattr(disp, "_cache", None)
-        if not isinstance(cache, Cache) or getattr(cache, "_jitgraph_no_refresh", False):
-            continue
-        load = cache.load_overload
-        cache.load_overload = functools.partial(_load_without_refresh, cache, load)
-        load_data = cache._cache_file._load_data
-        cache._cache_file._load_data = lambda name, load_data=load_data: _remember_object(
-            load_data(name))
-        cache._jitgraph_no_refresh = True
+        cache = numba_patches.dispatcher_cache(disp)
+        if cache is not None:
+            numba_patches.skip_refresh(cache)
 
 
-def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write *data* to *path* via a private temp file in the same directory and os.replace."""
     path = os.fspath(path)
     directory, base = os.path.split(path)
@@ -276,7 +207,7 @@ def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
 
 
 def _cleanup_private_tmpdirs() -> None:
-    for path in _PRIVATE_TMPDIRS:
+    for path in STATE.private_tmpdirs:
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -320,36 +251,15 @@ def _import_verified(modname: str, path: pathlib.Path, data: bytes) -> types.Mod
     return module
 
 
-def _install_enable_caching_hook() -> bool:
-    """Wrap ``Dispatcher.enable_caching`` once so generated modules can guard each new cache.
+def _on_enable_caching(disp: Any) -> None:
+    """Run the guard of the generated module *disp* belongs to, while that module executes.
 
     Why: ``@njit(signature, cache=True)`` loads from Numba's cache inside the
-    decorator (``enable_caching()`` then ``compile(sig)``), before the module
-    body finishes.  The hook only acts on modules listed in ``_CACHING_HOOKS``;
-    every other function costs one dict lookup.  Returns False if Numba has no
-    such method (then only the post-import pass guards the caches).
-    """
-    global _HOOK_INSTALLED
-    with _LOCK:
-        if _HOOK_INSTALLED:
-            return True
-        from numba.core.dispatcher import Dispatcher
-
-        original = getattr(Dispatcher, "enable_caching", None)
-        if original is None:  # pragma: no cover - other Numba versions
-            return False
-
-        @functools.wraps(original)
-        def enable_caching(self: Any) -> None:
-            original(self)
-            hook = _CACHING_HOOKS.get(getattr(self.py_func, "__module__", None))
-            if hook is not None:
-                hook(self)
-
-        enable_caching._jitgraph_original = original  # type: ignore[attr-defined]
-        Dispatcher.enable_caching = enable_caching
-        _HOOK_INSTALLED = True
-        return True
+    decorator, before the module body finishes; every other function costs one
+    dict lookup."""
+    hook = STATE.caching_hooks.get(getattr(disp.py_func, "__module__", None))
+    if hook is not None:
+        hook(disp)
 
 
 def _iter_dispatchers(module: types.ModuleType):
@@ -416,7 +326,7 @@ def _predicted_numba_cache_dir(py_file: pathlib.Path) -> pathlib.Path:
     from numba.core import caching, config
 
     if config.CACHE_DIR:
-        locator = getattr(caching, "_CacheLocator", None) or caching.UserProvidedCacheLocator
+        locator = caching.UserProvidedCacheLocator
         return pathlib.Path(config.CACHE_DIR) / locator.get_suitable_cache_subpath(str(py_file))
     return py_file.parent / "__pycache__"
 
@@ -571,7 +481,7 @@ class DiskCache:
 
     def _write_entry(self, path: pathlib.Path, data: bytes) -> None:
         """Atomically write *data* to *path*: private temp file in the same dir, then os.replace."""
-        _atomic_write(path, data)
+        atomic_write(path, data)
         self.stats["writes"] += 1
 
     def _load_from_disk(self, modname: str, digest: str, data: bytes) -> tuple[types.ModuleType, bool]:
@@ -619,7 +529,7 @@ class DiskCache:
         a source file.  The directory lives until the process exits.
         """
         tmpdir = tempfile.mkdtemp(prefix="jitgraph-private-")  # mode 0700
-        _PRIVATE_TMPDIRS.append(tmpdir)
+        STATE.private_tmpdirs.append(tmpdir)
         path = pathlib.Path(tmpdir) / f"{digest}.py"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -635,37 +545,35 @@ class DiskCache:
 
         # Dispatchers with explicit signatures compile (or load from Numba's
         # cache) while the module body runs, so guard them as they are created.
-        hooked = _install_enable_caching_hook()
+        hooked = numba_patches.install_enable_caching_hook(_on_enable_caching)
         if hooked:
-            _CACHING_HOOKS[modname] = guard
+            STATE.caching_hooks[modname] = guard
         try:
             module = _import_verified(modname, path, data)
         finally:
-            _CACHING_HOOKS.pop(modname, None)
+            STATE.caching_hooks.pop(modname, None)
         for disp in _iter_dispatchers(module):  # idempotent; covers a missing hook
             guard(disp)
         return module
 
     def _guard_dispatcher(self, disp: Any, stem: str, checked: set[str]) -> None:
         """Make one dispatcher's Numba cache refuse unsafe files and survive corrupt ones."""
-        from numba.core.caching import Cache
-
-        cache = getattr(disp, "_cache", None)
-        if not isinstance(cache, Cache) or getattr(cache, "_jitgraph_guarded", False):
-            return  # cache=False (nothing read from disk), or already done
+        cache = numba_patches.dispatcher_cache(disp)
+        if cache is None or numba_patches.is_guarded(cache):
+            return  # cache=False (nothing read from disk), fast paths off, or already done
         cache_path = os.path.abspath(cache.cache_path)
         if cache_path not in checked:
             # Numba chose another location (NUMBA_CACHE_DIR, unwritable __pycache__...).
             reason = _check_numba_dir(cache_path, stem)
             if reason:
                 cache.disable()
-                cache._jitgraph_guarded = True
+                numba_patches.mark_guarded(cache)
                 self._warn(f"{reason}; Numba caching disabled for {disp.py_func.__qualname__}")
                 return
             checked.add(cache_path)
-        self._wrap_cache(cache)
+        self._wrap_cache(cache, f"{disp.py_func.__module__}.{disp.py_func.__qualname__}")
 
-    def _wrap_cache(self, cache: Any) -> None:
+    def _wrap_cache(self, cache: Any, what: str) -> None:
         """Make Numba cache errors mean "recompile", and checksum Numba's data files.
 
         What Numba 0.68.1 does by itself with a damaged ``.nbi``/``.nbc``: the
@@ -684,17 +592,9 @@ class DiskCache:
         """
         from numba.core import sigutils
 
-        load = cache.load_overload
-        save = cache.save_overload
-        cache_file = cache._cache_file
-        load_data = cache_file._load_data
-        save_data = cache_file._save_data
         owner = self
-        py_func = cache._py_func
-        what = f"{py_func.__module__}.{py_func.__qualname__}"
 
-        def checked_load_data(name: str) -> Any:
-            path = cache_file._data_path(name)
+        def check_data(path: str) -> None:
             # FileNotFoundError is an OSError: Numba then treats the entry as absent.
             with open(path + ".sha256", "rb") as f:
                 expected = f.read().strip()
@@ -702,18 +602,15 @@ class DiskCache:
                 actual = hashlib.sha256(f.read()).hexdigest().encode()
             if actual != expected:
                 raise _CorruptNumbaEntry(f"{os.path.basename(path)} does not match its .sha256 checksum")
-            return _remember_object(load_data(name))
 
-        def checked_save_data(name: str, data: Any) -> None:
-            save_data(name, data)
-            path = cache_file._data_path(name)
+        def write_checksum(path: str) -> None:
             with open(path, "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()
-            _atomic_write(path + ".sha256", digest.encode() + b"\n")
+            atomic_write(path + ".sha256", digest.encode() + b"\n")
 
-        def load_overload(sig: Any, target_context: Any) -> Any:
+        def load_overload(load: Any, sig: Any, target_context: Any) -> Any:
             try:
-                cres = _load_without_refresh(cache, load, sig, target_context)
+                cres = load(sig, target_context)
                 if cres is not None:
                     args, _ = sigutils.normalize_signature(sig)
                     if tuple(cres.signature.args) != tuple(args):
@@ -730,7 +627,7 @@ class DiskCache:
                         f"unreadable Numba cache entry for {what} in "
                         f"{cache.cache_path!r} ({type(exc).__name__}: {exc}); recompiling"
                     ),
-                    stacklevel=2,
+                    stacklevel=3,
                 )
                 try:
                     cache.flush()  # empty index: the bad data file gets overwritten on save
@@ -738,7 +635,7 @@ class DiskCache:
                     cache.disable()
                 return None
 
-        def save_overload(sig: Any, data: Any) -> None:
+        def save_overload(save: Any, sig: Any, data: Any) -> None:
             try:
                 save(sig, data)
             except Exception as exc:
@@ -747,11 +644,7 @@ class DiskCache:
                         f"cannot save Numba cache entry for {what} in "
                         f"{cache.cache_path!r} ({type(exc).__name__}: {exc})"
                     ),
-                    stacklevel=2,
+                    stacklevel=3,
                 )
 
-        cache_file._load_data = checked_load_data
-        cache_file._save_data = checked_save_data
-        cache.load_overload = load_overload
-        cache.save_overload = save_overload
-        cache._jitgraph_guarded = True
+        numba_patches.guard_cache(cache, check_data, write_checksum, load_overload, save_overload)

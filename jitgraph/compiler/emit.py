@@ -1,10 +1,10 @@
 """Backend-neutral statement generation: the value of a graph variable at a symbolic index.
 
 Layout ops (reshape, transpose, broadcast, slicing, padding, concatenation) and gathers become
-index arithmetic; elementwise ops become scalar expressions (each primitive's ``codegen`` rule);
-a materialized value is an array load, or a local variable when the same kernel computed it at
-this index. The statements are plain Python syntax, valid in Numba ``@njit`` and ``@cuda.jit``
-kernels alike; ``ctx`` names the backend's scalar functions.
+index arithmetic; elementwise ops become scalar expressions (the rule of each primitive's
+``lowering`` record); a materialized value is an array load, or a local variable when the same
+kernel computed it at this index. The statements are plain Python syntax, valid in Numba
+``@njit`` and ``@cuda.jit`` kernels alike; ``ctx`` names the backend's scalar functions.
 """
 from __future__ import annotations
 
@@ -12,14 +12,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ..core import Node, Var
+from ..core import GATHER, INDEX_MAP, SCALAR, Node, Var
 from ..ops.layout import concat_index_map, row_major_strides
-
-
-# x op y of one float type is that type in Numba's (and CUDA's) typing rules; int64 too,
-# except for true division
-_FLOAT_PRESERVING = {"add", "sub", "mul", "div", "neg", "stop_gradient"}
-_INT64_PRESERVING = _FLOAT_PRESERVING - {"div"}
 
 
 class CannotFuse(Exception):
@@ -170,22 +164,22 @@ class Emitter:
         if node is None:
             raise CannotFuse(f"no producer for {v}")
         self.ops.add(node)
-        kind = node.prim.kind
+        low = node.prim.lowering
         out_aval = v.aval
-        if kind == "elementwise":
+        if low.kind == SCALAR:
             self.ctx.in_dtype = node.inputs[0].aval.dtype
             args = []
             for inp in node.inputs:
                 lead = out_aval.ndim - inp.aval.ndim
                 args.append(self.value(inp, idx[lead:]))
             self.ctx.in_dtype = node.inputs[0].aval.dtype
-            expr = node.prim.codegen(self.ctx, *args, **node.params)
+            expr = low.rule(self.ctx, *args, **node.params)
             if self._keeps_type(node):
                 return self._new(expr)
             return self._new(self.ctx.cast(expr, out_aval.dtype))
-        if kind == "layout":
+        if low.kind == INDEX_MAP:
             return self._layout(node, idx)
-        if kind == "index":
+        if low.kind == GATHER:
             return self._gather(node, idx)
         raise CannotFuse(f"{node.prim.name} output must be materialized")
 
@@ -195,13 +189,10 @@ class Emitter:
         dt = node.out.aval.dtype
         if dt.kind != "f" and dt != np.int64 or any(i.aval.dtype != dt for i in node.inputs[-2:]):
             return False
-        name = node.prim.name
+        low = node.prim.lowering
         if dt == np.int64:
-            return name in _INT64_PRESERVING or node.prim.keeps_dtype or (
-                name == "select" and node.inputs[0].aval.dtype.kind == "b")
-        return name in _FLOAT_PRESERVING or node.prim.keeps_dtype or (
-            name == "select" and node.inputs[0].aval.dtype.kind == "b") or \
-            name in getattr(self.ctx, "type_preserving_fns", ())
+            return low.keeps_int64
+        return low.keeps_float or self.ctx.returns_input_type(node.prim.name)
 
     def _layout(self, node, idx):
         name = node.prim.name
@@ -221,7 +212,7 @@ class Emitter:
                 expr = f"({val} if {idx[axis]} < {hi} else {expr})"
             return self._new(expr)
         if name == "pad_slice":
-            in_idx, cond = node.prim.codegen(list(idx), x[0].aval, out, **node.params)
+            in_idx, cond = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
             in_idx = [f"min(max({e}, 0), {d - 1})" if e not in idx else e
                       for e, d in zip(in_idx, x[0].aval.shape)]
             if x[0].aval.size == 0:
@@ -230,7 +221,7 @@ class Emitter:
             if cond is None:
                 return val
             return self._new(f"({val} if {cond} else {literal(0, out.dtype)})")
-        in_idx = node.prim.codegen(list(idx), x[0].aval, out, **node.params)
+        in_idx = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
         return self.value(x[0], in_idx)
 
     def _gather(self, node, idx):

@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from ..core import Graph, Node, Var
+from ..core import (ARG_REDUCE, GATHER, HOST, INDEX_MAP, MATMUL, SCALAR, SCATTER_ADD, Graph,
+                    Node, Var)
 from ..passes import uniform_value
 from .emit import CannotFuse, Emitter
 
-ALWAYS_MATERIALIZED = {"reduce", "matmul", "opaque", "call"}
+INLINE = {SCALAR, INDEX_MAP, GATHER}   # lowerings computed where used: the rest store outputs
 EXPENSIVE = 6          # a shared elementwise value costing more than this is stored, not recomputed
-_COST = {"exp": 4, "log": 4, "log1p": 4, "expm1": 4, "tanh": 4, "logistic": 4, "sin": 4,
-         "cos": 4, "tan": 6, "pow": 8, "erf": 6, "div": 2, "sqrt": 2}
 
 
 @dataclass
@@ -157,8 +156,8 @@ def _decide_materialized(plan: Plan) -> None:
     mat = plan.materialized
     mat.update(v for v in g.outputs if v not in g.consts and v not in g.inputs)
     for n in g.nodes:
-        k = n.prim.kind
-        if k == "matmul":
+        k = n.prim.lowering.kind
+        if k == MATMUL:
             ep = _gemm_epilogue(plan, n)
             if ep is not None:
                 plan.epilogues[n] = ep
@@ -167,38 +166,35 @@ def _decide_materialized(plan: Plan) -> None:
                 mat.add(ep.out)
                 if ep.c is not None and ep.c not in g.inputs and ep.c not in g.consts:
                     mat.add(ep.c)   # the GEMM reads c from memory: its producer must store it
-        if k in ALWAYS_MATERIALIZED or n.prim.codegen is None:
+        if k not in INLINE:
             mat.update(o for o in n.outs if o not in plan.in_gemm)
-            if k != "reduce":
+            if not n.prim.lowering.reduces:
                 for i in n.inputs:
                     if i not in g.consts and i not in g.inputs:
-                        if k == "matmul":
+                        if k == MATMUL:
                             if _matmul_source(plan, i) is None:
                                 # store the value under its reshapes/transposes: the kernel
                                 # computing it writes its natural layout and BLAS gets a view
                                 mat.add(_view_base(plan, i))
                             continue
                         mat.add(i)
-        if n.prim.name == "scatter_add":
-            mat.update(i for i in n.inputs if i not in g.consts and i not in g.inputs)
     # use sizes (backwards): how many elements the consumers compute from each value
     use_size: dict[Var, int] = {}
     for n in reversed(g.nodes):
         for o in n.outs:
             best = o.aval.size
             for c in plan.consumers.get(o, []):
-                if c.prim.kind == "layout" and c.out not in mat:
+                ck = c.prim.lowering.kind
+                if ck == INDEX_MAP and c.out not in mat:
                     best = max(best, use_size.get(c.out, c.out.aval.size))
-                elif c.prim.kind in ("elementwise", "index"):
+                elif ck in (SCALAR, GATHER):
                     best = max(best, c.out.aval.size)
             use_size[o] = best
     cost: dict[Var, int] = {}
     for n in g.nodes:
-        if n.prim.kind not in ("elementwise", "layout", "index") or n.out in mat \
-                or n.out in plan.in_gemm:
+        if n.prim.lowering.kind not in INLINE or n.out in mat or n.out in plan.in_gemm:
             continue
-        own = 0 if n.prim.kind == "layout" else _COST.get(n.prim.name, 1)
-        c = own + sum(cost.get(i, 0) for i in n.inputs if i not in mat)
+        c = n.prim.lowering.cost + sum(cost.get(i, 0) for i in n.inputs if i not in mat)
         cost[n.out] = c
         uses = len(plan.consumers.get(n.out, []))
         if c > 0 and use_size[n.out] > n.out.aval.size:
@@ -317,14 +313,15 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
         reds, stores, new_aligned = [], [], {}
         for n in st.items:
             v = n.out
-            if st.kind == "loop" and n.prim.kind == "reduce":
+            if st.kind == "loop" and n.prim.lowering.reduces:
                 src = n.inputs[0]
                 if src.aval.shape != k.shape or _reduced_axes(n) != k.axes:
                     raise CannotFuse("reduction over a different space")
                 val = em.value(src, full)
                 acc = f"acc{si}_{len(reds)}"
-                cg = n.prim.codegen
-                reds.append((n, acc, val, cg.get("monoid") or "arg" + cg["arg"]))
+                low = n.prim.lowering
+                reds.append((n, acc, val,
+                             "arg" + low.monoid if low.kind == ARG_REDUCE else low.monoid))
                 new_aligned[v] = acc
                 ops.add(n)
             elif st.kind == "loop":
@@ -371,7 +368,7 @@ def _insert(k: LoopKernel, n: Node, kind: str):
 
 def _options(k: LoopKernel, n: Node):
     """Ways to add node ``n`` to kernel ``k``."""
-    if n.prim.kind == "reduce":
+    if n.prim.lowering.reduces:
         src = n.inputs[0].aval.shape
         axes = _reduced_axes(n)
         if src != k.shape:
@@ -379,7 +376,7 @@ def _options(k: LoopKernel, n: Node):
         if k.axes == axes:
             yield from _insert(k, n, "loop")
         elif k.axes == () and len(k.stages) == 1 and \
-                not any(i.prim.kind == "reduce" for i in k.stages[0].items):
+                not any(i.prim.lowering.reduces for i in k.stages[0].items):
             c = k.copy()
             c.axes = axes
             c.stages[-1].items.append(n)
@@ -421,8 +418,8 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
         if (not any(o in plan.materialized for o in n.outs) and n not in plan.epilogues) or \
                 all(o in plan.step_of for o in n.outs):
             continue
-        kind = n.prim.kind
-        if kind == "matmul":
+        kind = n.prim.lowering.kind
+        if kind == MATMUL:
             ops = [_matmul_source(plan, i) for i in n.inputs]
             assert None not in ops, "matmul operand is neither stored nor a view of a stored array"
             ep = plan.epilogues.get(n)
@@ -431,10 +428,10 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
                 plan.materialized.add(ep.c)
             _append(plan, MatmulStep(n, ops[0], ops[1], epilogue=ep))
             continue
-        if n.prim.name == "scatter_add":
+        if kind == SCATTER_ADD:
             _append(plan, ScatterStep(n))
             continue
-        if n.prim.codegen is None or kind in ("opaque", "call"):
+        if kind == HOST:
             _append(plan, HostStep(n))
             continue
         deps = _array_deps(plan, n)
@@ -460,7 +457,7 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
             if placed:
                 break
         if not placed:
-            if kind == "reduce":
+            if n.prim.lowering.reduces:
                 axes = _reduced_axes(n)
                 k = LoopKernel(n.inputs[0].aval.shape, axes, [Stage("loop", [n])])
             else:

@@ -2,9 +2,8 @@
 program that runs a loop (or a branch) around its sub-graphs, each compiled once like any
 program (fused kernels shared by structure through the kernel cache), whatever the trip
 count. A body made of loop kernels only gets a compiled driver and a compiled loop around it
-(no Python per step); other bodies are called from a Python loop. Also the graph rewrites
-control flow needs before fusion (``lower_control_flow``), and the structural hash that names
-sub-graphs in generated source (``subgraph_comment``).
+(no Python per step); other bodies are called from a Python loop. These loops are the
+compiler's lowerings of the control-flow primitives, registered in ``host.HOST_LOWERINGS``.
 """
 from __future__ import annotations
 
@@ -15,51 +14,17 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..core import Graph, Node
-from ..ops.control_flow import scan_p
+from ..core import Graph
+from ..control_flow import cond_p, scan_p, while_p
+from . import pipeline
+from .backends.base import CompileOptions
+from .backends.cpu import HEADER
+from .fusion import HostStep, MatmulStep
+from .host import HOST_LOWERINGS
+from .lower import lower
+from .settings import disk_cache, fingerprint
+from .state import STATE
 from .thresholds import COMPILED_LOOP_MIN_LENGTH, LOOP_BODY_MAX_STEPS, SMALL_PRODUCT
-
-
-def graph_fingerprint(g: Graph) -> str:
-    """A hash of a graph's structure (primitives, parameters, wiring, avals, constants) that is
-    the same in every process: it names a control-flow node's bodies in generated source, so
-    programs with different bodies never share a cache entry."""
-    h = hashlib.sha256()
-    index = {v: i for i, v in enumerate(g.inputs)}
-    for v, c in g.consts.items():
-        index[v] = len(index)
-        h.update(f"c{v.aval}{c.shape}".encode())
-        h.update(np.ascontiguousarray(c).tobytes())
-    h.update(repr([v.aval for v in g.inputs]).encode())
-    for n in g.nodes:
-        ps = []
-        for k in sorted(n.params):
-            p = n.params[k]
-            if isinstance(p, Graph):
-                p = graph_fingerprint(p)
-            elif isinstance(p, tuple) and p and isinstance(p[0], Graph):
-                p = tuple(graph_fingerprint(x) for x in p)
-            ps.append((k, repr(p)))
-        h.update(repr((n.prim.name, ps, [index.get(v, -1) for v in n.inputs],
-                       [o.aval for o in n.outs])).encode())
-        for o in n.outs:
-            index[o] = len(index)
-    h.update(repr([index.get(v, -1) for v in g.outputs]).encode())
-    return h.hexdigest()[:16]
-
-
-def subgraph_comment(node) -> list[str]:
-    """A comment naming the sub-graphs a node holds by their structure, for generated
-    source: the disk cache keys on source, and two scans with the same shapes but different
-    bodies must never share a program."""
-    graphs = []
-    for k in sorted(node.params):
-        p = node.params[k]
-        graphs += [p] if isinstance(p, Graph) else \
-            [x for x in p if isinstance(x, Graph)] if isinstance(p, tuple) else []
-    if not graphs:
-        return []
-    return [f"# {node.prim.name} of sub-graphs {', '.join(graph_fingerprint(g) for g in graphs)}"]
 
 
 class _ListTree:
@@ -71,8 +36,8 @@ def compile_sub(g: Graph, donate: Sequence[int] = ()) -> Callable:
     """A closed sub-graph compiled like any program (its kernels shared by structure through
     the kernel cache): the call path taking and returning flat arrays. ``donate``: inputs
     whose buffers the program may update in place."""
-    from .runtime import compile_graph
-    prog = compile_graph(g, donate=tuple(donate))
+    prog = pipeline.compile(g, "cpu", CompileOptions(donate=tuple(donate),
+                                                     extra={"allow_native": True}))
     return prog.make_runner([v.aval.dtype for v in g.inputs], _ListTree)
 
 
@@ -81,7 +46,6 @@ def compile_sub(g: Graph, donate: Sequence[int] = ()) -> Callable:
 # 32x256x256 float32 product took 1-7 ms with 2 threads, 0.2 ms with one; the RNN benchmark's
 # 100-step forward+backward went from 1 s to 80 ms). Loops whose products are all below this
 # many multiply-adds (SMALL_PRODUCT) run with one BLAS thread (through threadpoolctl).
-_BLAS: list = []        # [threadpoolctl's BLAS selection] once looked up ([None]: unavailable)
 
 
 def _blas_limit(graphs: Sequence[Graph]):
@@ -90,15 +54,16 @@ def _blas_limit(graphs: Sequence[Graph]):
              for g in graphs for n in g.nodes if n.prim.kind == "matmul"]
     if not sizes or max(sizes) >= SMALL_PRODUCT:
         return None
-    if not _BLAS:
+    if not STATE.blas_selection:
         try:
             from ..kernels import blas  # type: ignore[attr-defined]
             blas.register()     # the BLAS compiled products call is loaded (NumPy's or SciPy's)
             from threadpoolctl import ThreadpoolController
-            _BLAS.append(ThreadpoolController().select(user_api="blas"))
+            STATE.blas_selection.append(ThreadpoolController().select(user_api="blas"))
         except ImportError:
-            _BLAS.append(None)
-    return None if _BLAS[0] is None else (lambda: _BLAS[0].limit(limits=1))
+            STATE.blas_selection.append(None)
+    selection = STATE.blas_selection[0]
+    return None if selection is None else (lambda: selection.limit(limits=1))
 
 
 def _limited(graphs: Sequence[Graph]):
@@ -138,25 +103,25 @@ def cond_program(node) -> Callable:
 def _compiled_body(g: Graph):
     """The body compiled with a driver a compiled loop can call, or None when its program
     needs Python (a host step) or is too big."""
-    from .fusion import HostStep, MatmulStep
-    from .runtime import generate, load
-    gen = generate(g, compiled_driver=True)
+    t0 = time.perf_counter()
+    options = CompileOptions(compiled_driver=True)
+    cpu = pipeline.target_of("cpu")
+    lowered = lower(g)
+    ctx = cpu.context(options)
+    gen = pipeline.generate(pipeline.fuse(lowered, ctx), cpu, ctx, options)
     steps = gen.plan.steps
     if len(steps) > LOOP_BODY_MAX_STEPS or \
             any(isinstance(s, (HostStep, MatmulStep)) for s in steps):
         return None
-    return load(gen, time.perf_counter())
+    return pipeline.load(gen, cpu, options, t0)
 
 
 def _loop_module(source: str, *callees):
     """Name the loop by its source's hash, load it through the disk cache and give it the
-    drivers it calls (as ``runtime.load`` gives drivers their kernels)."""
-    from . import runtime
-    from .codegen_cpu import HEADER
+    drivers it calls (as ``cpu_program.load`` gives drivers their kernels)."""
     h = hashlib.sha256(source.encode()).hexdigest()[:12]
-    key = runtime._FINGERPRINT or runtime._codegen_fingerprint()    # set by runtime.load
-    module, _ = runtime.disk_cache().load_module(
-        HEADER + "\n\n" + source.replace("{H}", h) + "\n", key_extra=key)
+    module, _ = disk_cache().load_module(
+        HEADER + "\n\n" + source.replace("{H}", h) + "\n", key_extra=fingerprint())
     for callee in callees:
         setattr(module, callee.__name__, callee)
     return getattr(module, source.split("def ", 1)[1].split("_{H}", 1)[0] + "_" + h)
@@ -338,68 +303,6 @@ def while_program(node) -> Callable:
     return run
 
 
-def prune_scans(g: Graph) -> Graph:
-    """Drop the stacked outputs of scans that nothing reads, and what computes them in the
-    body (a VJP scan computes the xs' cotangents whether or not xs are differentiated)."""
-    from ..passes import optimize
-    if not any(n.prim is scan_p for n in g.nodes):
-        return g
-    used = set(g.outputs)
-    for n in g.nodes:
-        used.update(n.inputs)
-    nodes = []
-    for n in g.nodes:
-        nk = n.params["num_carry"] if n.prim is scan_p else 0
-        keep = [j for j, o in enumerate(n.outs) if j < nk or o in used]
-        if n.prim is not scan_p or len(keep) == len(n.outs):
-            nodes.append(n)
-            continue
-        body = n.params["_body"]
-        pruned = optimize(Graph(body.inputs, body.nodes, [body.outputs[j] for j in keep],
-                                body.consts))
-        nodes.append(Node(n.prim, n.inputs, dict(n.params, _body=pruned),
-                          [n.outs[j] for j in keep], n.source))
-    return Graph(g.inputs, nodes, g.outputs, g.consts, g.in_tree, g.out_tree)
-
-
-def merge_residual_scans(g: Graph) -> Graph:
-    """Reverse mode adds, next to a primal scan, a scan of the same operands whose body
-    ``extends`` the primal body with residual outputs (``_scan_vjp``). Its first results are
-    the primal scan's: keep it alone, at the primal scan's place, so a compiled gradient runs
-    the forward loop once."""
-    scans = [n for n in g.nodes if n.prim is scan_p]
-    replace: dict = {}
-    for e in scans:
-        base = getattr(e.params["_body"], "extends", None)
-        if base is None:
-            continue
-        for n in scans:
-            if n is not e and n not in replace and n.params["_body"] is base and \
-                    n.inputs == e.inputs and all(n.params[k] == e.params[k] for k in
-                                                 ("num_consts", "num_carry", "length", "reverse")):
-                replace[n] = e
-                break
-    if not replace:
-        return g
-    dropped = set(replace.values())
-    subst: dict = {}
-    nodes = []
-    for n in g.nodes:
-        if n in dropped:
-            continue
-        chain = [n]
-        while chain[-1] in replace:         # a residual scan may itself be extended (grad of grad)
-            chain.append(replace[chain[-1]])
-        m = chain[-1]
-        nodes.append(Node(m.prim, [subst.get(v, v) for v in m.inputs], m.params, m.outs,
-                          m.source))
-        for k in chain[:-1]:
-            subst.update(zip(k.outs, m.outs))
-    return Graph(g.inputs, nodes, [subst.get(v, v) for v in g.outputs], g.consts,
-                 g.in_tree, g.out_tree)
-
-
-def lower_control_flow(g: Graph) -> Graph:
-    """The compiler's control-flow rewrites: merge each primal scan with its VJP's residual
-    scan, then drop stacked outputs nothing reads."""
-    return prune_scans(merge_residual_scans(g))
+# The compiler's lowering of each control-flow primitive to a host step: a loop around the
+# node's compiled sub-programs (the primitive's own ``impl`` interprets them instead).
+HOST_LOWERINGS.update({cond_p: cond_program, scan_p: scan_program, while_p: while_program})

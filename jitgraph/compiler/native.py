@@ -23,15 +23,14 @@ loaded by file without the ``numba`` package; each wrapper becomes a built-in fu
 object (``PyCFunction_NewEx``), so a call costs about what calling a dispatcher costs.  A call
 with argument types the bundle lacks goes to Numba for that function; a bundle that fails
 any check is ignored (the usual Numba path then builds the same program from the disk
-cache).  Linux (ELF) only; ``JITGRAPH_NATIVE=0`` turns it off.
+cache).  Linux (ELF) only; ``JITGRAPH_NATIVE=0`` turns it off, and so does a Numba version
+``numba_patches.py`` was not checked on (bundles rely on Numba's internals).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import pickle
@@ -42,15 +41,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import numba_patches
+from .disk_cache import atomic_write
+from .state import STATE
+
 MAGIC = b"JITGRAPH-NATIVE-1\n"
 _LOCK = threading.RLock()
-_ENGINES: list = []         # keeps every loaded engine (and its machine code) alive
-_RUNTIME_READY = False
 
 
 def enabled() -> bool:
-    """Bundles are written and read on Linux unless ``JITGRAPH_NATIVE=0``."""
-    return sys.platform.startswith("linux") and os.environ.get("JITGRAPH_NATIVE", "1") != "0"
+    """Bundles are written and read on Linux unless ``JITGRAPH_NATIVE=0`` or the installed
+    Numba is not one ``numba_patches`` was checked on."""
+    return sys.platform.startswith("linux") and os.environ.get("JITGRAPH_NATIVE", "1") != "0" \
+        and numba_patches.fast_paths_enabled()
 
 
 # ----------------------------------------------------------------------------- argument kinds
@@ -271,14 +274,6 @@ declare void @PyEval_RestoreThread(ptr)
 """
 
 
-def _object_of(cres: Any) -> bytes | None:
-    lib = cres.library
-    obj = getattr(lib, "_jitgraph_object", None)
-    if obj is None:
-        obj = getattr(lib, "_compiled_object", None)
-    return obj if isinstance(obj, bytes) else None
-
-
 def export(path: str, callees: dict, driver_def: str | None, machine: dict,
            signatures: dict | None = None) -> bool:
     """Write the bundle for one program (see the module docstring). ``callees``: name ->
@@ -286,7 +281,7 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
     where a shared helper has overloads for other programs too (only those go in the
     bundle). Returns whether a bundle was written."""
     import llvmlite.binding as llvm
-    if not _array_offsets_ok():
+    if not numba_patches.fast_paths_enabled() or not _array_offsets_ok():
         return False
     objects: list[bytes] = []
     undefined: set[str] = set()
@@ -300,21 +295,20 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
         if wanted and any(tuple(c.signature.args) in wanted for c in overloads):
             overloads = [c for c in overloads if tuple(c.signature.args) in wanted]
         for cres in overloads:
-            obj = _object_of(cres)
+            obj = numba_patches.object_code(cres)
             if obj is None or str(cres.signature.return_type) != "none":
                 continue
             kinds = [_numba_kind(t) for t in cres.signature.args]
             if any(k is None for k in kinds):
                 continue
-            fnty = cres.target_context.call_conv.get_function_type(
-                cres.signature.return_type, cres.signature.args)
+            fnty, symbol = numba_patches.entry_point(cres)
             if not _flattened_ok(fnty, kinds):
                 continue
             und = undefined_symbols(obj)
             if und is None:
                 return False
             nogil = bool(getattr(disp, "targetoptions", {}).get("nogil"))
-            ir_parts.append(_wrapper_ir(n, cres.fndesc.llvm_func_name, kinds, nogil))
+            ir_parts.append(_wrapper_ir(n, symbol, kinds, nogil))
             entries.append({"kinds": [list(k) for k in kinds], "wrapper": f"jgw_{n}"})
             objects.append(obj)
             undefined.update(und)
@@ -337,18 +331,15 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
     head = json.dumps(header, sort_keys=True).encode()
     payload = struct.pack("<Q", len(head)) + head + b"".join(blobs)
     data = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
-    from .disk_cache import _atomic_write
-    _atomic_write(path, data)
+    atomic_write(path, data)
     return True
 
 
 def _loadable(names: set[str]) -> bool:
     """Whether a process without Numba can resolve these symbols (export time): Numba's
     runtime and helpers, the threading layer, CPython's objects, BLAS, or the C library."""
-    from numba import _helperlib
-    from numba.core.runtime import _nrt_python as nrt
     from ..kernels import blas  # type: ignore[attr-defined]
-    known = set(_numba_symbols(_helperlib, nrt)) | set(_PARALLEL_SYMBOLS)
+    known = set(numba_patches.runtime_symbols()) | set(_PARALLEL_SYMBOLS)
     known |= set(blas.ROUTINES.values()) | {"_Py_NoneStruct"}
     process = ctypes.CDLL(None)
     for name in names:
@@ -425,50 +416,14 @@ def _target_machine():
                                         jit=True)
 
 
-def _load_extension(name: str, relpath: str) -> Any:
-    """One of Numba's C extensions, loaded by file under a private name (so the ``numba``
-    package is not imported; a later ``import numba`` loads its own copy as usual)."""
-    spec = importlib.util.find_spec("numba")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("numba is not installed")
-    base = os.path.join(list(spec.submodule_search_locations)[0], *relpath.split("/"))
-    folder = os.path.dirname(base)
-    stem = os.path.basename(base)
-    for fn in os.listdir(folder):
-        if fn.startswith(stem + ".") and fn.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
-            loader = importlib.machinery.ExtensionFileLoader(
-                f"_jitgraph_native_rt.{stem}", os.path.join(folder, fn))
-            espec = importlib.util.spec_from_loader(loader.name, loader)
-            module = importlib.util.module_from_spec(espec)
-            loader.exec_module(module)
-            return module
-    raise ImportError(f"numba's {relpath} extension not found")
-
-
-def _numba_symbols(helperlib: Any, nrt: Any) -> dict[str, int]:
-    """The names Numba's machine code calls its C helpers and runtime functions by (as
-    ``numba.core.base`` and ``numba.core.runtime.nrt`` register them), with their addresses."""
-    symbols = {"numba_" + name: addr for name, addr in helperlib.c_helpers.items()}
-    symbols.update({name if name.startswith("_") else "NRT_" + name: addr
-                    for name, addr in nrt.c_helpers.items()})
-    return symbols
-
-
 def _runtime() -> None:
     """Register the symbols Numba's machine code calls (its runtime, its helpers, CPython's
     None and exception objects) with LLVM, as Numba does when it starts (once)."""
-    global _RUNTIME_READY
     with _LOCK:
-        if _RUNTIME_READY:
+        if STATE.patches.get("runtime"):
             return
         import llvmlite.binding as llvm
-        if "numba" in sys.modules:
-            from numba import _helperlib
-            from numba.core.runtime import _nrt_python as nrt
-        else:
-            _helperlib = _load_extension("_helperlib", "_helperlib")
-            nrt = _load_extension("_nrt_python", "core/runtime/_nrt_python")
-        symbols = _numba_symbols(_helperlib, nrt)
+        symbols = numba_patches.runtime_symbols()
         symbols["_Py_NoneStruct"] = id(None)
         import builtins
         for obj in vars(builtins).values():
@@ -476,7 +431,7 @@ def _runtime() -> None:
                 symbols["PyExc_" + obj.__name__] = id(obj)
         for name, addr in symbols.items():
             llvm.add_symbol(name, addr)
-        _RUNTIME_READY = True
+        STATE.patches["runtime"] = True
 
 
 class _Sentinel:
@@ -503,10 +458,11 @@ def _plain(a: Any) -> Any:
 
 
 def _function(name: str, overloads: dict, fallback: Callable[[], Any], status_addr: int,
-              exc_addr: int):
+              exc_addr: int, keep: list | tuple = ()):
     """A bundle's compiled function, called like the Numba dispatcher it came from: the
     overload that served the last call first (its wrapper checks the argument types), then
-    the one for these arguments' types, then Numba (types the bundle lacks)."""
+    the one for these arguments' types, then Numba (types the bundle lacks). It holds *keep*
+    (its engine and method definitions) for as long as it lives."""
     last = [next(iter(overloads.values()))]
 
     def call(*args):
@@ -524,6 +480,7 @@ def _function(name: str, overloads: dict, fallback: Callable[[], Any], status_ad
         _raise(name, ctypes.c_int32.from_address(status_addr).value, exc_addr)
 
     call.__name__ = call.__qualname__ = name
+    call.machine_code = keep  # type: ignore[attr-defined]
     return call
 
 
@@ -552,58 +509,23 @@ _PARALLEL_SYMBOLS = {"numba_parallel_for": "parallel_for", "get_num_threads": No
                      "get_sched_size": None}
 
 
-_PARALLEL: dict | None = None
-
-
 def _parallel_symbols() -> dict[str, int]:
-    """Start the threading layer once and register its symbols with LLVM."""
-    global _PARALLEL
+    """Start the threading layer once and register its symbols with LLVM (empty where no
+    layer loads: bundles with parallel kernels are then refused)."""
     with _LOCK:
-        if _PARALLEL is None:
+        symbols = STATE.patches.get("parallel")
+        if symbols is None:
             import llvmlite.binding as llvm
             try:
-                _PARALLEL = _parallel_runtime()
+                module = numba_patches.threading_layer()
+                symbols = {} if module is None else {
+                    sym: getattr(module, attr or sym) for sym, attr in _PARALLEL_SYMBOLS.items()}
             except Exception:
-                _PARALLEL = {}
-            for name, addr in _PARALLEL.items():
+                symbols = {}
+            for name, addr in symbols.items():
                 llvm.add_symbol(name, addr)
-        return _PARALLEL
-
-
-def _parallel_runtime() -> dict[str, int]:
-    """The symbols of ``prange`` kernels: Numba's threading layer, started as Numba starts it
-    (``numba.np.ufunc.parallel._launch_threads``) with as many threads. The layer is the one
-    ``NUMBA_THREADING_LAYER`` names, else OpenMP, else Numba's workqueue (Numba prefers TBB
-    where it is installed; then the kernels run on another pool, with the same results).
-    Empty where no layer loads (bundles with parallel kernels are then refused)."""
-    if "numba" in sys.modules:
-        from numba.np.ufunc import parallel
-        parallel._launch_threads()
-        lib = {"tbb": "tbbpool", "omp": "omppool", "workqueue": "workqueue"}[
-            parallel._threading_layer]
-        module = importlib.import_module(f"numba.np.ufunc.{lib}")
-    else:
-        wanted = os.environ.get("NUMBA_THREADING_LAYER", "default").lower()
-        names = {"tbb": ["tbbpool"], "omp": ["omppool"], "workqueue": ["workqueue"],
-                 "threadsafe": ["omppool"], "forksafe": ["workqueue"]}.get(
-                     wanted, ["omppool", "workqueue"])
-        module = None
-        for name in names:
-            try:
-                module = _load_extension(name, f"np/ufunc/{name}")
-                break
-            except ImportError:
-                continue
-        if module is None:
-            return {}
-        try:
-            threads = int(os.environ.get("NUMBA_NUM_THREADS") or 0) or \
-                len(os.sched_getaffinity(0))
-        except (AttributeError, ValueError):
-            threads = os.cpu_count() or 1
-        ctypes.CFUNCTYPE(None, ctypes.c_int)(module.launch_threads)(threads)
-        ctypes.CFUNCTYPE(None, ctypes.c_int)(module.set_num_threads)(threads)
-    return {sym: getattr(module, attr or sym) for sym, attr in _PARALLEL_SYMBOLS.items()}
+            STATE.patches["parallel"] = symbols
+        return symbols
 
 
 class _MethodDef(ctypes.Structure):
@@ -612,30 +534,30 @@ class _MethodDef(ctypes.Structure):
 
 
 _METH_FASTCALL = 0x80
-_DEFS: list = []            # method definitions live as long as their function objects
-_new_cfunction = None
 
 
-def _builtin(name: str, address: int) -> Callable | None:
+def _builtin(name: str, address: int, keep: list) -> Callable | None:
     """A built-in function object (``PyCFunction_NewEx``) calling a wrapper: a call costs
-    what calling ``len`` costs, not what ``ctypes`` costs."""
-    global _new_cfunction
+    what calling ``len`` costs, not what ``ctypes`` costs. Its method definition goes to
+    ``STATE.patches["defs"]`` and to *keep* (it must live as long as the function)."""
     if not address:
         return None
-    if _new_cfunction is None:
-        _new_cfunction = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
-                                           ctypes.c_void_p)(("PyCFunction_NewEx",
-                                                             ctypes.pythonapi))
+    new_cfunction = STATE.patches.get("new_cfunction")
+    if new_cfunction is None:
+        new_cfunction = STATE.patches["new_cfunction"] = ctypes.PYFUNCTYPE(
+            ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.c_void_p)(("PyCFunction_NewEx", ctypes.pythonapi))
     d = _MethodDef(name.encode(), address, _METH_FASTCALL, None)
-    _DEFS.append(d)
-    return _new_cfunction(ctypes.addressof(d), None, None)
+    STATE.patches.setdefault("defs", []).append(d)
+    keep.append(d)
+    return new_cfunction(ctypes.addressof(d), None, None)
 
 
 def load(data: bytes, machine: dict, fallback: Callable[[str], Any]) -> tuple[dict, str | None] | None:
     """The callable functions of a bundle's bytes and its driver source, or None when the
     bundle is unusable here (then the caller takes the Numba path)."""
     parsed = parse(data)
-    if parsed is None:
+    if parsed is None or not numba_patches.fast_paths_enabled():
         return None
     header, blobs = parsed
     if header.get("machine") != machine or not _array_offsets_ok():
@@ -659,19 +581,20 @@ def load(data: bytes, machine: dict, fallback: Callable[[str], Any]) -> tuple[di
         for blob in blobs:
             engine.add_object_file(llvm.ObjectFileRef.from_data(blob))
         engine.finalize_object()
-        _ENGINES.append(engine)
+        STATE.patches.setdefault("engines", []).append(engine)
     addr = engine.get_global_value_address
     for gname, obj in (("jgw_ndarray", np.ndarray), ("jgw_float", float), ("jgw_int", int),
                        ("jgw_mismatch", MISMATCHED), ("jgw_failed", FAILED)):
         ctypes.c_void_p.from_address(addr(gname)).value = id(obj)    # alive while the process is
     functions = {}
+    keep: list = [engine]       # the functions keep their machine code alive, whatever STATE does
     for name, entries in header["callees"].items():
         overloads = {}
         for e in entries:
-            fn = _builtin(name, engine.get_function_address(e["wrapper"]))
+            fn = _builtin(name, engine.get_function_address(e["wrapper"]), keep)
             if fn is None:
                 return None
             overloads[tuple(tuple(k) for k in e["kinds"])] = fn
         functions[name] = _function(name, overloads, lambda name=name: fallback(name),
-                                    addr("jgw_status"), addr("jgw_exc"))
+                                    addr("jgw_status"), addr("jgw_exc"), keep)
     return functions, header.get("driver")

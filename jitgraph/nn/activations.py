@@ -5,6 +5,7 @@ import math
 
 from .. import numpy as jnp
 from ..core import bind
+from ..scipy import special
 from ..scipy.special import logsumexp  # noqa: F401  (re-exported)
 
 
@@ -13,8 +14,7 @@ def relu(x):
 
 
 def sigmoid(x):
-    (x,) = jnp._promote(x, float_only=True)
-    return bind(jnp._P.logistic, x)
+    return special.expit(x)
 
 
 def log_sigmoid(x):
@@ -51,13 +51,11 @@ def gelu(x, approximate: bool = True):
 
 
 def log_softmax(x, axis=-1):
-    shifted = x - jnp.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
-    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True))
+    return special.log_softmax(x, axis=axis)
 
 
 def softmax(x, axis=-1):
-    unnormalized = jnp.exp(x - jnp.stop_gradient(jnp.max(x, axis=axis, keepdims=True)))
-    return unnormalized / jnp.sum(unnormalized, axis=axis, keepdims=True)
+    return special.softmax(x, axis=axis)
 
 
 def one_hot(x, num_classes: int, dtype=jnp.float64):

@@ -31,48 +31,16 @@ def _operand(x: Any, name: str = "argument") -> Any:
     """Accept tracers, arrays, Python scalars and (regular) nested lists; reject the rest."""
     if isinstance(x, Tracer):
         return x
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-        return x
-    if isinstance(x, np.ndarray):
-        if x.dtype in dtypes.SUPPORTED:
-            return x
-        return x.astype(_canonical(x.dtype, name))
-    if isinstance(x, np.generic):
-        return np.asarray(x, _canonical(x.dtype, name))
-    if isinstance(x, (list, tuple)):
-        if any(isinstance(e, Tracer) for e in _iter_nested(x)):
-            rows = [_operand(e, name) for e in x]
-            shapes = {aval_of(r).shape for r in rows}
-            if len(shapes) > 1:
-                raise ValueError(f"{name}: cannot make an array from a ragged nested sequence "
-                                 f"(rows of shapes {sorted(shapes)}); all rows must have the "
-                                 "same length")
-            from .manipulation import stack
-            return stack(rows)
-        try:
-            arr = np.asarray(x)
-        except ValueError as err:
+    if isinstance(x, (list, tuple)) and any(isinstance(e, Tracer) for e in _iter_nested(x)):
+        rows = [_operand(e, name) for e in x]
+        shapes = {aval_of(r).shape for r in rows}
+        if len(shapes) > 1:
             raise ValueError(f"{name}: cannot make an array from a ragged nested sequence "
-                             f"({err}); all rows must have the same length") from None
-        if arr.dtype == object:
-            raise ValueError(f"{name}: cannot make an array from a ragged nested sequence")
-        if arr.dtype.kind in "US":
-            raise TypeError(f"{name}: strings are not arrays (got {x!r:.60})")
-        return arr.astype(_canonical(arr.dtype, name))
-    if x is None:
-        raise TypeError(f"{name}: None is not an array")
-    if isinstance(x, (str, bytes)):
-        raise TypeError(f"{name}: a string is not an array (got {x!r:.60})")
-    if hasattr(x, "__array__"):
-        return _operand(np.asarray(x), name)
-    raise TypeError(f"{name}: expected an array, scalar or traced value, got {type(x).__name__}")
-
-
-def _canonical(dtype, name):
-    try:
-        return dtypes.canonical(dtype)
-    except TypeError as err:
-        raise TypeError(f"{name}: {err}") from None
+                             f"(rows of shapes {sorted(shapes)}); all rows must have the "
+                             "same length")
+        from .manipulation import stack
+        return stack(rows)
+    return dtypes.concrete_operand(x, name)
 
 
 def _iter_nested(x):
@@ -152,6 +120,21 @@ array = asarray
 
 def astype(x, dtype):
     return _cast(_operand(x), dtypes.canonical(dtype))
+
+
+def _as_bool(x):
+    """``x != 0`` (bool arrays as they are): the truth values the logical functions read."""
+    x = _operand(x)
+    return x if aval_of(x).dtype == bool_ else bind(_P.ne, *_promote(x, 0))
+
+
+def _concrete(name: str, *xs) -> None:
+    """Raise for traced arguments of a function whose result's shape depends on the values."""
+    for x in xs:
+        if isinstance(x, Tracer):
+            raise ConcretizationError(
+                f"jnp.{name}: the result's shape depends on the values, so it cannot be traced "
+                f"(got a traced {x.aval}); call it outside jit/grad on concrete arrays")
 
 
 class _Prims:

@@ -5,7 +5,7 @@ import numpy as np
 
 from .. import dtypes
 from ..core import Tracer, aval_of, bind
-from ._base import (_P, _cast, _dtype_weak, _operand, _promote, asarray, astype, bool_, float64, inf,
+from ._base import (_P, _as_bool, _cast, _dtype_weak, _operand, _promote, asarray, astype, float64, inf,
                     _locate_module)
 
 
@@ -77,11 +77,6 @@ def floor_divide(x, y):
     if dtypes.is_float(_dtype_weak(x)[0]):
         return floor(x / y)
     return bind(_P.floordiv, x, y)
-
-
-def _as_bool(x):
-    x = _operand(x)
-    return x if aval_of(x).dtype == bool_ else not_equal(x, 0)
 
 
 def logical_and(x, y):

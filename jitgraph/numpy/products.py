@@ -100,14 +100,14 @@ def tensordot(a, b, axes=2):
 
 def einsum(subscripts: str, *operands, optimize="greedy", precision=None):
     """einsum with any number of operands, ellipses and repeated indices, contracted pairwise
-    (an order chosen over the index sizes) as matmuls; see ``jitgraph.einsum``."""
-    from ..einsum import einsum as _einsum
+    (an order chosen over the index sizes) as matmuls; see ``jitgraph.numpy._einsum``."""
+    from ._einsum import einsum as _einsum
     return _einsum(subscripts, *operands, optimize=optimize)
 
 
 def einsum_path(subscripts: str, *operands, optimize="greedy"):
     """The pairwise contraction order ``einsum`` uses for these operands."""
-    from ..einsum import einsum_path as _path
+    from ._einsum import einsum_path as _path
     return _path(subscripts, *operands, optimize=optimize)
 
 

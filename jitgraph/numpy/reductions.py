@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import dtypes
 from ..core import Tracer, aval_of, bind
-from ._base import (_P, _axes, _axis1, _keep, _operand, asarray, astype, bool_, float64, int32,
+from ._base import (_P, _as_bool, _axes, _axis1, _keep, _operand, asarray, astype, bool_, float64, int32,
                     int64, _locate_module)
 from .math import sqrt, true_divide
 from .manipulation import ravel
@@ -103,12 +103,12 @@ def argmin(x, axis=None, keepdims=False):
 # ------------------------------------------------------------------ logic reductions
 def any(x, axis=None, keepdims=False):
     """Whether any element is true (a sum of the truth values, so size-0 gives False)."""
-    from .math import _as_bool, greater
+    from .math import greater
     return greater(sum(astype(_as_bool(x), int64), axis=axis, keepdims=keepdims), 0)
 
 
 def all(x, axis=None, keepdims=False):
-    from .math import _as_bool, equal, logical_not
+    from .math import equal, logical_not
     return equal(sum(astype(logical_not(_as_bool(x)), int64), axis=axis, keepdims=keepdims), 0)
 
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import Tracer, aval_of, bind
-from ..errors import ConcretizationError
-from ._base import _P, _axis1, _operand, _promote, astype, int64, _locate_module
+from ..core import aval_of, bind
+from ._base import _P, _axis1, _concrete, _operand, _promote, astype, int64, _locate_module
 from .indexing import take_along_axis
 from .manipulation import moveaxis, ravel, reshape
 from .math import less, less_equal
@@ -58,14 +57,6 @@ def searchsorted(a, v, side="left", sorter=None):
     vv = reshape(v, aval_of(v).shape + (1,))
     below = less(a, vv) if side == "left" else less_equal(a, vv)
     return sum(astype(below, int64), axis=-1)
-
-
-def _concrete(name, *xs):
-    for x in xs:
-        if isinstance(x, Tracer):
-            raise ConcretizationError(
-                f"jnp.{name}: the result's shape depends on the values, so it cannot be traced "
-                f"(got a traced {x.aval}); call it outside jit/grad on concrete arrays")
 
 
 def unique(x, return_index=False, return_inverse=False, return_counts=False, axis=None):

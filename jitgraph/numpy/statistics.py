@@ -9,13 +9,13 @@ import numpy as np
 
 from .. import dtypes
 from ..core import Tracer, aval_of
-from ._base import _axes, _operand, _promote, astype, float64, _locate_module
+from ._base import _axes, _concrete, _operand, _promote, astype, float64, _locate_module
 from .indexing import take
 from .manipulation import broadcast_to, ravel, reshape, transpose
 from .math import add, multiply, sqrt, subtract, true_divide, clip
 from .products import matmul
 from .reductions import mean, sum
-from .sorting import _concrete, sort
+from .sorting import sort
 
 
 def _floats(x):

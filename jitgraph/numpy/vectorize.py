@@ -6,7 +6,9 @@ import functools
 import re
 from typing import Any, Callable, Collection
 
+from ..batching import vmap
 from ..core import aval_of
+from ..errors import ShapeError
 from ._base import _operand
 
 _NAME = r"\w+"
@@ -41,7 +43,6 @@ def _bind_core_dims(sizes: dict, shape: tuple, core: tuple, context: str, is_inp
 
 def _broadcast_loop_shapes(shapes: list[tuple], context: str) -> tuple:
     from ..ops.elementwise import broadcast_shapes
-    from ..errors import ShapeError
     try:
         return broadcast_shapes(*shapes)
     except ShapeError as e:
@@ -65,7 +66,6 @@ def vectorize(pyfunc: Callable, *, excluded: Collection[int | str] = frozenset()
     applied over the broadcast leading ("loop") axes of its arguments by ``vmap``, one level
     per loop axis. ``excluded``: positions or names of arguments passed through unchanged.
     """
-    from ..batching import vmap
     for e in excluded:
         if not isinstance(e, (int, str)) or isinstance(e, bool):
             raise TypeError(f"vectorize can only exclude integer or string arguments, but "

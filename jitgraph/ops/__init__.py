@@ -1,5 +1,5 @@
-"""Primitive definitions, one module per family. Importing this package registers them all."""
+"""First-order primitives, one module per family; importing this package registers them all.
+(The higher-order ones, which hold sub-graphs, are in ``jitgraph.control_flow``.)"""
 from . import elementwise, reductions, layout, indexing, linalg  # noqa: F401
 from . import transcendental, sorting, decompositions  # noqa: F401
 from . import random  # noqa: F401,E402  (32-bit word ops for jitgraph.random)
-from . import control_flow  # noqa: F401,E402  (cond, scan, while, remat: nodes holding sub-graphs)

@@ -1,9 +1,9 @@
 """Elementwise primitives (NumPy broadcasting between operands).
 
-Each definition carries its shape rule, NumPy reference, VJP, JVP and code-generation rule.
-The codegen rule is ``codegen(ctx, *input_exprs) -> scalar expression``; ``ctx.fn(name)`` names the
-backend's scalar math function (libm, a vectorizable approximation, or CUDA's), so the rule is
-backend-neutral.
+Each definition carries its shape rule, NumPy reference, VJP, JVP and code-generation record
+(``core.Lowering``). Its rule is ``rule(ctx, *input_exprs) -> scalar expression``; ``ctx.fn(name)``
+names the backend's scalar math function (libm, a vectorizable approximation, or CUDA's), as the
+record of primitive ``name`` says, so the rule is backend-neutral.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .. import dtypes
-from ..core import Aval, Primitive, register
+from ..core import Aval, Lowering, Primitive, register
 from ..errors import ShapeError
 from .. import numpy as jnp  # rules are written with the public ops (resolved at call time)
 from ..batching import elementwise_rule
@@ -40,7 +40,7 @@ def _same_dtype(avals, name):
     return avals[0].dtype
 
 
-def _elementwise_aval(*avals, out_dtype=None, float_only=False, name=""):
+def elementwise_aval(*avals, out_dtype=None, float_only=False, name=""):
     dtype = _same_dtype(avals, name)
     if float_only and not dtypes.is_float(dtype):
         raise TypeError(f"needs a floating-point operand, got {dtype}")
@@ -60,14 +60,14 @@ def unbroadcast(g, aval: Aval):
     return jnp.reshape(g, aval.shape)
 
 
-def _bcast(t, shape):
+def broadcast_tangent(t, shape):
     """A tangent of an operand, broadcast to the output shape."""
     if t is None or tuple(t.shape) == tuple(shape):
         return t
     return jnp.broadcast_to(t, shape)
 
 
-def _add_t(a, b):
+def add_tangents(a, b):
     if a is None:
         return b
     if b is None:
@@ -79,11 +79,28 @@ UNARY: dict[str, Primitive] = {}
 BINARY: dict[str, Primitive] = {}
 
 
+def call(fn: str, **fields) -> Lowering:
+    """The record of an op computed by the backend's scalar routine ``fn`` (``ctx.fn(fn)``)."""
+    return Lowering.scalar(lambda c, *xs: f"{c.fn(fn)}({', '.join(xs)})", **fields)
+
+
+def ours(fn: str) -> dict[str, str]:
+    """``functions`` of a routine both backends' kernel modules define (``kernels.scalar``,
+    ``kernels.cuda_scalar``) as ``fn``."""
+    return {"cpu": fn, "cuda": fn}
+
+
+# ``x op y`` of one float type is that type in Numba's (and CUDA's) typing rules; int64 too
+_KEEPS_TYPE = {"keeps_float": True, "keeps_int64": True}
+
+
 def unary(name, impl, codegen, vjp=None, jvp=None, float_only=True, out_dtype=None,
           differentiable=True):
-    """Define a unary elementwise primitive; ``jvp`` defaults to the VJP's local derivative."""
+    """Define a unary elementwise primitive; ``codegen`` is its record (``call``,
+    ``Lowering.scalar``) or just its expression rule; ``jvp`` defaults to the VJP's local
+    derivative."""
     def aval(x):
-        return _elementwise_aval(x, out_dtype=out_dtype, float_only=float_only, name=name)
+        return elementwise_aval(x, out_dtype=out_dtype, float_only=float_only, name=name)
     if jvp is None and vjp is not None:
         def jvp(ts, out, x, _vjp=vjp):
             return None if ts[0] is None else _vjp(ts[0], out, x)[0]
@@ -97,7 +114,7 @@ def unary(name, impl, codegen, vjp=None, jvp=None, float_only=True, out_dtype=No
 def binary(name, impl, codegen, vjp=None, jvp=None, out_dtype=None, differentiable=True,
            float_only=False):
     def aval(x, y):
-        return _elementwise_aval(x, y, out_dtype=out_dtype, float_only=float_only, name=name)
+        return elementwise_aval(x, y, out_dtype=out_dtype, float_only=float_only, name=name)
     p = register(Primitive(name, kind="elementwise", abstract_eval=aval, impl=impl, vjp=vjp,
                            jvp=jvp, codegen=codegen, differentiable=differentiable))
     p.batch = elementwise_rule(p)
@@ -107,37 +124,39 @@ def binary(name, impl, codegen, vjp=None, jvp=None, out_dtype=None, differentiab
 
 # ---------------------------------------------------------------- unary math (floats)
 # VJP rules: (g, out, x) -> (dx,). Because they are linear in g, the JVP is the same rule on t.
-neg_p = unary("neg", np.negative, lambda c, x: f"(-{x})", float_only=False,
-              vjp=lambda g, out, x: (-g,))
-exp_p = unary("exp", np.exp, lambda c, x: f"{c.fn('exp')}({x})",
+neg_p = unary("neg", np.negative, Lowering.scalar(lambda c, x: f"(-{x})", **_KEEPS_TYPE),
+              float_only=False, vjp=lambda g, out, x: (-g,))
+exp_p = unary("exp", np.exp, call("exp", cost=4, approx=True),
               vjp=lambda g, out, x: (g * out,))
-log_p = unary("log", np.log, lambda c, x: f"{c.fn('log')}({x})",
+log_p = unary("log", np.log, call("log", cost=4, approx=True),
               vjp=lambda g, out, x: (g / x,))
-log1p_p = unary("log1p", np.log1p, lambda c, x: f"{c.fn('log1p')}({x})",
+log1p_p = unary("log1p", np.log1p, call("log1p", cost=4, approx=True),
                 vjp=lambda g, out, x: (g / (1.0 + x),))
-expm1_p = unary("expm1", np.expm1, lambda c, x: f"{c.fn('expm1')}({x})",
+expm1_p = unary("expm1", np.expm1, call("expm1", cost=4, approx=True),
                 vjp=lambda g, out, x: (g * (out + 1.0),))
-sin_p = unary("sin", np.sin, lambda c, x: f"{c.fn('sin')}({x})",
+sin_p = unary("sin", np.sin, call("sin", cost=4),
               vjp=lambda g, out, x: (g * jnp.cos(x),))
-cos_p = unary("cos", np.cos, lambda c, x: f"{c.fn('cos')}({x})",
+cos_p = unary("cos", np.cos, call("cos", cost=4),
               vjp=lambda g, out, x: (-(g * jnp.sin(x)),))
-tan_p = unary("tan", np.tan, lambda c, x: f"{c.fn('tan')}({x})",
+tan_p = unary("tan", np.tan, call("tan", cost=6),
               vjp=lambda g, out, x: (g * (1.0 + out * out),))
-tanh_p = unary("tanh", np.tanh, lambda c, x: f"{c.fn('tanh')}({x})",
+tanh_p = unary("tanh", np.tanh, call("tanh", cost=4, approx=True),
                vjp=lambda g, out, x: (g * (1.0 - out * out),))
 logistic_p = unary("logistic", lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
-                   lambda c, x: f"{c.fn('logistic')}({x})",
+                   call("logistic", cost=4, approx=True,
+                        functions={"cpu": "logistic", "cuda": "logistic_{f}"}),
                    vjp=lambda g, out, x: (g * (out * (1.0 - out)),))
-sqrt_p = unary("sqrt", np.sqrt, lambda c, x: f"{c.fn('sqrt')}({x})",
+sqrt_p = unary("sqrt", np.sqrt, call("sqrt", cost=2),
                vjp=lambda g, out, x: (g / (2.0 * out),))
 _erf_vec = np.vectorize(math.erf, otypes=[np.float64])
-erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype), lambda c, x: f"{c.fn('erf')}({x})",
+erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype),
+              call("erf", cost=6, functions=ours("erf")),
               vjp=lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * jnp.exp(-(x * x)),))
 abs_p = unary("abs", np.abs, lambda c, x: f"abs({x})", float_only=False,
               vjp=lambda g, out, x: (g * jnp.sign(x),))
-sign_p = unary("sign", np.sign, lambda c, x: f"{c.fn('sign')}({x})", float_only=False,
+sign_p = unary("sign", np.sign, call("sign", functions=ours("sign")), float_only=False,
                vjp=lambda g, out, x: (None,))
-floor_p = unary("floor", np.floor, lambda c, x: f"{c.fn('floor')}({x})",
+floor_p = unary("floor", np.floor, call("floor", functions=ours("floor")),
                 vjp=lambda g, out, x: (None,))
 not_p = unary("logical_not", np.logical_not, lambda c, x: f"(not {x})", float_only=False,
               differentiable=False)
@@ -147,7 +166,8 @@ def _stop_impl(x):
     return x
 
 
-stop_gradient_p = unary("stop_gradient", _stop_impl, lambda c, x: x, float_only=False,
+stop_gradient_p = unary("stop_gradient", _stop_impl,
+                        Lowering.scalar(lambda c, x: x, flops=0, **_KEEPS_TYPE), float_only=False,
                         vjp=lambda g, out, x: (None,), jvp=lambda ts, out, x: None)
 
 
@@ -190,8 +210,8 @@ def _pow_jvp(ts, out, x, y):
     tx, ty = ts
     res = None if tx is None else tx * _pow_dbase(x, y)
     if ty is not None:
-        res = _add_t(res, ty * out * _safe_log(x))
-    return _bcast(res, out.shape)
+        res = add_tangents(res, ty * out * _safe_log(x))
+    return broadcast_tangent(res, out.shape)
 
 
 def _minmax_vjp(pick_x):
@@ -208,30 +228,34 @@ def _minmax_jvp(pick_x):
         wx = jnp.where(pick_x(x, y), 1.0, 0.0).astype(out.dtype) + half
         tx, ty = ts
         r = None if tx is None else tx * wx
-        r = _add_t(r, None if ty is None else ty * (1.0 - wx))
-        return _bcast(r, out.shape)
+        r = add_tangents(r, None if ty is None else ty * (1.0 - wx))
+        return broadcast_tangent(r, out.shape)
     return jvp
 
 
-add_p = binary("add", np.add, lambda c, x, y: f"({x} + {y})", vjp=_add_vjp,
-               jvp=lambda ts, out, x, y: _bcast(_add_t(*ts), out.shape))
-sub_p = binary("sub", np.subtract, lambda c, x, y: f"({x} - {y})", vjp=_sub_vjp,
-               jvp=lambda ts, out, x, y: _bcast(
-                   _add_t(ts[0], None if ts[1] is None else -ts[1]), out.shape))
-mul_p = binary("mul", np.multiply, lambda c, x, y: f"({x} * {y})", vjp=_mul_vjp,
-               jvp=lambda ts, out, x, y: _bcast(_add_t(
+add_p = binary("add", np.add, Lowering.scalar(lambda c, x, y: f"({x} + {y})", **_KEEPS_TYPE),
+               vjp=_add_vjp,
+               jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(*ts), out.shape))
+sub_p = binary("sub", np.subtract,
+               Lowering.scalar(lambda c, x, y: f"({x} - {y})", **_KEEPS_TYPE), vjp=_sub_vjp,
+               jvp=lambda ts, out, x, y: broadcast_tangent(
+                   add_tangents(ts[0], None if ts[1] is None else -ts[1]), out.shape))
+mul_p = binary("mul", np.multiply,
+               Lowering.scalar(lambda c, x, y: f"({x} * {y})", **_KEEPS_TYPE), vjp=_mul_vjp,
+               jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    None if ts[0] is None else ts[0] * y,
                    None if ts[1] is None else x * ts[1]), out.shape))
 div_p = binary("div", lambda x, y: np.true_divide(x, y).astype(x.dtype),
-               lambda c, x, y: f"({x} / {y})", vjp=_div_vjp, float_only=True,
-               jvp=lambda ts, out, x, y: _bcast(_add_t(
+               Lowering.scalar(lambda c, x, y: f"({x} / {y})", cost=2, keeps_float=True),
+               vjp=_div_vjp, float_only=True,
+               jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    None if ts[0] is None else ts[0] / y,
                    None if ts[1] is None else -(ts[1] * out / y)), out.shape))
-pow_p = binary("pow", np.power, lambda c, x, y: f"{c.fn('pow')}({x}, {y})", vjp=_pow_vjp,
+pow_p = binary("pow", np.power, call("pow", cost=8, functions=ours("power")), vjp=_pow_vjp,
                jvp=_pow_jvp, float_only=True)
-max_p = binary("max", np.maximum, lambda c, x, y: f"{c.fn('max')}({x}, {y})",
+max_p = binary("max", np.maximum, call("max", functions=ours("maximum")),
                vjp=_minmax_vjp(lambda x, y: x > y), jvp=_minmax_jvp(lambda x, y: x > y))
-min_p = binary("min", np.minimum, lambda c, x, y: f"{c.fn('min')}({x}, {y})",
+min_p = binary("min", np.minimum, call("min", functions=ours("minimum")),
                vjp=_minmax_vjp(lambda x, y: x < y), jvp=_minmax_jvp(lambda x, y: x < y))
 
 
@@ -244,7 +268,7 @@ floordiv_p = binary("floordiv", _int_floor_div, lambda c, x, y: f"({x} // {y})",
 mod_p = binary("mod", np.mod, lambda c, x, y: f"({x} % {y})",
                vjp=lambda g, out, x, y: (unbroadcast(g, x.aval),
                                          unbroadcast(-g * jnp.floor(x / y), y.aval)),
-               jvp=lambda ts, out, x, y: _bcast(_add_t(
+               jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    ts[0], None if ts[1] is None else -(ts[1] * jnp.floor(x / y))), out.shape))
 
 # ---------------------------------------------------------------- comparisons and logic (bool out)
@@ -263,7 +287,7 @@ or_p = binary("logical_or", np.logical_or, lambda c, x, y: f"({x} or {y})",
 def _select_aval(c, x, y):
     if c.dtype != dtypes.bool_:
         raise TypeError(f"condition must be bool, got {c.dtype}")
-    out = _elementwise_aval(x, y, name="select")
+    out = elementwise_aval(x, y, name="select")
     return Aval(broadcast_shapes(c.shape, out.shape), out.dtype, out.weak)
 
 
@@ -277,13 +301,13 @@ def _select_jvp(ts, out, c, x, y):
     if tx is None and ty is None:
         return None
     z = jnp.zeros((), out.dtype)
-    return _bcast(jnp.where(c, z if tx is None else tx, z if ty is None else ty), out.shape)
+    return broadcast_tangent(jnp.where(c, z if tx is None else tx, z if ty is None else ty), out.shape)
 
 
 select_p = register(Primitive(
     "select", kind="elementwise", abstract_eval=_select_aval, impl=np.where,
-    vjp=_select_vjp, jvp=_select_jvp,
-    codegen=lambda c, cond, x, y: f"({x} if {cond} else {y})"))
+    vjp=_select_vjp, jvp=_select_jvp,   # (the condition is bool: the type is x's and y's)
+    codegen=Lowering.scalar(lambda c, cond, x, y: f"({x} if {cond} else {y})", **_KEEPS_TYPE)))
 
 
 def _convert_aval(x, *, dtype):
@@ -305,7 +329,7 @@ def _convert_jvp(ts, out, x, *, dtype):
 convert_p = register(Primitive(
     "convert", kind="elementwise", abstract_eval=_convert_aval,
     impl=lambda x, *, dtype: x.astype(dtype), vjp=_convert_vjp, jvp=_convert_jvp,
-    codegen=lambda c, x, *, dtype: c.cast(x, dtype)))
+    codegen=Lowering.scalar(lambda c, x, *, dtype: c.cast(x, dtype), flops=0)))
 
 
 # ---------------------------------------------------------------- batching (unary/binary: above)

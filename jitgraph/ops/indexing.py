@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batching import align_front, batch_iota, batch_size, bdim_to_front, move_batch_axis
-from ..core import Aval, Primitive, aval_of, register
+from ..core import GATHER, SCATTER_ADD, Aval, Lowering, Primitive, aval_of, register
 from ..errors import ShapeError
 from .elementwise import broadcast_shapes
 
@@ -75,13 +75,13 @@ def _scatter_impl(g, *idx, shape):
 
 gather_p = register(Primitive(
     "gather", kind="index", abstract_eval=_gather_aval, impl=_gather_impl,
-    vjp=_gather_vjp, jvp=_gather_jvp, codegen={"gather": True}))
+    vjp=_gather_vjp, jvp=_gather_jvp, codegen=Lowering(GATHER)))
 scatter_add_p = register(Primitive(
     "scatter_add", kind="opaque", abstract_eval=_scatter_aval, impl=_scatter_impl,
     vjp=lambda ct, out, g, *idx, shape: (gather_p(ct, *idx),) + (None,) * len(idx),
     jvp=lambda ts, out, g, *idx, shape: None if ts[0] is None else scatter_add_p(
         ts[0], *idx, shape=shape),
-    codegen={"scatter": "add"}))
+    codegen=Lowering(SCATTER_ADD)))
 
 
 # ---------------------------------------------------------------- batching

@@ -1,15 +1,16 @@
 """Layout primitives: they move elements without arithmetic.
 
-Codegen rule: ``index_map(out_idx, in_aval, out_aval, **params) -> in_idx`` (lists of index
-expression strings), so fusion can turn the op into index arithmetic inside a kernel instead
-of a copy. ``pad_slice`` and ``concatenate`` also need a condition (see their rules).
+Code-generation record: ``Lowering.index_map(index_map)`` with ``index_map(out_idx, in_aval,
+out_aval, **params) -> in_idx`` (lists of index expression strings), so fusion can turn the op
+into index arithmetic inside a kernel instead of a copy. ``pad_slice`` and ``concatenate`` also
+need a condition (see their rules).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..batching import all_to_front, move_batch_axis, permute, reshape, shift_axis
-from ..core import Aval, Primitive, aval_of, register
+from ..core import Aval, Lowering, Primitive, aval_of, register
 from ..errors import ShapeError
 from .. import numpy as jnp
 
@@ -20,7 +21,7 @@ def _layout(name, aval, impl, vjp, index_map, jvp=None):
         def jvp(ts, out, *xs, **params):
             return None if ts[0] is None else bind_same(ts[0], **params)
     p = register(Primitive(name, kind="layout", abstract_eval=aval, impl=impl, vjp=vjp,
-                           jvp=jvp, codegen=index_map))
+                           jvp=jvp, codegen=Lowering.index_map(index_map)))
 
     def bind_same(t, **params):
         return p(t, **params)

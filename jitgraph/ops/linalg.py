@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batching import move_batch_axis, reshape
-from ..core import Aval, Primitive, aval_of, register
+from ..core import MATMUL, Aval, Lowering, Primitive, aval_of, register
 from ..errors import ShapeError
 from .. import numpy as jnp
 
@@ -45,7 +45,7 @@ def _matmul_jvp(ts, out, a, b):
 
 matmul_p = register(Primitive(
     "matmul", kind="matmul", abstract_eval=_matmul_aval, impl=np.matmul,
-    vjp=_matmul_vjp, jvp=_matmul_jvp, codegen={"matmul": True}))
+    vjp=_matmul_vjp, jvp=_matmul_jvp, codegen=Lowering(MATMUL)))
 
 
 # ---------------------------------------------------------------- batching

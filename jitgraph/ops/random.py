@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..core import Aval, Primitive, register
+from ..core import Aval, Lowering, Primitive, register
 from ..batching import elementwise_rule
 from .elementwise import broadcast_shapes
 
@@ -26,9 +26,11 @@ def _word_aval(*avals, **_):
                 weak=all(a.weak for a in avals))
 
 
-def _word_prim(name, impl, codegen):
+def _word_prim(name, impl, rule):
+    """Words are int64 in and out: the expression needs no cast."""
     p = register(Primitive(name, kind="elementwise", abstract_eval=_word_aval, impl=impl,
-                           codegen=codegen, differentiable=False, keeps_dtype=True))
+                           codegen=Lowering.scalar(rule, keeps_int64=True),
+                           differentiable=False))
     p.batch = elementwise_rule(p)
     return p
 

@@ -1,14 +1,14 @@
 """Reductions over a set of axes (no keepdims at this level: jnp adds it with a reshape).
 
-Codegen rule: ``{"monoid": "sum" | "max" | "min" | "prod"}``; argmax/argmin have
-``{"arg": "max" | "min"}``. The backends own the loop structure.
+Code-generation record: ``Lowering(REDUCE, monoid="sum" | "max" | "min" | "prod")``; argmax and
+argmin have ``Lowering(ARG_REDUCE, monoid="max" | "min")``. The backends own the loop structure.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import dtypes
-from ..core import Aval, Primitive, register
+from ..core import ARG_REDUCE, REDUCE, Aval, Lowering, Primitive, register
 from ..errors import ShapeError
 from .. import numpy as jnp
 
@@ -57,7 +57,7 @@ reduce_sum_p = register(Primitive(
     "reduce_sum", kind="reduce", abstract_eval=_reduce_aval, impl=_sum_impl,
     vjp=lambda g, out, x, *, axes: (_expand_back(g, x, axes),),
     jvp=lambda ts, out, x, *, axes: None if ts[0] is None else jnp.sum(ts[0], axis=axes),
-    codegen={"monoid": "sum"}))
+    codegen=Lowering(REDUCE, monoid="sum")))
 
 
 def _chooser_weights(out, x, axes):
@@ -83,7 +83,7 @@ def _chooser(name, fn, monoid):
 
     return register(Primitive(name, kind="reduce", abstract_eval=aval,
                               impl=lambda x, *, axes: fn(x, axis=axes), vjp=vjp, jvp=jvp,
-                              codegen={"monoid": monoid}))
+                              codegen=Lowering(REDUCE, monoid=monoid)))
 
 
 reduce_max_p = _chooser("reduce_max", np.maximum.reduce, "max")   # np.max, minus dispatch
@@ -131,7 +131,7 @@ reduce_prod_p = register(Primitive(
     vjp=lambda g, out, x, *, axes: (_expand_back(g, x, axes) * _prod_grad(x, axes),),
     jvp=lambda ts, out, x, *, axes: None if ts[0] is None else jnp.sum(
         ts[0] * _prod_grad(x, axes), axis=axes),
-    codegen={"monoid": "prod"}))
+    codegen=Lowering(REDUCE, monoid="prod")))
 
 
 def _arg_aval(x, *, axis):
@@ -145,11 +145,11 @@ def _arg_aval(x, *, axis):
 argmax_p = register(Primitive(
     "argmax", kind="reduce", abstract_eval=_arg_aval,
     impl=lambda x, *, axis: np.argmax(x, axis=axis), differentiable=False,
-    codegen={"arg": "max"}))
+    codegen=Lowering(ARG_REDUCE, monoid="max")))
 argmin_p = register(Primitive(
     "argmin", kind="reduce", abstract_eval=_arg_aval,
     impl=lambda x, *, axis: np.argmin(x, axis=axis), differentiable=False,
-    codegen={"arg": "min"}))
+    codegen=Lowering(ARG_REDUCE, monoid="min")))
 
 
 # ---------------------------------------------------------------- batching

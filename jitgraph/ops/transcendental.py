@@ -2,9 +2,9 @@
 erfc, lgamma, atan2, hypot, and SciPy special functions.
 
 The ones Numba's ``math`` module has (and CUDA's libdevice has under the same names) carry a
-codegen rule, so they fuse into the surrounding loop kernel. ``digamma``, ``polygamma``,
-``erfinv`` and ``ndtri`` have no scalar implementation the generated code can call: they have
-no codegen rule and run as host steps between kernels (their NumPy reference is SciPy's).
+code-generation record calling it, so they fuse into the surrounding loop kernel. ``digamma``,
+``polygamma``, ``erfinv`` and ``ndtri`` have no scalar implementation the generated code can
+call: they have none and run as host steps between kernels (their NumPy reference is SciPy's).
 """
 from __future__ import annotations
 
@@ -15,16 +15,11 @@ import numpy as np
 from ..core import Primitive, register
 from .. import numpy as jnp
 from ..batching import elementwise_rule
-from .elementwise import _add_t, _bcast, _elementwise_aval, binary, unary, unbroadcast
+from .elementwise import add_tangents, broadcast_tangent, elementwise_aval, binary, call, unary, unbroadcast
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-
-
-def _libm(name):
-    """Codegen rule calling the backend's scalar ``name`` (``math.name`` on the CPU)."""
-    return lambda c, *xs: f"{c.fn(name)}({', '.join(xs)})"
 
 
 def _special(name):
@@ -37,27 +32,27 @@ def _special(name):
     return impl
 
 
-arcsin_p = unary("arcsin", np.arcsin, _libm("asin"),
+arcsin_p = unary("arcsin", np.arcsin, call("asin"),
                  vjp=lambda g, out, x: (g / jnp.sqrt(1.0 - x * x),))
-arccos_p = unary("arccos", np.arccos, _libm("acos"),
+arccos_p = unary("arccos", np.arccos, call("acos"),
                  vjp=lambda g, out, x: (-(g / jnp.sqrt(1.0 - x * x)),))
-arctan_p = unary("arctan", np.arctan, _libm("atan"),
+arctan_p = unary("arctan", np.arctan, call("atan"),
                  vjp=lambda g, out, x: (g / (1.0 + x * x),))
-sinh_p = unary("sinh", np.sinh, _libm("sinh"), vjp=lambda g, out, x: (g * jnp.cosh(x),))
-cosh_p = unary("cosh", np.cosh, _libm("cosh"), vjp=lambda g, out, x: (g * jnp.sinh(x),))
-arcsinh_p = unary("arcsinh", np.arcsinh, _libm("asinh"),
+sinh_p = unary("sinh", np.sinh, call("sinh"), vjp=lambda g, out, x: (g * jnp.cosh(x),))
+cosh_p = unary("cosh", np.cosh, call("cosh"), vjp=lambda g, out, x: (g * jnp.sinh(x),))
+arcsinh_p = unary("arcsinh", np.arcsinh, call("asinh"),
                   vjp=lambda g, out, x: (g / jnp.sqrt(x * x + 1.0),))
-arccosh_p = unary("arccosh", np.arccosh, _libm("acosh"),
+arccosh_p = unary("arccosh", np.arccosh, call("acosh"),
                   vjp=lambda g, out, x: (g / (jnp.sqrt(x - 1.0) * jnp.sqrt(x + 1.0)),))
-arctanh_p = unary("arctanh", np.arctanh, _libm("atanh"),
+arctanh_p = unary("arctanh", np.arctanh, call("atanh"),
                   vjp=lambda g, out, x: (g / (1.0 - x * x),))
-log2_p = unary("log2", np.log2, _libm("log2"), vjp=lambda g, out, x: (g / (x * _LN2),))
-log10_p = unary("log10", np.log10, _libm("log10"), vjp=lambda g, out, x: (g / (x * _LN10),))
+log2_p = unary("log2", np.log2, call("log2"), vjp=lambda g, out, x: (g / (x * _LN2),))
+log10_p = unary("log10", np.log10, call("log10"), vjp=lambda g, out, x: (g / (x * _LN10),))
 exp2_p = unary("exp2", np.exp2, lambda c, x: f"{c.fn('pow')}(2.0, {x})",
                vjp=lambda g, out, x: (g * out * _LN2,))
-erfc_p = unary("erfc", _special("erfc"), _libm("erfc"),
+erfc_p = unary("erfc", _special("erfc"), call("erfc"),
                vjp=lambda g, out, x: (-(g * _TWO_OVER_SQRT_PI * jnp.exp(-(x * x))),))
-lgamma_p = unary("lgamma", _special("gammaln"), _libm("lgamma"),
+lgamma_p = unary("lgamma", _special("gammaln"), call("lgamma"),
                  vjp=lambda g, out, x: (g * digamma_p(x),))
 # host-only special functions (no scalar routine in Numba's math module)
 digamma_p = unary("digamma", _special("digamma"), None,
@@ -69,7 +64,7 @@ ndtri_p = unary("ndtri", _special("ndtri"), None,
 
 
 def _polygamma_aval(x, *, n):
-    return _elementwise_aval(x, float_only=True, name="polygamma")
+    return elementwise_aval(x, float_only=True, name="polygamma")
 
 
 def _polygamma_impl(x, *, n):
@@ -99,7 +94,7 @@ def _binary_rule(partials):
     def jvp(ts, out, x, y):
         dx, dy = partials(out, x, y)
         tx, ty = ts
-        return _bcast(_add_t(None if tx is None else tx * dx, None if ty is None else ty * dy),
+        return broadcast_tangent(add_tangents(None if tx is None else tx * dx, None if ty is None else ty * dy),
                       out.shape)
     return vjp, jvp
 
@@ -113,7 +108,7 @@ def _hypot_partials(out, x, y):
     return x / out, y / out
 
 
-arctan2_p = binary("arctan2", np.arctan2, _libm("atan2"), *_binary_rule(_atan2_partials),
+arctan2_p = binary("arctan2", np.arctan2, call("atan2"), *_binary_rule(_atan2_partials),
                    float_only=True)
-hypot_p = binary("hypot", np.hypot, _libm("hypot"), *_binary_rule(_hypot_partials),
+hypot_p = binary("hypot", np.hypot, call("hypot"), *_binary_rule(_hypot_partials),
                  float_only=True)

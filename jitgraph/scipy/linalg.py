@@ -2,8 +2,9 @@
 decompositions in ``jitgraph.numpy.linalg``."""
 from __future__ import annotations
 
-from ..core import aval_of, bind
-from ..numpy import _P, _operand, astype, float64, dtypes
+from .. import dtypes
+from ..core import PRIMITIVES, aval_of, bind
+from ..numpy import asarray, astype, float64
 from ..numpy.linalg import cholesky as _np_cholesky, det, eigh, inv, pinv, qr, solve, svd  # noqa: F401
 from ..numpy import reshape, swapaxes
 
@@ -11,7 +12,7 @@ from ..numpy import reshape, swapaxes
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
                      check_finite=True):
     """Solve op(a) x = b for triangular a (only its ``lower``/upper triangle is read)."""
-    a, b = _operand(a), _operand(b)
+    a, b = asarray(a), asarray(b)
     if not dtypes.is_float(aval_of(a).dtype):
         a = astype(a, float64)
     b = astype(b, aval_of(a).dtype)
@@ -23,7 +24,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     vec = aval_of(b).ndim == aval_of(a).ndim - 1
     if vec:
         b = reshape(b, aval_of(b).shape + (1,))
-    x = bind(_P.solve_triangular, a, b, lower=bool(lower), trans=int(trans))
+    x = bind(PRIMITIVES["solve_triangular"], a, b, lower=bool(lower), trans=int(trans))
     return reshape(x, aval_of(x).shape[:-1]) if vec else x
 
 

@@ -23,8 +23,9 @@ def logsumexp(x, axis=None, keepdims: bool = False):
 
 
 def expit(x):
-    from ..nn import sigmoid
-    return sigmoid(x)
+    """The logistic sigmoid 1 / (1 + exp(-x)) (``jitgraph.nn.sigmoid``)."""
+    (x,) = jnp._promote(x, float_only=True)
+    return jnp.bind(jnp._P.logistic, x)
 
 
 def erf(x):
@@ -117,15 +118,21 @@ def entr(x):
 
 
 def softmax(x, axis=None):
-    from ..nn import softmax as _softmax
+    """exp(x) / sum(exp(x)) over ``axis`` (default: all), shifted by the max, which
+    stop_gradient keeps out of the derivative (``jitgraph.nn.softmax``)."""
     x = _f(x)
-    return _softmax(x, axis=axis if axis is not None else tuple(range(jnp.ndim(x))))
+    axis = axis if axis is not None else tuple(range(jnp.ndim(x)))
+    unnormalized = jnp.exp(x - jnp.stop_gradient(jnp.max(x, axis=axis, keepdims=True)))
+    return unnormalized / jnp.sum(unnormalized, axis=axis, keepdims=True)
 
 
 def log_softmax(x, axis=None):
-    from ..nn import log_softmax as _log_softmax
+    """x - logsumexp(x) over ``axis`` (default: all), never log(softmax(x))
+    (``jitgraph.nn.log_softmax``)."""
     x = _f(x)
-    return _log_softmax(x, axis=axis if axis is not None else tuple(range(jnp.ndim(x))))
+    axis = axis if axis is not None else tuple(range(jnp.ndim(x)))
+    shifted = x - jnp.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True))
 
 
 _SQRT1_2 = 0.7071067811865476

@@ -9,6 +9,7 @@ import types
 
 from .. import numpy as jnp
 from . import special
+from .linalg import solve_triangular
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -59,7 +60,6 @@ t = types.SimpleNamespace(logpdf=_t_logpdf,
 
 def _mvn_logpdf(x, mean=None, cov=1.0, allow_singular=False):
     """log N(x; mean, cov) over the last axis, by a Cholesky factor of ``cov``."""
-    from .linalg import solve_triangular
     x = jnp._promote(x, float_only=True)[0]
     d = jnp.shape(x)[-1] if jnp.ndim(x) else 1
     if mean is not None:

@@ -11,48 +11,30 @@ operands, so every rule only evaluates graphs on the values it is given.
 * ``remat``: operands are ``_graph``'s inputs; its VJP recomputes ``_graph`` in the backward pass.
 
 The reference implementations loop in Python over the reference interpreter (the ground
-truth); ``compiled_impl`` is what a compiled program runs instead: the same loop around the
-sub-graphs compiled once (``jitgraph.compiler.loops``), whatever the trip count.
+truth); a compiled program runs the compiler's lowering instead (``jitgraph.compiler.loops``
+registers one per primitive): the same loop around the sub-graphs compiled once.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import dtypes
-from ..core import Aval, Graph, Primitive, Tracer, Var, aval_of, bind, register
-from .. import numpy as jnp
+from . import dtypes
+from . import numpy as jnp
+from .autodiff import build_backward, build_jvp, build_vjp, eval_graph
+from .batching import vmap
+from .core import Aval, Graph, Primitive, Tracer, Var, aval_of, bind, register
+from .interpreter import run
+from .passes import optimize
+from .transforms import trace_flat
 
 
 # ------------------------------------------------------------------ graph helpers
-def run_graph(graph: Graph, args: Sequence[Any]) -> list:
-    from ..interpreter import run
-    return run(graph, list(args))
-
-
-def eval_graph(graph: Graph, args: Sequence[Any]) -> list:
-    from ..autodiff import eval_graph as ev
-    return ev(graph, list(args))
-
-
-def trace_flat(fn: Callable, avals: Sequence[Aval], what: str):
-    """Trace ``fn(*tracers) -> list`` abstractly: (graph, captured outer tracers). The graph's
-    inputs are one per aval, then one per captured value."""
-    from ..custom import _trace_flat
-    return _trace_flat(fn, avals, what)
-
-
 def closed(fn: Callable, avals: Sequence[Aval], what: str) -> Graph:
     """``trace_flat`` for functions built from closed graphs (nothing to capture), optimized."""
-    from ..passes import optimize
     g, caps = trace_flat(fn, avals, what)
     assert not caps, "internal error: a derived control-flow body closed over a traced value"
-    return optimize(g)
-
-
-def _opt(g: Graph) -> Graph:
-    from ..passes import optimize
     return optimize(g)
 
 
@@ -88,7 +70,6 @@ def _force_batched(x, d, size):
 def batched_graph(g: Graph, in_dims: Sequence[int | None], size: int) -> Graph:
     """``vmap`` of a closed graph: inputs batched at axis 0 where ``in_dims`` says so, every
     output batched at axis 0."""
-    from ..batching import vmap
     avals = [Aval((size,) + v.aval.shape, v.aval.dtype) if d is not None else v.aval.strong()
              for v, d in zip(g.inputs, in_dims)]
     vf = vmap(lambda *a: list(eval_graph(g, a)), in_axes=tuple(in_dims), out_axes=0,
@@ -103,26 +84,24 @@ def _cond_aval(index, *ops, _branches, name):
 
 def _cond_impl(index, *ops, _branches, name):
     i = int(np.clip(int(index), 0, len(_branches) - 1))
-    return tuple(run_graph(_branches[i], ops))
+    return tuple(run(_branches[i], ops))
 
 
 def _cond_jvp(ts, outs, index, *ops, _branches, name):
-    from ..autodiff import build_jvp
     wrt = [k for k, o in enumerate(ops) if is_float(o)]
     if all(ts[1 + k] is None for k in wrt):
         return [None] * len(outs)
     tans = [ts[1 + k] if ts[1 + k] is not None else _zeros_like(ops[k]) for k in wrt]
-    branches = tuple(_opt(build_jvp(b, wrt)) for b in _branches)
+    branches = tuple(optimize(build_jvp(b, wrt)) for b in _branches)
     res = bind(cond_p, index, *ops, *tans, _branches=branches, name=name)
     n = len(outs)
     return [res[n + j] if is_float(outs[j]) else None for j in range(n)]
 
 
 def _cond_vjp(cts, outs, index, *ops, _branches, name):
-    from ..autodiff import build_vjp
     wrt = [k for k, o in enumerate(ops) if is_float(o)]
     cts = [c if c is not None else _zeros_like(o) for c, o in zip(cts, outs)]
-    branches = tuple(_opt(build_vjp(b, wrt)) for b in _branches)
+    branches = tuple(optimize(build_vjp(b, wrt)) for b in _branches)
     grads = bind(cond_p, index, *ops, *cts, _branches=branches, name=name)
     res: list = [None] * (1 + len(ops))
     for k, g in zip(wrt, grads):
@@ -171,7 +150,7 @@ def _scan_impl(*args, _body, num_consts, num_carry, length, reverse, name):
     ys = [np.empty((length,) + o.aval.shape, o.aval.dtype) for o in _body.outputs[nk:]]
     for i in range(length):
         t = length - 1 - i if reverse else i
-        outs = run_graph(_body, consts + carry + [x[t] for x in xs])
+        outs = run(_body, consts + carry + [x[t] for x in xs])
         carry = outs[:nk]
         for y, o in zip(ys, outs[nk:]):
             y[t] = o
@@ -181,13 +160,12 @@ def _scan_impl(*args, _body, num_consts, num_carry, length, reverse, name):
 def _scan_jvp(ts, outs, *ins, _body, num_consts, num_carry, length, reverse, name):
     """A scan of the body's JVP: tangents of consts join the consts, of the carry the carry,
     of xs the xs (absent tangents are zeros)."""
-    from ..autodiff import build_jvp
     nc, nk, n, m = num_consts, num_carry, len(ins), len(_body.outputs)
     wrt = [k for k in range(n) if is_float(ins[k])]
     if all(ts[k] is None for k in wrt):
         return [None] * len(outs)
     tan = {k: ts[k] if ts[k] is not None else _zeros_like(ins[k]) for k in wrt}
-    g = _opt(build_jvp(_body, wrt))
+    g = optimize(build_jvp(_body, wrt))
     tpos = {k: n + j for j, k in enumerate(wrt)}
     c_w = [k for k in wrt if k < nc]
     k_w = [k for k in wrt if nc <= k < nc + nk]
@@ -210,7 +188,6 @@ def _scan_vjp(cts, outs, *ins, _body, num_consts, num_carry, length, reverse, na
     """As JAX: a forward scan that also stacks the per-step values the body's backward pass
     reads (residuals), then a scan in the other direction of the body's backward graph, which
     carries the carry's cotangent and sums the consts' cotangents."""
-    from ..autodiff import _build_backward
     nc, nk, n, body = num_consts, num_carry, len(ins), _body
     m = len(body.outputs)
     ny = m - nk
@@ -224,7 +201,7 @@ def _scan_vjp(cts, outs, *ins, _body, num_consts, num_carry, length, reverse, na
     order = list(dict.fromkeys(list(body.inputs) + list(body.consts) +
                                [o for nd in body.nodes for o in nd.outs]))
     ct_kinds = [True if is_float(o) else None for o in body.outputs]
-    g, keep = _build_backward(body, order, wrt, ct_kinds, False)
+    g, keep = build_backward(body, order, wrt, ct_kinds, False)
     in_index = {v: i for i, v in enumerate(body.inputs)}
     # where each forward value the backward graph reads comes from
     b_consts, b_xs, per_step, src = [], [], [], []
@@ -310,13 +287,12 @@ def _while_aval(*avals, _cond, _body, n_cc, n_bc, name):
 
 def _while_impl(*args, _cond, _body, n_cc, n_bc, name):
     cc, bc, carry = list(args[:n_cc]), list(args[n_cc:n_cc + n_bc]), list(args[n_cc + n_bc:])
-    while bool(run_graph(_cond, cc + carry)[0]):
-        carry = run_graph(_body, bc + carry)
+    while bool(run(_cond, cc + carry)[0]):
+        carry = run(_body, bc + carry)
     return tuple(carry)
 
 
 def _while_jvp(ts, outs, *ins, _cond, _body, n_cc, n_bc, name):
-    from ..autodiff import build_jvp
     nk = len(ins) - n_cc - n_bc
     body_ins = ins[n_cc:]
     body_ts = ts[n_cc:]
@@ -325,7 +301,7 @@ def _while_jvp(ts, outs, *ins, _cond, _body, n_cc, n_bc, name):
         return [None] * nk
     tan = {k: body_ts[k] if body_ts[k] is not None else _zeros_like(body_ins[k]) for k in wrt}
     nb = len(body_ins)
-    g = _opt(build_jvp(_body, wrt))
+    g = optimize(build_jvp(_body, wrt))
     tpos = {k: nb + j for j, k in enumerate(wrt)}
     c_w = [k for k in wrt if k < n_bc]
     k_w = [k for k in wrt if k >= n_bc]
@@ -389,16 +365,15 @@ def _remat_aval(*avals, _graph, prevent_cse, name):
 
 
 def _remat_impl(*args, _graph, prevent_cse, name):
-    return tuple(run_graph(_graph, args))
+    return tuple(run(_graph, args))
 
 
 def _remat_jvp(ts, outs, *ins, _graph, prevent_cse, name):
-    from ..autodiff import build_jvp
     wrt = [k for k, x in enumerate(ins) if is_float(x)]
     if all(ts[k] is None for k in wrt):
         return [None] * len(outs)
     tans = [ts[k] if ts[k] is not None else _zeros_like(ins[k]) for k in wrt]
-    res = eval_graph(_opt(build_jvp(_graph, wrt)), list(ins) + tans)
+    res = eval_graph(optimize(build_jvp(_graph, wrt)), list(ins) + tans)
     n = len(outs)
     return [res[n + j] if is_float(outs[j]) else None for j in range(n)]
 
@@ -406,10 +381,9 @@ def _remat_jvp(ts, outs, *ins, _graph, prevent_cse, name):
 def _remat_vjp(cts, outs, *ins, _graph, prevent_cse, name):
     """The backward pass is itself a remat node whose graph runs the forward again: nothing
     the forward computed inside is kept for it."""
-    from ..autodiff import build_vjp
     wrt = [k for k, x in enumerate(ins) if is_float(x)]
     cts = [c if c is not None else _zeros_like(o) for c, o in zip(cts, outs)]
-    bwd = _opt(build_vjp(_graph, wrt))
+    bwd = optimize(build_vjp(_graph, wrt))
     grads = bind(remat_p, *ins, *cts, _graph=bwd, prevent_cse=prevent_cse,
                  name=f"backward of {name}")
     res: list = [None] * len(ins)
@@ -431,17 +405,3 @@ remat_p = register(Primitive(
     "remat", kind="call", abstract_eval=_remat_aval, impl=_remat_impl, vjp=_remat_vjp,
     jvp=_remat_jvp, multiple_results=True))
 remat_p.batch = _remat_batch
-
-
-# ------------------------------------------------------------------ compiled programs
-def _lowering(name: str) -> Callable:
-    """The compiler's loop around the node's compiled sub-graphs (``compiler.loops``)."""
-    def make(node):
-        from ..compiler import loops
-        return getattr(loops, name)(node)
-    return make
-
-
-cond_p.compiled_impl = _lowering("cond_program")
-scan_p.compiled_impl = _lowering("scan_program")
-while_p.compiled_impl = _lowering("while_program")

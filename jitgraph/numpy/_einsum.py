@@ -13,9 +13,13 @@ import string
 
 import numpy as np
 
-from . import numpy as jnp
-from .core import aval_of
-from .errors import ShapeError
+from ..core import aval_of
+from ..errors import ShapeError
+from ._base import _promote, asarray
+from .indexing import diagonal
+from .manipulation import broadcast_to, reshape, transpose
+from .products import matmul
+from .reductions import sum as reduce_sum
 
 _LETTERS = string.ascii_letters
 
@@ -68,7 +72,7 @@ def _diagonals(x, spec: str):
         c = next(c for c in spec if spec.count(c) > 1)
         i = spec.index(c)
         j = spec.index(c, i + 1)
-        x = jnp.diagonal(x, 0, i, j)
+        x = diagonal(x, 0, i, j)
         spec = "".join(ch for k, ch in enumerate(spec) if k not in (i, j)) + c
     return x, spec
 
@@ -76,7 +80,7 @@ def _diagonals(x, spec: str):
 def _sum_away(x, spec: str, keep: set[str]):
     axes = tuple(i for i, c in enumerate(spec) if c not in keep)
     if axes:
-        x = jnp.sum(x, axis=axes)
+        x = reduce_sum(x, axis=axes)
         spec = "".join(c for c in spec if c in keep)
     return x, spec
 
@@ -90,12 +94,12 @@ def _contract(a, sa: str, b, sb: str, keep: set[str], dims: dict):
     free_a = [c for c in sa if c not in sb]
     free_b = [c for c in sb if c not in sa]
     size = lambda cs: int(np.prod([dims[c] for c in cs], dtype=np.int64))     # noqa: E731
-    at = jnp.transpose(a, [sa.index(c) for c in batch + free_a + contract])
-    bt = jnp.transpose(b, [sb.index(c) for c in batch + contract + free_b])
-    at = jnp.reshape(at, (size(batch), size(free_a), size(contract)))
-    bt = jnp.reshape(bt, (size(batch), size(contract), size(free_b)))
+    at = transpose(a, [sa.index(c) for c in batch + free_a + contract])
+    bt = transpose(b, [sb.index(c) for c in batch + contract + free_b])
+    at = reshape(at, (size(batch), size(free_a), size(contract)))
+    bt = reshape(bt, (size(batch), size(contract), size(free_b)))
     order = batch + free_a + free_b
-    r = jnp.reshape(jnp.matmul(at, bt), tuple(dims[c] for c in order))
+    r = reshape(matmul(at, bt), tuple(dims[c] for c in order))
     return r, "".join(order)
 
 
@@ -151,7 +155,7 @@ def _optimal_path(specs: list[str], out: str, dims: dict) -> list[tuple[int, int
 def einsum_path(subscripts: str, *operands, optimize="greedy"):
     """The pairwise contraction order einsum uses: a list of (i, j) positions in the shrinking
     operand list (the contracted pair's result is appended at the end)."""
-    shapes = [aval_of(jnp.asarray(o)).shape for o in operands]
+    shapes = [aval_of(asarray(o)).shape for o in operands]
     specs, out = _parse(subscripts, shapes)
     dims = _sizes(specs, shapes)
     if optimize == "optimal" and len(specs) <= 6:
@@ -174,7 +178,7 @@ def _sizes(specs, shapes) -> dict:
 def einsum(subscripts: str, *operands, optimize="greedy", precision=None):
     if not operands:
         raise ValueError("einsum: needs at least one operand")
-    ops = list(jnp._promote(*operands))
+    ops = list(_promote(*operands))
     shapes = [aval_of(o).shape for o in ops]
     specs, out = _parse(subscripts, shapes)
     dims = _sizes(specs, shapes)
@@ -182,7 +186,7 @@ def einsum(subscripts: str, *operands, optimize="greedy", precision=None):
         shp = aval_of(o).shape
         want = tuple(dims[c] for c in spec)
         if shp != want:              # size-1 axes broadcast against the index's size
-            ops[k] = jnp.broadcast_to(o, want)
+            ops[k] = broadcast_to(o, want)
         ops[k], specs[k] = _diagonals(ops[k], spec)
     for k in range(len(ops)):
         others = set(out).union(*[set(s) for i, s in enumerate(specs) if i != k])
@@ -197,4 +201,4 @@ def einsum(subscripts: str, *operands, optimize="greedy", precision=None):
         ops = [o for k, o in enumerate(ops) if k not in (i, j)] + [r]
         specs = [x for k, x in enumerate(specs) if k not in (i, j)] + [s]
     x, spec = _sum_away(ops[0], specs[0], set(out))
-    return jnp.transpose(x, [spec.index(c) for c in out])
+    return transpose(x, [spec.index(c) for c in out])

@@ -1,6 +1,7 @@
-"""CUDA runtime: compile a graph to a module of CUDA kernels and call it on device memory.
+"""The CUDA executable: a generated module of CUDA kernels, loaded through the disk cache, and
+the call path that runs it on device memory.
 
-Mirrors ``runtime.py``: the same plan and memory plan, a specialised straight-line call path
+As on the CPU (``cpu_program.py``): the same plan and memory plan, a specialised straight-line call path
 per signature, outputs allocated per call (or a donated input's buffer, updated in place),
 intermediates in device scratch buffers pooled between calls. A call copies nothing between
 host and device unless an argument is a host array.
@@ -8,17 +9,18 @@ host and device unless an argument is a host array.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
 
-from ..core import Graph
-from ..device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
-                      compute_capability, cuda_api, device_error, simulator)
-from .codegen_cuda import CudaCodegen, CudaContext, shuffle_default
-from .fusion import HostStep, make_plan
-from .loops import lower_control_flow
-from .runtime import _host_impl, disk_cache, inline_calls
+from ...core import Graph
+from ...device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
+                       compute_capability, cuda_api, device_error, simulator)
+from ..fusion import HostStep
+from ..host import host_impl
+from ..settings import disk_cache, fingerprint
+from .cuda import shuffle_default
 
 
 def cache_key(fingerprint: str, cc: tuple, sim: bool, shuffle: bool) -> str:
@@ -29,30 +31,39 @@ def cache_key(fingerprint: str, cc: tuple, sim: bool, shuffle: bool) -> str:
 
 
 class CudaProgram:
-    """A compiled graph for the GPU: plan, generated source, kernels and the Python driver."""
+    """A compiled graph for the GPU (an ``Executable``): plan, generated source, kernels and
+    the Python driver that launches them. ``compile_again(graph, options)`` compiles a
+    variant (the profiled one) the same way."""
 
-    def __init__(self, graph: Graph, plan, source: str, kernels, driver, const_values, info,
-                 was_on_disk: bool, module, compile_seconds: float, name: str = "f",
-                 donate: Sequence[int] = (), fastmath: bool = False):
+    native = False                      # CUDA programs have no native bundle
+    symbols: tuple = ()                 # the CUDA backend launches from static shapes
+
+    def __init__(self, gen, driver, module, *, was_on_disk: bool, t0: float, options,
+                 compile_again: Callable | None = None):
         cuda = cuda_api()
-        self.name = name
-        self.fastmath = fastmath
-        self._profiled: CudaProgram | None = None
-        self.donate = set(donate)
-        self.graph = graph
-        self.plan = plan
-        self.source = source
-        self.kernels = kernels
+        info = gen.module.info
+        self.name = options.name
+        self.options = options
+        self.donate = set(options.donate)
+        self.graph = gen.shown_graph
+        self.plan = gen.shown_plan
+        self.stages: dict = dict(gen.stages)
+        self.source = gen.module.source
+        self.kernels = gen.module.kernels
         self.driver = driver
         self.module = module
         self.was_on_disk = was_on_disk
-        self.compile_seconds = compile_seconds
         self.donated = info["donated"]
-        self.const_values = tuple(cuda.to_device(c) for c in const_values)   # uploaded once
+        self.const_values = tuple(cuda.to_device(np.ascontiguousarray(gen.graph.consts[v])
+                                                 .reshape(-1))
+                                  for v in gen.plan.const_args)     # uploaded once
         self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
         self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
         self.sources = info["output_sources"]
+        self._compile_again = compile_again
+        self._profiled: CudaProgram | None = None
         self._scratch_pool: list = []
+        self.compile_seconds = time.perf_counter() - t0
 
     def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
         """The call path: arguments to device buffers, outputs allocated, one driver call,
@@ -121,18 +132,15 @@ class CudaProgram:
         run.source = "\n".join(lines)
         return run
 
-    def profiled(self) -> "CudaProgram":
+    def profiled(self, graph: Graph | None = None) -> "CudaProgram":
         """The same program with a driver that records a CUDA event after each step in
         ``module.profile_marks`` (see ``jitgraph.profile``). Events go on the default stream,
         where every kernel, cuBLAS call and host copy of the program runs, so the time between
         two marks is the GPU time of the step between them. Built without donation: profiling
         calls the program many times with the same arguments."""
         if self._profiled is None:
-            prog = compile_graph_cuda(self.graph, name=self.name, fastmath=self.fastmath,
-                                      profile=True)
-            prog.module.profile_marks = []
-            prog.module.profile_clock = EventClock()
-            self._profiled = prog
+            options = replace(self.options, donate=(), profile=True)
+            self._profiled = self._compile_again(self.graph, options)
         return self._profiled
 
     def numba_compiles(self) -> int:
@@ -197,32 +205,17 @@ def _fail(e: Exception, name: str) -> Exception:
     return e
 
 
-_FINGERPRINT: str | None = None
-
-
-def compile_graph_cuda(graph: Graph, *, donate: Sequence[int] = (), name: str = "f",
-                       fastmath: bool = False, profile: bool = False) -> CudaProgram:
-    """Fuse, generate CUDA source, load it through the disk cache and wrap it (``profile``:
-    the driver marks the end of every step, see ``CudaProgram.profiled``)."""
-    global _FINGERPRINT
-    from .runtime import _codegen_fingerprint
-    t0 = time.perf_counter()
-    cuda_api("jit(device='cuda')")
-    graph = lower_control_flow(inline_calls(graph))
-    ctx = CudaContext()
-    plan = make_plan(graph, ctx)
-    sim = simulator()
-    shuffle = shuffle_default(sim)
-    gen = CudaCodegen(plan, ctx, shuffle=shuffle, fastmath=fastmath, profile=profile)
-    source, kernels, driver_name, info = gen.module(set(donate))
-    if _FINGERPRINT is None:
-        _FINGERPRINT = _codegen_fingerprint()
-    key = cache_key(_FINGERPRINT, compute_capability(), sim, shuffle)
-    module, was_on_disk = disk_cache().load_module(source, key_extra=key)
-    for s in plan.steps:
+def load(gen, options, t0: float, compile_again: Callable | None = None) -> CudaProgram:
+    """Find the module in the disk cache (or write it) and wrap it; its kernels compile on
+    their first launch."""
+    key = cache_key(fingerprint(), compute_capability(), simulator(), shuffle_default(simulator()))
+    module, was_on_disk = disk_cache().load_module(gen.module.source, key_extra=key)
+    # the driver calls host steps by module-level name
+    for s in gen.plan.steps:
         if isinstance(s, HostStep):
-            setattr(module, f"host_{s.name}", _host_impl(s.node))
-    driver = getattr(module, driver_name)
-    consts = [np.ascontiguousarray(graph.consts[v]).reshape(-1) for v in plan.const_args]
-    return CudaProgram(graph, plan, source, kernels, driver, consts, info, was_on_disk, module,
-                       time.perf_counter() - t0, name, donate, fastmath)
+            setattr(module, f"host_{s.name}", host_impl(s.node))
+    if options.profile:         # what the profiled driver's marks call and fill
+        module.profile_marks, module.profile_clock = [], EventClock()
+    return CudaProgram(gen, getattr(module, gen.module.driver_name), module,
+                       was_on_disk=was_on_disk, t0=t0, options=options,
+                       compile_again=compile_again)

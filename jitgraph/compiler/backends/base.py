@@ -1,0 +1,151 @@
+"""What a compiler backend provides, and the one walk over a plan that every backend shares.
+
+A backend is a ``Target``: it names the scalar functions of its kernels (a ``ScalarContext``,
+which fusion uses while it builds kernel bodies), generates one program's text (a
+``Codegen``: loop kernels, row kernels, scatters, product and host calls, the module header
+and the driver that launches the steps) and loads that text as an ``Executable``. The
+pipeline (``compiler/pipeline.py``) calls them in that order; ``emit_program`` below is the
+part of generation that is the same for every backend. To add a backend, write these three
+objects; nothing else in the compiler changes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
+from ..kernel_text import KernelSource
+from ..memory import MemoryPlan
+
+
+@dataclass
+class ModuleText:
+    """One program's generated text, before anything is compiled: the module source (a
+    template holding ``{H}`` where a backend names functions by a hash of the finished
+    text), its kernels, the driver's name and the buffer info of the memory plan."""
+    source: str
+    kernels: list[KernelSource]
+    driver_name: str
+    info: dict
+
+
+@dataclass
+class CompileOptions:
+    """How a program is compiled. ``donate``: input indices whose buffers may hold outputs;
+    ``approx_math``: the CPU's vectorizable exp/log/tanh approximations; ``symbols``: sizes
+    that are runtime arguments, ``(name, input index, axis)``; ``decisions``: loop layouts to
+    reuse (``compile_dynamic``); ``compiled_driver``: a loop body's driver, called from a
+    compiled loop; ``profile``: a driver that marks the end of every step; ``name``: the
+    function's name, for error messages."""
+    fastmath: bool = False
+    donate: tuple = ()
+    approx_math: bool = True
+    single_output: bool = False
+    symbols: tuple = ()
+    decisions: Any = None
+    compiled_driver: bool = False
+    profile: bool = False
+    name: str = "f"
+    extra: dict = field(default_factory=dict)
+
+
+class ScalarContext(Protocol):
+    """How a backend writes scalar code: the function a primitive's expression calls and
+    casts. ``in_dtype`` is set by the emitter to the dtype of the operands at hand."""
+    backend: str
+    approx_math: bool
+    in_dtype: np.dtype
+
+    def fn(self, name: str) -> str: ...
+
+    def cast(self, expr: str, dtype) -> str: ...
+
+
+class Codegen(Protocol):
+    """The text of one program for one backend (made per plan by ``Target.codegen``).
+
+    Kernel methods return ``(source, parameter names)``; call methods return driver
+    statements. ``accumulators`` (step name -> scratch the driver passes it) and ``profile``
+    are read by the memory plan."""
+    accumulators: dict
+    profile: bool
+
+    def loop_kernel(self, k: LoopKernel) -> tuple[str, list]: ...
+
+    def row_kernel(self, k: LoopKernel) -> tuple[str, list]: ...
+
+    def scatter_kernel(self, s: ScatterStep) -> tuple[str, list]: ...
+
+    def add_kernel(self, s, src: str, params: list) -> None: ...
+
+    def kernel_call(self, s, params: list) -> list[str]: ...
+
+    def product_call(self, s: MatmulStep, memory: MemoryPlan) -> list[str]: ...
+
+    def host_call(self, s: HostStep) -> list[str]: ...
+
+    def module(self, body: list[str], memory: MemoryPlan) -> ModuleText: ...
+
+
+class Executable(Protocol):
+    """A loaded program, whatever its backend: what ``jit`` calls and shows.
+
+    ``make_runner`` builds the call path for one signature; ``profiled`` is the same program
+    with a driver that marks every step (``jitgraph.profile``); ``stages`` are the
+    pipeline's intermediate values (``jit(f).lower(...)``); ``native`` is whether it runs
+    from a native bundle (nothing to compile on its first call), ``numba_compiles`` how many
+    functions Numba compiled for it."""
+    graph: Any
+    plan: Any
+    source: str
+    kernels: list
+    compile_seconds: float
+    was_on_disk: bool
+    native: bool
+    symbols: tuple
+    stages: dict
+
+    def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable: ...
+
+    def profiled(self, graph=None) -> "Executable": ...
+
+    def numba_compiles(self) -> int: ...
+
+
+class Target(Protocol):
+    """A backend: its scalar context, its code generator and its loader."""
+    name: str
+
+    def context(self, options: CompileOptions) -> ScalarContext: ...
+
+    def codegen(self, plan: Plan, ctx: ScalarContext, options: CompileOptions) -> Codegen: ...
+
+    def load(self, generated: Any, options: CompileOptions, t0: float) -> Executable: ...
+
+
+def emit_program(codegen: Codegen, plan: Plan, donate: set[int]) -> tuple[ModuleText, MemoryPlan]:
+    """Generate every step's kernel, plan the buffers, then the driver: the walk over a plan
+    that is the same for every backend (each backend says only how a step looks)."""
+    calls = []
+    for s in plan.steps:
+        src, params = None, None
+        if isinstance(s, LoopKernel):
+            src, params = codegen.row_kernel(s) if s.axes else codegen.loop_kernel(s)
+        elif isinstance(s, ScatterStep):
+            src, params = codegen.scatter_kernel(s)
+        if src is not None:
+            codegen.add_kernel(s, src, params)
+        calls.append((s, params))
+    memory = MemoryPlan(plan, donate, codegen.accumulators, codegen.profile)
+
+    def step_lines(s, params) -> list[str]:
+        if isinstance(s, (LoopKernel, ScatterStep)):
+            return codegen.kernel_call(s, params)
+        if isinstance(s, MatmulStep):
+            return codegen.product_call(s, memory)
+        return codegen.host_call(s)
+
+    body = memory.driver_lines(calls, step_lines)
+    return codegen.module(body, memory), memory

@@ -1,0 +1,392 @@
+"""The CPU executable: a generated program loaded through the disk cache (or from its native
+bundle), and the straight-line call path ``jit`` runs on every cached call.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+import types
+from dataclasses import replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ...core import Graph
+from .. import compile_pool, native
+from ..disk_cache import (MODULE_PREFIX, DiskCache, load_helpers_without_refresh,
+                          numba_compile_count)
+from ..fusion import HostStep
+from ..host import host_impl
+from ..settings import compile_settings, disk_cache, fingerprint
+from ..state import STATE
+from .cpu import finish_module
+
+
+class CpuProgram:
+    """A compiled graph on the CPU: its plan, generated source, kernels and Numba driver (an
+    ``Executable``). ``make_runner`` builds the call path ``jit`` uses.
+
+    Each call allocates only its outputs (fresh NumPy arrays, or a donated input's buffer);
+    intermediates live in scratch buffers kept between calls (a pool per size, so concurrent
+    callers never share them). ``symbols`` name the sizes that are runtime arguments
+    (``(name, input index, axis)``): such a program serves every size along those dims.
+    ``compile_again(graph, options)`` compiles a variant (the profiled one) the same way.
+    """
+
+    def __init__(self, gen, fin, driver, module, *, was_on_disk: bool, t0: float, options,
+                 kernel_modules: Sequence = (), compile_again: Callable | None = None,
+                 native_bundle=None, bundle_path=None):
+        info = gen.module.info
+        self.graph = gen.shown_graph
+        self.plan = gen.shown_plan
+        self.source = fin.source
+        self.stages: dict = dict(gen.stages, source=fin.source)   # the finished text
+        self.kernels = gen.module.kernels
+        self.driver = driver
+        self.driver_def = fin.driver_source.rsplit("\n\n\n", 1)[1]  # the driver's own source
+        self.const_values = tuple(np.ascontiguousarray(gen.graph.consts[v]).reshape(-1)
+                                  for v in gen.plan.const_args)
+        self.donated = info["donated"]
+        self.blas_calls = tuple(info.get("blas_calls", ()))   # what compile_pool precompiles
+        self.was_on_disk = was_on_disk
+        self.module = module
+        self.kernel_modules = list(kernel_modules)
+        self.runner_template = gen.runner
+        self.options = options            # how it was generated (CompileOptions)
+        self.symbols = tuple(options.symbols)
+        self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
+        self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
+        self.sources = info["output_sources"]
+        self.native = native_bundle is not None   # runs from a native bundle, without Numba
+        self.bundle_file = native_bundle  # the bundle it was run from or written to
+        self.bundle_path = bundle_path    # where to write its native bundle after a call
+        self.bundle_status = ""           # what became of that bundle
+        self._compile_again = compile_again
+        self._scratch_pools: dict = {}
+        self._profiled: dict = {}        # input shapes (None: self.graph's) -> profiled
+        self._runner_namespaces: list = []
+        self.compile_seconds = time.perf_counter() - t0
+
+    def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
+        """A call path specialised to this program: checks, allocation and the driver call as
+        straight-line Python (the per-call overhead of a cached ``jit`` call is this function)."""
+        ns: dict = {"ndarray": np.ndarray, "empty": np.empty, "conv": _conv,
+                    "pools": self._scratch_pools, "pool": self._scratch_pools.setdefault((), []),
+                    "driver": self.driver, "unflatten": out_tree.unflatten,
+                    "overlaps": _overlaps}
+        if self.bundle_path is not None:
+            ns["driver"] = self._driver_then_export
+            self._runner_namespaces.append(ns)
+        for i, d in enumerate(in_dtypes):
+            ns[f"D{i}"] = np.dtype(d)
+        for j, (_, d) in enumerate(self.out_specs):
+            ns[f"OD{j}"] = d
+        for j, (_, d) in enumerate(self.scratch_specs):
+            ns[f"SD{j}"] = d
+        for j, c in enumerate(self.const_values):
+            ns[f"C{j}"] = c
+        exec(self.runner_template, ns)
+        run = ns["run"]
+        run.source = self.runner_template
+        return run
+
+    def _driver_then_export(self, *args) -> None:
+        """The driver's first call, then the native bundle written on a background thread
+        (see ``native.py``); the runners then call the driver directly."""
+        self.driver(*args)
+        if self.bundle_path is None:
+            return
+        for ns in self._runner_namespaces:
+            ns["driver"] = self.driver
+        self._runner_namespaces.clear()
+        _export_in_background(self)
+        self.bundle_path = None
+
+    def profiled(self, graph: Graph | None = None) -> "CpuProgram":
+        """The same program (at the sizes of ``self.graph``, or of ``graph``: the same
+        function traced at the sizes of a call a program with runtime sizes serves) with a
+        driver that records a timestamp after each step in its module's ``profile_marks``
+        (see ``jitgraph.profile``)."""
+        key = None if graph is None else tuple(v.aval.shape for v in graph.inputs)
+        if key not in self._profiled:
+            options = replace(self.options, symbols=(), decisions=None, profile=True, extra={})
+            self._profiled[key] = self._compile_again(
+                self.graph if graph is None else graph, options)
+        return self._profiled[key]
+
+    def numba_compiles(self) -> int:
+        """How many functions Numba really compiled (not loaded from its cache) for this
+        program: its driver and its kernels, which live in modules of their own."""
+        if self.native:
+            return 0
+        return sum(numba_compile_count(m) for m in [self.module, *self.kernel_modules])
+
+
+def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence = (),
+                    single_output: bool = False) -> str:
+    """Source of the call path (see ``CpuProgram.make_runner``), with every size written
+    as a literal, so programs whose sizes are runtime arguments can fit it like the module.
+    A single output array is returned as it is, with no pytree to rebuild."""
+    n_in = len(graph.inputs)
+    xs = [f"x{i}" for i in range(n_in)]
+    lines = [f"def run({', '.join(xs)}):"]
+    for i in range(n_in):
+        lines.append(f"    if x{i}.__class__ is not ndarray or x{i}.dtype is not D{i} or "
+                     f"not x{i}.flags.c_contiguous or not x{i}.flags.writeable: "
+                     f"x{i} = conv(x{i}, D{i})")
+    donated = sorted(set(info["donated"].values()))
+    if donated and n_in > 1:
+        # a buffer updated in place must not also be read through another argument
+        lines.append(f"    bad = overlaps(({', '.join(xs)},), {tuple(donated)!r})")
+        lines.append("    if bad:")
+        lines += [f"        if {i} in bad: x{i} = x{i}.copy()" for i in donated]
+    lines += [f"    {name} = x{i}.shape[{axis}]" for name, i, axis in symbols]
+    out_shapes = {j: v.aval.shape for (kind, j), v in zip(info["output_sources"], graph.outputs)
+                  if kind == "out"}
+    outs = []
+    for j in range(len(info["out_specs"])):
+        lines.append(f"    o{j} = empty({out_shapes[j]!r}, OD{j})")
+        outs.append(f"o{j}")
+    cs = [f"C{j}" for j in range(n_consts)]
+    specs = info["scratch_specs"]
+    sc = [f"s[{j}]" for j in range(len(specs))]
+    if sc:
+        key = f"({''.join(name + ', ' for name, _, _ in symbols)})"
+        new = ", ".join(f"empty({n}, SD{j})" for j, (_, n, _) in enumerate(specs))
+        p = "pool" if not symbols else "p"
+        if symbols:
+            lines.append(f"    p = pools.get({key})")
+        lines.append(f"    s = {p}.pop() if {p} else [{new}]")
+    lines.append(f"    driver({', '.join(xs + cs + outs + sc)})")
+    if sc:
+        lines.append("    pool.append(s)" if not symbols else
+                     f"    pools.setdefault({key}, []).append(s) if len(pools) < 64 else None")
+    res = []
+    for (kind, j), v in zip(info["output_sources"], graph.outputs):
+        shp = v.aval.shape
+        if kind == "out":
+            res.append(f"o{j}")
+        elif kind == "input":
+            res.append(f"x{j}.reshape({shp!r})")
+        else:
+            res.append(f"C{j}.reshape({shp!r}).copy()")
+    lines.append(f"    return {res[0]}" if single_output else
+                 f"    return unflatten([{', '.join(res)}])")
+    return "\n".join(lines)
+
+
+def load(gen, options, t0: float, compile_again: Callable | None = None) -> CpuProgram:
+    """Name, write or find in the disk cache, import and wrap a generated program: each kernel
+    is its own cache entry (shared by every program computing it), the driver another.
+    ``options.extra["allow_native"]``: where this process has not imported Numba, run the
+    program from its native bundle (``native.py``) when the disk cache has one; otherwise
+    write one after the program's first call."""
+    fin = finish_module(gen.module.source, gen.module.kernels, gen.module.driver_name)
+    key = fingerprint()
+    cache = disk_cache()
+    bundle = None
+    if options.extra.get("allow_native") and native.enabled() and not any(
+            isinstance(s, HostStep) for s in gen.plan.steps):
+        bundle = cache.directory / (cache.entry_name(fin.driver_source, key) + ".native")
+        if "numba" not in sys.modules:
+            program = _load_native(gen, fin, bundle, t0, options, compile_again)
+            if program is not None:
+                return program
+    return _load_with_numba(gen, fin, cache, t0, options, compile_again, bundle)
+
+
+def _intact(path) -> bool:
+    """Whether a native bundle exists and passes its checksum (else it is written again)."""
+    try:
+        with open(path, "rb") as f:
+            return native.parse(f.read()) is not None
+    except OSError:
+        return False
+
+
+def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_again,
+                     bundle=None) -> CpuProgram:
+    from ...kernels import blas, matmul  # type: ignore[attr-defined]
+    key = fingerprint()
+    if not STATE.helpers_ready:
+        # the driver calls these products itself: load them as fast as generated kernels
+        load_helpers_without_refresh(matmul)
+        STATE.helpers_ready = True
+    modules, on_disk, new = [], [], []
+    for name, src, arg_types in fin.kernel_modules:
+        m, hit = cache.load_module(src, key_extra=key)
+        modules.append((name, m))
+        on_disk.append(hit)
+        if not hit and arg_types:
+            new.append((len(src), (m, name, arg_types)))
+    module, hit = cache.load_module(fin.driver_source, key_extra=key)
+    on_disk.append(hit)
+    if not all(on_disk):    # this process compiles: spare Numba's scipy.linalg import (0.3 s)
+        blas.light_numba_blas_check()
+    if len(new) >= compile_pool.MIN_KERNELS:
+        # the driver's BLAS helpers first (each costs as much as a large kernel; where Numba's
+        # cache has them, this only loads them), then kernels largest first (source length as
+        # the cost), so whoever is free takes the next largest and the processes finish together
+        helpers = [(matmul, name, types) for name, types in gen.module.info.get("blas_calls", ())]
+        wait_for_bundles()
+        _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
+    # the driver calls its kernels (own cache entries) and host steps by module-level name
+    for name, m in modules:
+        setattr(module, name, getattr(m, name))
+    for s in gen.plan.steps:
+        if isinstance(s, HostStep):
+            setattr(module, f"host_{s.name}", host_impl(s.node))
+    if options.profile:         # what the profiled driver's marks call and fill
+        module.profile_marks, module.profile_clock = [], time.perf_counter
+    if bundle is not None and not (module.__file__ and os.path.dirname(module.__file__) ==
+                                   str(cache.directory) and not _intact(bundle)):
+        bundle = None                     # no bundle to write after the first call
+    return CpuProgram(gen, fin, getattr(module, fin.driver_name), module,
+                      was_on_disk=all(on_disk), t0=t0, options=options,
+                      kernel_modules=[m for _, m in modules], compile_again=compile_again,
+                      bundle_path=bundle)
+
+
+def _load_native(gen, fin, path, t0: float, options, compile_again):
+    """The program run from its native bundle at ``path``, or None (no usable bundle)."""
+    cache = disk_cache()
+    key = fingerprint()
+    data = cache.read_trusted(path)
+    if data is None:
+        return None
+    # the modules the bundle was made from must be intact: a damaged or missing entry takes
+    # the Numba path, which repairs it and warns (the bundle must not hide it)
+    names = []
+    digests = [cache.entry_name(src, key) for _, src, _ in fin.kernel_modules]
+    for digest in digests + [path.stem]:        # the bundle is named by the driver's entry
+        if cache.entry_status(digest) != "ok":
+            return None
+        names.append(MODULE_PREFIX + digest)
+    fallback_program: list = []
+
+    def numba_function(name: str):
+        """The Numba dispatcher behind a bundle's function (for argument types it lacks)."""
+        if not fallback_program:
+            fallback_program.append(_load_with_numba(gen, fin, disk_cache(), time.perf_counter(),
+                                                     options, compile_again))
+        prog = fallback_program[0]
+        return prog.driver if name == fin.driver_name else getattr(prog.module, name)
+
+    loaded = native.load(data, {"entry": path.name}, numba_function)
+    if loaded is None:
+        return None
+    functions, driver_def = loaded
+    if driver_def is None:
+        driver = functions.get(fin.driver_name)
+    else:
+        ns = {"np": np, "math": math, **functions}
+        exec(compile(driver_def, str(path), "exec"), ns)
+        driver = ns.get(fin.driver_name)
+    if driver is None:
+        return None
+    module = types.SimpleNamespace(__name__=names[-1], __file__=None, **functions)
+    return CpuProgram(gen, fin, driver, module, was_on_disk=True, t0=t0, options=options,
+                      kernel_modules=[types.SimpleNamespace(__name__=n) for n in names[:-1]],
+                      compile_again=compile_again, native_bundle=path)
+
+
+def export_native(program: CpuProgram, path) -> bool:
+    """Write ``program``'s native bundle (after its first call: its functions are compiled
+    for the argument types it passes them). False where it cannot have one."""
+    from numba.core.dispatcher import Dispatcher
+    module, driver = program.module, program.driver
+    if isinstance(driver, Dispatcher):
+        callees, driver_def = {driver.__name__: driver}, None
+    else:
+        callees = {}
+        for name in driver.__code__.co_names:
+            value = vars(module).get(name)
+            if isinstance(value, Dispatcher):
+                callees[name] = value
+            elif value is not None and value is not np and value is not math:
+                return False            # a Python callable (host step): not in a bundle
+        driver_def = program.driver_def
+    signatures: dict = {}
+    for name, arg_types in program.blas_calls:      # the kernels/ products it calls
+        signatures.setdefault(name, set()).add(compile_pool.numba_signature(arg_types))
+    return native.export(str(path), callees, driver_def, {"entry": path.name}, signatures)
+
+
+def _export_in_background(program: CpuProgram) -> None:
+    """Write ``program``'s native bundle on a thread (LLVM compiles its wrappers in 10-50 ms,
+    without the GIL), holding Numba's compiler lock (LLVM's context is not thread-safe).
+    A bundle is an optimisation: failures are only recorded in ``program.bundle_status``."""
+    path = program.bundle_file = program.bundle_path
+
+    def run() -> None:
+        from numba.core.compiler_lock import global_compiler_lock
+        try:
+            with global_compiler_lock:
+                ok = export_native(program, path)
+            program.bundle_status = "written" if ok else "not supported for this program"
+        except Exception as exc:
+            program.bundle_status = f"failed: {exc!r}"
+
+    thread = threading.Thread(target=run, name="jitgraph-native-bundle")
+    STATE.bundle_threads.append(thread)
+    thread.start()
+
+
+def wait_for_bundles() -> None:
+    """Join the bundle-writing threads (before forking compile workers, which need a process
+    without other threads; and in tests)."""
+    while STATE.bundle_threads:
+        STATE.bundle_threads.pop().join()
+
+
+def _precompile(new: list) -> None:
+    """Compile the program's new kernels now, on this process and forked compile workers at
+    once (``compile_pool``), instead of one after another in its first call."""
+    def compile_one(job):
+        module, name, arg_types = job
+        with compile_settings("cpu"):
+            getattr(module, name).compile(compile_pool.numba_signature(arg_types))
+    compile_pool.precompile(new, compile_one)
+
+
+def _overlaps(xs: tuple, donated: tuple) -> list:
+    """The indices in ``donated`` whose argument may share memory with another of ``xs``.
+    Arrays whose memory belongs to two different NumPy-allocated arrays cannot: that test is
+    an identity check on owners found once per argument, where ``np.may_share_memory`` (used
+    for everything else) costs about a microsecond a pair, which added up to most of a cached
+    call with donated parameters."""
+    owners = [_owner(x) for x in xs]
+    bad = []
+    for i in donated:
+        ri, xi = owners[i], xs[i]
+        for j, x in enumerate(xs):
+            rj = owners[j]
+            if j == i or (ri is not rj and ri is not None and rj is not None):
+                continue
+            if x is xi or np.may_share_memory(xi, x):
+                bad.append(i)
+                break
+    return bad
+
+
+def _owner(a: np.ndarray):
+    """The NumPy array that allocated ``a``'s memory, or None where NumPy did not (a buffer,
+    a memory map, foreign memory)."""
+    while True:
+        b = a.base
+        if b is None:
+            return a if a.flags.owndata else None
+        if b.__class__ is not np.ndarray:
+            return None
+        a = b
+
+
+def _conv(x, dtype):
+    """An input as a writeable C-contiguous array of the compiled dtype (copies only if needed)."""
+    a = np.asarray(x)
+    if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable:
+        a = np.array(a, dtype=dtype, order="C")
+    return a

@@ -1,0 +1,156 @@
+"""The memory plan of a generated program: which buffer holds each value a step writes.
+
+Buffers come from the caller, so a call allocates nothing inside generated code: outputs are
+fresh arrays (``out_specs``), or a donated input's buffer updated in place; intermediates live
+in scratch slots (``scratch_specs``) that the runtime pools between calls and that, within a
+call, are reused between values whose lifetimes do not overlap (liveness from each step's
+last read). Both backends use this plan unchanged; they only say how a step is called.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .emit import offset
+from .fusion import LoopKernel, MatmulStep, Plan
+from .kernel_text import reads, writes
+
+# the statement a profiled driver runs before the first step and after each one
+PROFILE_MARK = "profile_marks.append(profile_clock())"
+
+
+class MemoryPlan:
+    """Buffers for the steps of ``plan``; ``donate``: input indices whose buffers may hold
+    outputs. ``driver_lines`` walks the steps once, binding buffers as it goes; afterwards
+    ``info`` describes the buffers (``out_specs``, ``scratch_specs``, ``donated``,
+    ``output_sources``) and ``in_place`` maps each output updated in place to its donor."""
+
+    def __init__(self, plan: Plan, donate: set[int], accumulators: dict | None = None,
+                 profile: bool = False):
+        self.plan = plan
+        self.donate = donate
+        self.accumulators = accumulators if accumulators is not None else {}
+        self.profile = profile
+        self.in_place: dict = {}
+        self.slot: dict = {}
+        self.info: dict = {}
+
+    def __str__(self) -> str:
+        info = self.info
+        lines = [f"output {n}: {size} x {np.dtype(d).name}" for n, size, d in info.get("out_specs", ())]
+        lines += [f"{n}: {size} x {np.dtype(d).name}" for n, size, d in info.get("scratch_specs", ())]
+        lines += [f"{name} = donated input {i} (updated in place)"
+                  for name, i in info.get("donated", {}).items()]
+        return "\n".join(lines) or "(no buffers)"
+
+    def driver_lines(self, calls: Sequence, step_lines: Callable) -> list[str]:
+        """The driver's statements: buffer bindings, then ``step_lines(step, params)`` (the
+        backend's call of each step), in plan order."""
+        plan, g = self.plan, self.plan.graph
+        outputs = set(g.outputs)
+        last_use: dict = {}
+        for i, (s, params) in enumerate(calls):
+            for v in reads(s):
+                last_use[v] = i
+        free: dict = {}                 # (size, dtype) -> free scratch slot names
+        scratch_specs: list = []
+        out_specs: dict = {}            # output var -> (name, size, dtype)
+        donated: dict = {}              # output var -> input index
+        lines: list[str] = []
+        bound: set = set()
+        donatable = {g.inputs[i]: i for i in self.donate if i < len(g.inputs)}
+
+        def bind_buffer(v, step_index, s):
+            if v in bound or (v not in plan.needed and v not in outputs):
+                return
+            bound.add(v)
+            name = plan.array_name(v)
+            if v in outputs:
+                src = self._donor(v, s, step_index, donatable, last_use)
+                if src is not None:
+                    donated[v] = donatable.pop(src)
+                    self.in_place[v] = src
+                    lines.append(f"{name} = {plan.array_name(src)}  # donated: updated in place")
+                else:
+                    out_specs[v] = (f"out_{name}", v.aval.size, v.aval.dtype)
+                    lines.append(f"{name} = out_{name}")
+                return
+            slot = take_slot(v.aval.size, v.aval.dtype)
+            lines.append(f"{name} = {slot}")
+            self.slot[v] = slot
+
+        def take_slot(size: int, dtype) -> str:
+            if free.get((size, dtype)):
+                return free[(size, dtype)].pop()
+            slot = f"scratch{len(scratch_specs)}"
+            scratch_specs.append((slot, size, dtype))
+            return slot
+
+        if self.profile:
+            lines.append(PROFILE_MARK)
+        for i, (s, params) in enumerate(calls):
+            for v in writes(s):
+                bind_buffer(v, i, s)
+            taken = []
+            for name, size, dt in self.accumulators.get(s.name, ()):
+                slot = take_slot(size, dt)
+                taken.append(((size, dt), slot))
+                lines.append(f"{name} = {slot}")
+            lines += step_lines(s, params)
+            if self.profile:
+                lines.append(PROFILE_MARK)
+            for key, slot in taken:
+                free.setdefault(key, []).append(slot)
+            for v in reads(s):
+                if last_use.get(v) == i and v in self.slot:
+                    free.setdefault((v.aval.size, v.aval.dtype), []).append(self.slot[v])
+        lines.append("return None")
+        order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))  # one buffer each
+        self.info = {"out_names": [out_specs[v][0] for v in order],
+                     "out_specs": [out_specs[v] for v in order],
+                     "scratch_names": [n for n, _, _ in scratch_specs],
+                     "scratch_specs": scratch_specs,
+                     "donated": {plan.array_name(v): i for v, i in donated.items()},
+                     "output_sources": self._output_sources(order, donated)}
+        return lines
+
+    def _output_sources(self, order, donated) -> list:
+        """How to find each graph output after a call: ('out', k) | ('input', i) | ('const', k)."""
+        g = self.plan.graph
+        res = []
+        for v in g.outputs:
+            if v in order:
+                res.append(("out", order.index(v)))
+            elif v in donated:
+                res.append(("input", donated[v]))
+            elif v in g.consts:
+                res.append(("const", self.plan.const_args.index(v)))
+            else:
+                res.append(("input", g.inputs.index(v)))
+        return res
+
+    def _donor(self, v, s, i, donatable, last_use):
+        """A donated input whose buffer can hold output ``v``: same shape and dtype, read for the
+        last time by the elementwise kernel that writes ``v``, at the same index only."""
+        if isinstance(s, MatmulStep):   # GEMM epilogue: c is read and written in place
+            ep = s.epilogue
+            u = ep.c if ep is not None else None
+            if u is not None and u in donatable and v is ep.out and ep.beta != 0 and \
+                    last_use.get(u, -1) <= i and u not in (s.a[0], s.b[0]) and \
+                    u not in self.plan.graph.outputs:
+                return u
+            return None
+        if not isinstance(s, LoopKernel) or s.axes or len(s.stages) != 1:
+            return None
+        own = offset(s.body.full_idx, s.shape)
+        for u in donatable:
+            if u.aval.shape != v.aval.shape or u.aval.dtype != v.aval.dtype or u in self.plan.graph.outputs:
+                continue
+            if last_use.get(u, -1) > i:
+                continue
+            offs = s.body.load_offsets.get(u)
+            if offs is None or offs - {own}:
+                continue
+            return u
+        return None
