@@ -188,7 +188,7 @@ def _overlaps(b, others) -> bool:
 
 
 def _copy(b):
-    from ..kernels.cuda_util import copy_into   # type: ignore[import-not-found]
+    from ...kernels.cuda_util import copy_into   # type: ignore[import-not-found]
     out = alloc(b.shape[0], np.dtype(b.dtype))
     copy_into(out, b)
     return out
