@@ -445,7 +445,7 @@ class JitFunction:
         """How this function's programs are compiled (``compiler.pipeline``)."""
         return CompileOptions(fastmath=self.fastmath, donate=tuple(donated),
                               single_output=self.device == "cpu" and out_tree.node == "*",
-                              name=self.__name__, extra={"allow_native": True})
+                              name=self.__name__, allow_native=True)
 
     def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves) -> _Entry:
         _STATS.misses += 1

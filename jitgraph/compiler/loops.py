@@ -21,7 +21,6 @@ from .backends.base import CompileOptions
 from .backends.cpu import HEADER
 from .fusion import HostStep, MatmulStep
 from .host import HOST_LOWERINGS
-from .lower import lower
 from .settings import disk_cache, fingerprint
 from .state import STATE
 from .thresholds import COMPILED_LOOP_MIN_LENGTH, LOOP_BODY_MAX_STEPS, SMALL_PRODUCT
@@ -37,7 +36,7 @@ def compile_sub(g: Graph, donate: Sequence[int] = ()) -> Callable:
     the kernel cache): the call path taking and returning flat arrays. ``donate``: inputs
     whose buffers the program may update in place."""
     prog = pipeline.compile(g, "cpu", CompileOptions(donate=tuple(donate),
-                                                     extra={"allow_native": True}))
+                                                     allow_native=True))
     return prog.make_runner([v.aval.dtype for v in g.inputs], _ListTree)
 
 
@@ -106,9 +105,7 @@ def _compiled_body(g: Graph):
     t0 = time.perf_counter()
     options = CompileOptions(compiled_driver=True)
     cpu = pipeline.target_of("cpu")
-    lowered = lower(g)
-    ctx = cpu.context(options)
-    gen = pipeline.generate(pipeline.fuse(lowered, ctx), cpu, ctx, options)
+    gen = pipeline.generate_graph(g, cpu, options)
     steps = gen.plan.steps
     if len(steps) > LOOP_BODY_MAX_STEPS or \
             any(isinstance(s, (HostStep, MatmulStep)) for s in steps):

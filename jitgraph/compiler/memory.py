@@ -33,7 +33,6 @@ class MemoryPlan:
         self.accumulators = accumulators if accumulators is not None else {}
         self.profile = profile
         self.in_place: dict = {}
-        self.slot: dict = {}
         self.info: dict = {}
 
     def __str__(self) -> str:
@@ -59,6 +58,7 @@ class MemoryPlan:
         donated: dict = {}              # output var -> input index
         lines: list[str] = []
         bound: set = set()
+        slot_of: dict = {}              # intermediate var -> its scratch slot
         donatable = {g.inputs[i]: i for i in self.donate if i < len(g.inputs)}
 
         def bind_buffer(v, step_index, s):
@@ -78,7 +78,7 @@ class MemoryPlan:
                 return
             slot = take_slot(v.aval.size, v.aval.dtype)
             lines.append(f"{name} = {slot}")
-            self.slot[v] = slot
+            slot_of[v] = slot
 
         def take_slot(size: int, dtype) -> str:
             if free.get((size, dtype)):
@@ -103,8 +103,8 @@ class MemoryPlan:
             for key, slot in taken:
                 free.setdefault(key, []).append(slot)
             for v in reads(s):
-                if last_use.get(v) == i and v in self.slot:
-                    free.setdefault((v.aval.size, v.aval.dtype), []).append(self.slot[v])
+                if last_use.get(v) == i and v in slot_of:
+                    free.setdefault((v.aval.size, v.aval.dtype), []).append(slot_of[v])
         lines.append("return None")
         order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))  # one buffer each
         self.info = {"out_names": [out_specs[v][0] for v in order],

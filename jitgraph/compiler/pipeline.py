@@ -28,7 +28,7 @@ from .lower import lower
 from .memory import MemoryPlan
 
 __all__ = ["CompileOptions", "Generated", "compile", "compile_dynamic", "fuse", "generate",
-           "load", "lower"]
+           "generate_graph", "load", "lower"]
 
 
 @dataclass
@@ -83,7 +83,9 @@ def _compile_again(target: Target) -> Callable:
     return lambda graph, options: compile(graph, target.name, options)
 
 
-def _generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Generated:
+def generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Generated:
+    """lower -> fuse -> generate: the generated program of ``graph``, not yet loaded, with
+    every stage's value in ``stages``."""
     lowered = lower(graph)
     ctx = target.context(options)
     plan = fuse(lowered, ctx)
@@ -99,7 +101,7 @@ def compile(graph: Graph, target: str = "cpu", options: CompileOptions | None = 
     t0 = time.perf_counter() if t0 is None else t0
     options = CompileOptions() if options is None else options
     tgt = target_of(target)
-    return load(_generate_graph(graph, tgt, options), tgt, options, t0)
+    return load(generate_graph(graph, tgt, options), tgt, options, t0)
 
 
 def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, options: CompileOptions,
@@ -111,14 +113,14 @@ def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, options: Co
     ``CannotGeneralize`` when the program's structure depends on the sizes."""
     t0 = time.perf_counter() if t0 is None else t0
     tgt = target_of("cpu")
-    base = _generate_graph(graph, tgt, options)
+    base = generate_graph(graph, tgt, options)
     sym_list = tuple((name, group[0][0], group[0][1]) for name, group in symbols.items())
     at_points = replace(options, symbols=sym_list, decisions=base.decisions)
     points = sample_points(dict.fromkeys(symbols, 0))
     gens = []
     for point in points:
         try:
-            gens.append(_generate_graph(trace_at(point), tgt, at_points))
+            gens.append(generate_graph(trace_at(point), tgt, at_points))
         except IndexError:          # more loop kernels than at the first sizes
             raise CannotGeneralize("the fusion plan depends on the sizes") from None
     first = gens[0]
@@ -137,8 +139,7 @@ def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, options: Co
                        generalize([g.runner for g in gens], points),
                        shown_graph=base.graph, shown_plan=base.plan,
                        stages=dict(base.stages, source=module.source))
-    loaded = replace(at_points, decisions=None,
-                     extra=dict(options.extra, allow_native=True))
+    loaded = replace(at_points, decisions=None, allow_native=True)
     return load(fitted, tgt, loaded, t0)
 
 

@@ -10,7 +10,7 @@ objects; nothing else in the compiler changes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
@@ -38,7 +38,9 @@ class CompileOptions:
     that are runtime arguments, ``(name, input index, axis)``; ``decisions``: loop layouts to
     reuse (``compile_dynamic``); ``compiled_driver``: a loop body's driver, called from a
     compiled loop; ``profile``: a driver that marks the end of every step; ``name``: the
-    function's name, for error messages."""
+    function's name, for error messages; ``allow_native``: where this process has not
+    imported Numba, a CPU program may run from its native bundle (``native.py``), and one is
+    written after its first call."""
     fastmath: bool = False
     donate: tuple = ()
     approx_math: bool = True
@@ -48,7 +50,7 @@ class CompileOptions:
     compiled_driver: bool = False
     profile: bool = False
     name: str = "f"
-    extra: dict = field(default_factory=dict)
+    allow_native: bool = False
 
 
 class ScalarContext(Protocol):
@@ -122,7 +124,8 @@ class Target(Protocol):
 
     def codegen(self, plan: Plan, ctx: ScalarContext, options: CompileOptions) -> Codegen: ...
 
-    def load(self, generated: Any, options: CompileOptions, t0: float) -> Executable: ...
+    def load(self, generated: Any, options: CompileOptions, t0: float,
+             compile_again: Callable | None = None) -> Executable: ...
 
 
 def emit_program(codegen: Codegen, plan: Plan, donate: set[int]) -> tuple[ModuleText, MemoryPlan]:

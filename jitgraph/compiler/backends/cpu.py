@@ -149,7 +149,6 @@ class CpuCodegen:
         self._by_structure: dict[str, KernelSource] = {}
         self._callee: dict[str, str] = {}       # step name -> the kernel it calls
         self._blas_calls: set = set()    # (kernels/matmul function, its argument types)
-        self._in_place: dict = {}
 
     def decide(self, k: LoopKernel) -> LoopDecision:
         if self.decisions is not None:
@@ -377,13 +376,12 @@ class CpuCodegen:
         return f"{name}.reshape(({r}, {c}))" + (".T" if transposed else "")
 
     def product_call(self, s: MatmulStep, memory: MemoryPlan) -> list[str]:
-        self._in_place = memory.in_place
         n = s.node
         out = n.out.aval
         batch = int(np.prod(out.shape[:-2], dtype=np.int64))
         m, nn = out.shape[-2], out.shape[-1]
         if out.dtype in (np.float32, np.float64):
-            return self._blas_gemm_call(s, batch, m, nn)
+            return self._blas_gemm_call(s, batch, m, nn, memory.in_place)
         fn = "matmul_blas" if out.dtype.kind == "f" else "matmul_loop"
         a = self._view(s.a, batch)
         b = self._view(s.b, batch)
@@ -393,7 +391,7 @@ class CpuCodegen:
             self._blas_calls.add(("gemm", ("float", *ab[:2], "float", ab[2])) if ep is not None
                                  else ("matmul_blas", ab))
         if ep is not None:
-            o, lines, beta = self._epilogue_target(ep)
+            o, lines, beta = self._epilogue_target(ep, memory.in_place)
             return lines + [f"gemm({ep.alpha!r}, {a}, {b}, {beta!r}, {o}.reshape(({m}, {nn})))"]
         o = self.plan.array_name(n.out)
         if batch == 1:
@@ -403,17 +401,18 @@ class CpuCodegen:
         return [f"for bi in range({batch}):",
                 f"    {fn}({a}{ai}, {b}{bi_}, {o}.reshape(({batch}, {m}, {nn}))[bi])"]
 
-    def _epilogue_target(self, ep) -> tuple[str, list[str], float]:
+    def _epilogue_target(self, ep, in_place: dict) -> tuple[str, list[str], float]:
         """Where a GEMM with epilogue ``alpha * a @ b + beta * c`` writes: its output buffer,
         the statement that first copies ``c`` there (none where ``c`` is updated in place),
         and ``beta`` (0 without ``c``)."""
         o = self.plan.array_name(ep.out)
         lines = []
-        if ep.c is not None and self._in_place.get(ep.out) is not ep.c:
+        if ep.c is not None and in_place.get(ep.out) is not ep.c:
             lines.append(f"{o}[:] = {self.plan.array_name(ep.c)}")
         return o, lines, (ep.beta if ep.c is not None else 0.0)
 
-    def _blas_gemm_call(self, s: MatmulStep, batch: int, m: int, nn: int) -> list[str]:
+    def _blas_gemm_call(self, s: MatmulStep, batch: int, m: int, nn: int,
+                        in_place: dict) -> list[str]:
         """A float32/float64 product as ``blas_gemm`` calls on the operands as stored, their
         transposes as flags: one compiled function for every layout (``kernels/matmul.py``)."""
         def stored(operand) -> tuple[str, str]:
@@ -429,7 +428,7 @@ class CpuCodegen:
                                             "float", f"{dt}/2C")))
         ep = s.epilogue
         if ep is not None:
-            o, lines, beta = self._epilogue_target(ep)
+            o, lines, beta = self._epilogue_target(ep, in_place)
             return lines + [f"blas_gemm({float(ep.alpha)!r}, {a}, {ta}, {b}, {tb}, "
                             f"{float(beta)!r}, {o}.reshape(({m}, {nn})))"]
         o = self.plan.array_name(s.node.out)

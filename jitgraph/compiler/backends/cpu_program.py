@@ -112,7 +112,8 @@ class CpuProgram:
         (see ``jitgraph.profile``)."""
         key = None if graph is None else tuple(v.aval.shape for v in graph.inputs)
         if key not in self._profiled:
-            options = replace(self.options, symbols=(), decisions=None, profile=True, extra={})
+            options = replace(self.options, symbols=(), decisions=None, profile=True,
+                              allow_native=False)
             self._profiled[key] = self._compile_again(
                 self.graph if graph is None else graph, options)
         return self._profiled[key]
@@ -181,14 +182,14 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
 def load(gen, options, t0: float, compile_again: Callable | None = None) -> CpuProgram:
     """Name, write or find in the disk cache, import and wrap a generated program: each kernel
     is its own cache entry (shared by every program computing it), the driver another.
-    ``options.extra["allow_native"]``: where this process has not imported Numba, run the
+    ``options.allow_native``: where this process has not imported Numba, run the
     program from its native bundle (``native.py``) when the disk cache has one; otherwise
     write one after the program's first call."""
     fin = finish_module(gen.module.source, gen.module.kernels, gen.module.driver_name)
     key = fingerprint()
     cache = disk_cache()
     bundle = None
-    if options.extra.get("allow_native") and native.enabled() and not any(
+    if options.allow_native and native.enabled() and not any(
             isinstance(s, HostStep) for s in gen.plan.steps):
         bundle = cache.directory / (cache.entry_name(fin.driver_source, key) + ".native")
         if "numba" not in sys.modules:

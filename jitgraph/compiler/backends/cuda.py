@@ -484,6 +484,7 @@ class CudaCodegen:
             ks.source = ks.source.replace("{H}", h)
             ks.name = f"{ks.name}_{h}"
         info["const_names"] = const_names
+        info["shuffle"] = self.shuffle      # part of the module's cache key
         return ModuleText(src, self.kernels, driver_name.replace("{H}", h), info)
 
 

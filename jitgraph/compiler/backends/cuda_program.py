@@ -20,7 +20,6 @@ from ...device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
 from ..fusion import HostStep
 from ..host import host_impl
 from ..settings import disk_cache, fingerprint
-from .cuda import shuffle_default
 
 
 def cache_key(fingerprint: str, cc: tuple, sim: bool, shuffle: bool) -> str:
@@ -208,7 +207,7 @@ def _fail(e: Exception, name: str) -> Exception:
 def load(gen, options, t0: float, compile_again: Callable | None = None) -> CudaProgram:
     """Find the module in the disk cache (or write it) and wrap it; its kernels compile on
     their first launch."""
-    key = cache_key(fingerprint(), compute_capability(), simulator(), shuffle_default(simulator()))
+    key = cache_key(fingerprint(), compute_capability(), simulator(), gen.module.info["shuffle"])
     module, was_on_disk = disk_cache().load_module(gen.module.source, key_extra=key)
     # the driver calls host steps by module-level name
     for s in gen.plan.steps:
