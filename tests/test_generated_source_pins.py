@@ -55,6 +55,14 @@ def long_rows(x):
     return jnp.sum(jnp.exp(x)), jnp.argmax(x)
 
 
+def sgd_vjp(w, h, d):
+    """The VJP of an SGD update with a constant cotangent: one constant only products read,
+    another returned as it is. The driver's signature names them in the plan's order of
+    constants, not in the order the steps first use them."""
+    update = lambda w, h, d: w - 0.1 * (h.T @ d)  # noqa: E731
+    return jitgraph.vjp(update, w, h, d)[1](np.ones((4, 3)))
+
+
 def programs():
     rng = np.random.default_rng(0)
     params = [(rng.standard_normal((64, 32)).astype(F32), np.zeros(32, F32)),
@@ -68,6 +76,8 @@ def programs():
         "column_sums": (column_sums, (rng.standard_normal((256, 64)),)),
         "cumulative": (cumulative, (rng.standard_normal((8, 5)),)),
         "long_rows": (long_rows, (rng.standard_normal(1 << 16).astype(F32),)),
+        "sgd_vjp": (sgd_vjp, (rng.standard_normal((4, 3)), rng.standard_normal((5, 4)),
+                              rng.standard_normal((5, 3)))),
     }
 
 
@@ -83,7 +93,9 @@ PINS = {
     "cpu/cumulative": "38119432e20a669408749273fab429cce999ad403a05926e27b924546c55e41e",
     "cuda/cumulative": "dba3f4d0adcecca4a35a703a83eeb6f2b49d4d381bb9c0d485ffa39e4ded9e99",
     "cpu/long_rows": "075c3bc7a3100513f41bae1de75dd0ac1069e15c9b7520dd1a99382693ccceb6",
-    "cuda/long_rows": "0c1be858019699649a82272905b2bb89e2869b0bbbf5430a14b3d6b4354d9042"
+    "cuda/long_rows": "0c1be858019699649a82272905b2bb89e2869b0bbbf5430a14b3d6b4354d9042",
+    "cpu/sgd_vjp": "36d429da0cd5b58986bb3882f471ae5516d9ce18b28f998b17ee2f48c416d2ee",
+    "cuda/sgd_vjp": "f228ae6507cd75285b464645f40f6078fb1ee56ac43826af74de679b45a22e25"
 }
 
 _PROGRAMS = programs()

@@ -141,6 +141,10 @@ def emit_program(codegen: Codegen, plan: Plan, donate: set[int]) -> tuple[Module
         if src is not None:
             codegen.add_kernel(s, src, params)
         calls.append((s, params))
+    # generated names are numbered in order of first use, and the disk cache keys on the text:
+    # the driver's signature (constants, then inputs) is named before its statements
+    for v in list(plan.const_args) + list(plan.graph.inputs):
+        plan.array_name(v)
     memory = MemoryPlan(plan, donate, codegen.accumulators, codegen.profile)
 
     def step_lines(s, params) -> list[str]:
