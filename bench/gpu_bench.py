@@ -11,34 +11,69 @@ Workloads (float32, parameters and data on the device, all in one run):
 * ``call_overhead``: a cached call of a small function on 16-element device arrays (µs);
 * ``matmul``: 4096^3, GFLOP/s of jitgraph's cuBLAS path and its fallback kernel, CuPy, PyTorch.
 
-Prints one markdown table (median of repeats; ``vs jitgraph`` = that row's time / jitgraph's,
-> 1 means jitgraph is faster; ``check`` compares the result with a float64 NumPy reference) and
-writes it to ``--out``. ``--sim`` runs every workload at tiny sizes under Numba's CUDA
-simulator, to test this script without a GPU.
+Each row is appended to ``--out`` (and flushed) as soon as it is measured, after a header
+naming the GPU, driver, CUDA runtime and library versions, so a timeout or a crash later keeps
+what was measured; the whole table is printed at the end. ``median`` is the median of the
+timed repeats (``reps``; fewer than asked where the implementation's repeat time ran out);
+``first call`` is the first call alone (tracing and compiling included); ``vs jitgraph`` =
+that row's time / jitgraph's (> 1: jitgraph is faster). ``check`` compares the first call's
+result with a float64 NumPy reference computed on a small part only (the first 2^16 gradient
+elements, the first 256 rows of the cross-entropy gradient, a 64x64 corner of the matmul;
+the MLP's initial loss): ``MISMATCH`` marks a row, it does not stop the run. A failure is a
+row ``FAILED: <reason>``; every workload runs in its own ``try`` under its own time cap (its
+share of ``--budget``), and the run goes on.
 
-    python bench/gpu_bench.py [--out bench/gpu_results.md] [--sim] [--quick]
+PyTorch and JAX run in strict float32 unless ``--tf32`` (torch ``allow_tf32`` off for matmul
+and cuDNN, ``jax_default_matmul_precision="highest"``); jitgraph and CuPy always use plain
+float32 GEMM (``CUPY_TF32=0``). JAX does not preallocate GPU memory. ``torch.compile`` runs
+with ``mode=None`` (``--torch-mode`` to change) and ``dynamic=False``, compiled once per
+workload and implementation: its first call compiles, the repeats reuse it.
+
+Exit status 0 when at least one row was measured, 1 when none was, 2 on bad options.
+``--sim`` runs every workload at tiny sizes under Numba's CUDA simulator, to test this script
+without a GPU (its numbers mean nothing).
+
+    python bench/gpu_bench.py [--out bench/gpu_results.md] [--append] [--sim] [--quick]
+                              [--budget SECONDS] [--tf32] [--only elementwise,matmul]
 """
 from __future__ import annotations
 
 import os
-import platform
-import statistics
-import sys
-import time
-import traceback
 
-from gpu_args import parse_gpu_args
+# before anything imports jax or cupy
+os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+os.environ["CUPY_TF32"] = "0"
+
+import importlib.metadata  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+from gpu_args import Interrupted, StepTimeout, on_termination, parse_gpu_args, time_cap  # noqa: E402
+
+T0 = time.monotonic()
+WORKLOADS = ("elementwise", "xent", "mlp_small", "mlp_large", "overhead", "matmul")
+# shares of the time budget (a workload that ends early leaves its time to the next ones)
+WEIGHTS = {"elementwise": 3, "xent": 3, "mlp_small": 3, "mlp_large": 3, "overhead": 1,
+           "matmul": 2}
 
 
 def _options(p) -> None:
-    p.add_argument("--quick", action="store_true", help="fewer repeats")
-    p.add_argument("--only", default="", help="comma-separated workloads: elementwise, xent, "
-                   "mlp_small, mlp_large, overhead, matmul")
+    p.add_argument("--only", default="", help="comma-separated workloads: " + ", ".join(WORKLOADS))
+    p.add_argument("--append", action="store_true",
+                   help="append to --out instead of starting it afresh (gpu_check.sh)")
+    p.add_argument("--tf32", action="store_true",
+                   help="let PyTorch and JAX use TF32 matmuls (default: strict float32)")
+    p.add_argument("--torch-mode", default=None, help="torch.compile mode (default None)")
     p.add_argument("--peers-cpu", action="store_true",
                    help="with --sim: run the PyTorch and JAX rows on the CPU (checks their code)")
 
 
 ARGS = parse_gpu_args(__doc__.splitlines()[0], _options)
+on_termination()
 
 import numpy as np  # noqa: E402
 
@@ -49,7 +84,15 @@ from jitgraph import nn  # noqa: E402
 SIM = ARGS.sim
 PEERS_CPU = SIM and ARGS.peers_cpu
 DEV = "cpu" if PEERS_CPU else "cuda"          # where the PyTorch rows run
-REPS = 3 if SIM else (10 if ARGS.quick else 30)
+QUICK = ARGS.quick
+REPS = 2 if SIM else (10 if QUICK else 30)
+WARMUP = 0 if SIM else 2                      # calls after the first, before timing
+REP_TIME = 2.0 if SIM else (1.5 if QUICK else 3.0)   # seconds of timed repeats per row, at most
+BUDGET = ARGS.budget if ARGS.budget is not None else (
+    100.0 if QUICK else 200.0) * (2 if SIM else 1)
+DEADLINE = T0 + BUDGET - 2.0                  # 2 s left to print the table
+CHECK_N = 2 ** 16                             # elements checked of the elementwise gradient
+CHECK_ROWS = 256                              # rows checked of the cross-entropy gradient
 SIZES = {
     "elementwise": 2 ** 10 if SIM else 2 ** 26,
     "xent": (8, 50) if SIM else (8192, 32000),
@@ -59,6 +102,7 @@ SIZES = {
 }
 ROWS: list[dict] = []
 ERRORS: list[str] = []
+STATE = {"deadline": DEADLINE, "cap": BUDGET, "timed_out": False, "started": []}
 
 
 # ---------------------------------------------------------------- optional peers
@@ -68,66 +112,172 @@ def _import(name):
     try:
         mod = __import__(name)
         if name == "jax":
-            import jax.numpy  # noqa: F401  (jax.numpy is a submodule: import it)
+            importlib.import_module("jax.numpy")      # a submodule: import it
             if not PEERS_CPU and not any(d.platform == "gpu" for d in mod.devices()):
                 raise RuntimeError(f"jax sees no GPU ({mod.devices()})")
         if name == "torch" and not PEERS_CPU and not mod.cuda.is_available():
             raise RuntimeError("torch.cuda is not available")
+        if name == "cupy":
+            mod.cuda.runtime.getDeviceCount()
         return mod
     except Exception as e:
-        ERRORS.append(f"{name}: {type(e).__name__}: {e}")
+        ERRORS.append(f"{name}: {type(e).__name__}: {_one_line(e)}")
         return None
+
+
+def _one_line(e) -> str:
+    s = str(e).strip()
+    return (s.splitlines()[0] if s else "")[:160]
 
 
 torch = _import("torch")
 jax = _import("jax")
 cupy = _import("cupy")
+if torch is not None:
+    torch.backends.cuda.matmul.allow_tf32 = ARGS.tf32
+    torch.backends.cudnn.allow_tf32 = ARGS.tf32
+if jax is not None:
+    jax.config.update("jax_default_matmul_precision", "tensorfloat32" if ARGS.tf32 else "highest")
 
 
-def sync_all():
+def sync_all(last=None):
+    """Wait for the device: the whole CUDA context (jitgraph's, CuPy's and PyTorch's work),
+    and ``last`` when it is a JAX array (JAX dispatches asynchronously from the host)."""
     jitgraph.device.cuda_api().synchronize()
     if torch is not None and DEV == "cuda":
         torch.cuda.synchronize()
+    if cupy is not None:
+        cupy.cuda.Device().synchronize()
+    if jax is not None and isinstance(last, jax.Array):
+        last.block_until_ready()
 
 
-def median_seconds(fn, inner: int = 1, reps: int = REPS, warmup: int = 2) -> float:
-    """Median wall time of one call of ``fn`` (``inner`` calls per timed repeat, then a device
-    synchronisation: launches are asynchronous)."""
+def median_seconds(fn, inner: int = 1, reps: int = REPS, warmup: int = WARMUP):
+    """Time ``fn``: the first call alone (compiles), ``warmup`` more, then up to ``reps``
+    timed repeats of ``inner`` calls each followed by a device synchronisation (launches are
+    asynchronous), stopping early after ``REP_TIME`` seconds of repeats or near the workload's
+    cap. Returns (median seconds per call, repeats, first-call seconds, first call's result)."""
+    t0 = time.perf_counter()
+    first = last = fn()
+    sync_all(last)
+    first_s = time.perf_counter() - t0
     for _ in range(warmup):
-        fn()
-    sync_all()
+        last = fn()
+    sync_all(last)
     times = []
+    stop = min(time.monotonic() + REP_TIME, STATE["deadline"] - 1.0)
     for _ in range(reps):
         t0 = time.perf_counter()
         for _ in range(inner):
-            fn()
-        sync_all()
+            last = fn()
+        sync_all(last)
         times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
+        if time.monotonic() > stop:
+            break
+    return statistics.median(times), len(times), first_s, first
 
 
-def record(workload, impl, seconds, metric="", check="", error=None):
-    ROWS.append({"workload": workload, "impl": impl, "s": seconds, "metric": metric,
-                 "check": check, "error": error})
+# ---------------------------------------------------------------- rows, streamed to --out
+COLUMNS = ["workload", "implementation", "median", "reps", "metric", "vs jitgraph",
+           "first call", "check"]
+
+
+def _fmt_s(s: float) -> str:
+    return f"{s * 1e6:.1f} µs" if s < 1e-3 else (f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.2f} s")
+
+
+def _cell(s) -> str:
+    return str(s).replace("|", "/").replace("\n", " ")
+
+
+def format_row(r) -> str:
+    if r["s"] is None:
+        cells = [r["workload"], r["impl"], f"FAILED: {r['error']}", "", "", "", "", ""]
+    else:
+        base = next((b["s"] for b in ROWS if b["workload"] == r["workload"] and b["s"]
+                     and b["impl"].startswith("jitgraph")), None)
+        ratio = f"{r['s'] / base:.2f}x" if base and not r["impl"].startswith("device") else ""
+        cells = [r["workload"], r["impl"], _fmt_s(r["s"]), r["n"], r["metric"], ratio,
+                 _fmt_s(r["first"]) if r["first"] is not None else "", r["check"]]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _append(text: str) -> None:
+    with open(ARGS.out, "a") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def record(workload, impl, seconds, metric="", check="", error=None, n=0, first=None):
+    r = {"workload": workload, "impl": impl, "s": seconds, "metric": metric, "check": check,
+         "error": error, "n": n, "first": first}
+    ROWS.append(r)
+    line = format_row(r)
+    _append(line + "\n")
+    print(line, file=sys.stderr, flush=True)
+
+
+def timed(workload, impl, fn, metric, check, inner=1, reps=REPS, warmup=WARMUP):
+    """Time ``fn`` and record its row; ``metric(seconds)`` and ``check(first result)`` make
+    the row's metric and check cells (a check that raises marks the row, it is no failure)."""
+    sec, n, first_s, first = median_seconds(fn, inner=inner, reps=reps, warmup=warmup)
+    try:
+        ok = check(first)
+    except Exception as e:
+        ok = f"MISMATCH (check failed: {type(e).__name__}: {_one_line(e)[:80]})"
+    record(workload, impl, sec, metric(sec), ok, n=n, first=first_s)
 
 
 def run(workload, impl, body):
     """Run one implementation; a failure becomes a row saying so, and the run goes on."""
+    if time.monotonic() >= STATE["deadline"] - 0.5:
+        record(workload, impl, None, error=f"skipped: the workload's time cap "
+                                           f"({STATE['cap']:.0f} s) was spent")
+        return
     try:
         body()
+    except StepTimeout:
+        STATE["timed_out"] = True
+        record(workload, impl, None, error=f"timed out (the workload's cap, {STATE['cap']:.0f} s)")
     except Exception as e:
         if os.environ.get("BENCH_TRACEBACK") == "1":
             traceback.print_exc()
-        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        record(workload, impl, None, error=msg[:120])
+        record(workload, impl, None, error=f"{type(e).__name__}: {_one_line(e)}"[:160])
 
 
-def close(got, want, rtol=2e-3, atol=1e-4) -> str:
+def close(got, want, rtol=2e-3, atol=1e-4, peer=False) -> str:
+    """``ok`` or ``MISMATCH``; a TF32 peer (``--tf32``) is held to 1e-2."""
+    if peer and ARGS.tf32:
+        rtol, atol = max(rtol, 1e-2), max(atol, 1e-2)
     got = np.asarray(got, dtype=np.float64)
     want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        return f"MISMATCH (shape {got.shape} != {want.shape})"
     scale = max(1.0, float(np.max(np.abs(want))))
-    return "ok" if got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol * scale) \
-        else f"MISMATCH (max err {float(np.max(np.abs(got - want))):.2g})"
+    if not np.all(np.isfinite(got)):
+        return "MISMATCH (non-finite values)"
+    err = float(np.max(np.abs(got - want)))
+    ok = np.allclose(got, want, rtol=rtol, atol=atol * scale)
+    return ("ok" + (" (TF32 tolerance)" if peer and ARGS.tf32 else "")) if ok \
+        else f"MISMATCH (max err {err:.2g})"
+
+
+def host_rows(x, rows: int) -> np.ndarray:
+    """The first ``rows`` rows (leading axis) of a device result, on the host, copying only
+    those where the library allows it."""
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach()[:rows].cpu().numpy()
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return cupy.asnumpy(x[:rows])
+    if isinstance(x, jitgraph.DeviceArray):
+        shape = (min(rows, x.shape[0]),) + tuple(x.shape[1:])
+        try:
+            count = int(np.prod(shape))
+            return np.asarray(x.buffer()[:count].copy_to_host()).reshape(shape)
+        except Exception:
+            return np.asarray(x)[:rows]
+    return np.asarray(x[:rows])
 
 
 # ---------------------------------------------------------------- elementwise value+grad
@@ -135,10 +285,12 @@ def elementwise():
     n = SIZES["elementwise"]
     w = f"elementwise value+grad, 2^{n.bit_length() - 1} f32"
     x = (np.random.default_rng(0).standard_normal(n) * 2).astype(np.float32)
-    x64 = x.astype(np.float64)
+    k = min(n, CHECK_N)
+    x64 = x[:k].astype(np.float64)
     t, s = np.tanh(x64), 1 / (1 + np.exp(-(1.5 * x64 + 0.1)))
     ref_g = (1 - t * t) * s + 1.5 * t * s * (1 - s) + x64
     nbytes = 8 * n
+    copy_s = {}
 
     def gbs(sec):
         return f"{nbytes / sec / 1e9:.0f} GB/s"
@@ -146,8 +298,11 @@ def elementwise():
     def copy():
         cuda = jitgraph.device.cuda_api()
         src, dst = cuda.to_device(x), cuda.device_array(n, np.float32)
-        sec = median_seconds(lambda: dst.copy_to_device(src))
-        record(w, "device-to-device copy (Numba)", sec, gbs(sec), close(dst.copy_to_host(), x))
+        impl = "device-to-device copy (Numba)"
+        sec, reps, first_s, _ = median_seconds(lambda: dst.copy_to_device(src))
+        copy_s["s"] = sec
+        record(w, impl, sec, gbs(sec), close(dst[:k].copy_to_host(), x[:k]), n=reps,
+               first=first_s)
     run(w, "device-to-device copy (Numba)", copy)
 
     def f(m, sigmoid):
@@ -156,43 +311,33 @@ def elementwise():
     def jg():
         vg = jitgraph.jit(jitgraph.value_and_grad(f(jnp, nn.sigmoid)), device="cuda")
         xd = jitgraph.device_put(x)
-        sec = median_seconds(lambda: vg(xd))
-        record(w, "jitgraph", sec, gbs(sec), close(vg(xd)[1], ref_g))
-    run(w, "jitgraph", jg)
-    if torch is not None:
-        xt = torch.tensor(x, device=DEV)
 
-        def torch_vg(fn):
+        def metric(sec):
+            return gbs(sec) + (f" ({100 * copy_s['s'] / sec:.0f}% of copy)" if copy_s else "")
+        timed(w, "jitgraph", lambda: vg(xd), metric, lambda r: close(host_rows(r[1], k), ref_g))
+    run(w, "jitgraph", jg)
+    if jax is not None:
+        def jr():
+            fj = jax.jit(jax.value_and_grad(f(jax.numpy, jax.nn.sigmoid)))
+            xj = jax.device_put(x)
+            timed(w, "jax.jit", lambda: jax.block_until_ready(fj(xj)), gbs,
+                  lambda r: close(host_rows(r[1], k), ref_g, peer=True))
+        run(w, "jax.jit", jr)
+    if torch is not None:
+        def torch_row(compiled):
+            xt = torch.tensor(x, device=DEV)
+            fn = f(torch, torch.sigmoid)
+            if compiled:
+                fn = torch.compile(fn, mode=ARGS.torch_mode, dynamic=False)   # once
+
             def step():
                 v = xt.detach().requires_grad_(True)
-                out = fn(v)
-                out.backward()
+                fn(v).backward()
                 return v.grad
-            return step
-        ft = f(torch, torch.sigmoid)
-        run(w, "torch eager", lambda: _time_torch(w, "torch eager", torch_vg(ft), ref_g, gbs))
-        run(w, "torch.compile", lambda: _time_torch(w, "torch.compile",
-                                                  torch_vg(torch.compile(ft)), ref_g, gbs))
-    copy_s = [r["s"] for r in ROWS if r["workload"] == w and r["impl"].startswith("device") and r["s"]]
-    for r in ROWS:
-        if r["workload"] == w and r["impl"] == "jitgraph" and r["s"] and copy_s:
-            r["metric"] += f" ({100 * copy_s[0] / r['s']:.0f}% of copy)"
-    if jax is not None:
-        fj = jax.jit(jax.value_and_grad(f(jax.numpy, jax.nn.sigmoid)))
-        xj = jax.device_put(x)
-        run(w, "jax.jit", lambda: _time_jax(w, fj, (xj,), lambda r: r[1], ref_g, gbs))
-
-
-def _time_torch(w, impl, step, ref, metric):
-    sec = median_seconds(step)
-    record(w, impl, sec, metric(sec), close(step().detach().cpu().numpy(), ref))
-
-
-def _time_jax(w, fn, args, pick, ref, metric, impl="jax.jit"):
-    def call():
-        jax.block_until_ready(fn(*args))
-    sec = median_seconds(call)
-    record(w, impl, sec, metric(sec), close(np.asarray(pick(fn(*args))), ref))
+            timed(w, "torch.compile" if compiled else "torch eager", step, gbs,
+                  lambda r: close(host_rows(r, k), ref_g, peer=True))
+        run(w, "torch eager", lambda: torch_row(False))
+        run(w, "torch.compile", lambda: torch_row(True))
 
 
 # ---------------------------------------------------------------- softmax cross-entropy
@@ -202,11 +347,15 @@ def softmax_xent():
     rng = np.random.default_rng(1)
     z = rng.standard_normal((b, c)).astype(np.float32)
     labels = rng.integers(0, c, b).astype(np.int64)
-    z64 = z.astype(np.float64)
+    k = min(b, CHECK_ROWS)                    # reference of the first rows only
+    z64 = z[:k].astype(np.float64)
     p = np.exp(z64 - z64.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
-    p[np.arange(b), labels] -= 1
+    p[np.arange(k), labels[:k]] -= 1
     ref = p / b
+
+    def metric(s):
+        return f"{b * c * 8 / s / 1e9:.0f} GB/s"
 
     def loss(m, log_softmax):
         def f(zz, ll):
@@ -216,28 +365,31 @@ def softmax_xent():
     def jg():
         vg = jitgraph.jit(jitgraph.value_and_grad(loss(jnp, nn.log_softmax)), device="cuda")
         zd, ld = jitgraph.device_put((z, labels))
-        sec = median_seconds(lambda: vg(zd, ld))
-        record(w, "jitgraph", sec, f"{b * c * 8 / sec / 1e9:.0f} GB/s", close(vg(zd, ld)[1], ref))
+        timed(w, "jitgraph", lambda: vg(zd, ld), metric,
+              lambda r: close(host_rows(r[1], k), ref))
     run(w, "jitgraph", jg)
+    if jax is not None:
+        def jr():
+            fj = jax.jit(jax.value_and_grad(loss(jax.numpy, jax.nn.log_softmax)))
+            args = (jax.device_put(z), jax.device_put(labels.astype(np.int32)))
+            timed(w, "jax.jit", lambda: jax.block_until_ready(fj(*args)), metric,
+                  lambda r: close(host_rows(r[1], k), ref, peer=True))
+        run(w, "jax.jit", jr)
     if torch is not None:
-        zt, lt = torch.tensor(z, device=DEV), torch.tensor(labels, device=DEV)
+        def torch_row(compiled):
+            zt, lt = torch.tensor(z, device=DEV), torch.tensor(labels, device=DEV)
+            xent = torch.nn.functional.cross_entropy
+            if compiled:
+                xent = torch.compile(xent, mode=ARGS.torch_mode, dynamic=False)   # once
 
-        def step_of(fn):
             def step():
                 v = zt.detach().requires_grad_(True)
-                fn(v, lt).backward()
+                xent(v, lt).backward()
                 return v.grad
-            return step
-        xent = torch.nn.functional.cross_entropy
-        metric = (lambda s: f"{b * c * 8 / s / 1e9:.0f} GB/s")
-        run(w, "torch eager", lambda: _time_torch(w, "torch eager", step_of(xent), ref, metric))
-        run(w, "torch.compile", lambda: _time_torch(w, "torch.compile",
-                                                  step_of(torch.compile(xent)), ref, metric))
-    if jax is not None:
-        fj = jax.jit(jax.value_and_grad(loss(jax.numpy, jax.nn.log_softmax)))
-        args = (jax.device_put(z), jax.device_put(labels.astype(np.int32)))
-        run(w, "jax.jit", lambda: _time_jax(w, fj, args, lambda r: r[1], ref,
-                                            lambda s: f"{b * c * 8 / s / 1e9:.0f} GB/s"))
+            timed(w, "torch.compile" if compiled else "torch eager", step, metric,
+                  lambda r: close(host_rows(r, k), ref, peer=True))
+        run(w, "torch eager", lambda: torch_row(False))
+        run(w, "torch.compile", lambda: torch_row(True))
 
 
 # ---------------------------------------------------------------- MLP training step
@@ -247,16 +399,14 @@ def _init_params(sizes, seed=0):
             for a, b in zip(sizes[:-1], sizes[1:])]
 
 
-def _numpy_step(params, x, y, lr=0.1):
-    """float64 reference: one SGD step, returns the loss before the step."""
-    hs, h = [x.astype(np.float64)], x.astype(np.float64)
-    ps = [(w.astype(np.float64), b.astype(np.float64)) for w, b in params]
-    for i, (w, b) in enumerate(ps):
-        h = h @ w + b
-        if i < len(ps) - 1:
+def _numpy_loss(params, x, y):
+    """float64 reference: the loss before the first step (matrices of at most 2048x2048)."""
+    h = x.astype(np.float64)
+    for i, (w, b) in enumerate(params):
+        h = h @ w.astype(np.float64) + b.astype(np.float64)
+        if i < len(params) - 1:
             h = np.tanh(h)
-        hs.append(h)
-    z = hs[-1] - hs[-1].max(1, keepdims=True)
+    z = h - h.max(1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(1, keepdims=True))
     return -np.mean(np.sum(logp * y, axis=1))
 
@@ -268,7 +418,15 @@ def mlp(key):
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
     y = np.eye(sizes[-1], dtype=np.float32)[rng.integers(0, sizes[-1], batch)]
     params = _init_params(sizes)
-    ref_loss = _numpy_step(params, x, y)
+    ref = {}
+
+    def check(lv, peer=False):
+        if "loss" not in ref:
+            ref["loss"] = _numpy_loss(params, x, y)
+        return close(float(np.asarray(lv)), ref["loss"], rtol=1e-4, peer=peer)
+
+    def ms(sec):
+        return f"{sec * 1e3:.3f} ms"
 
     def loss_fn(m, ps, xx, yy, log_softmax):
         h = xx
@@ -286,61 +444,49 @@ def mlp(key):
         fn = jitgraph.jit(step, device="cuda", donate_argnums=(0,))
         state = {"p": jitgraph.device_put(params)}
         xd, yd = jitgraph.device_put((x, y))
-        first = {}
 
         def call():
             state["p"], lv = fn(state["p"], xd, yd)
-            first.setdefault("loss", lv)
-        sec = median_seconds(call)
-        record(w, "jitgraph", sec, f"{sec * 1e3:.3f} ms",
-               close(float(first["loss"]), ref_loss, rtol=1e-4))
+            return lv
+        timed(w, "jitgraph", call, ms, check)
     run(w, "jitgraph", jg)
-    if torch is not None:
-        xt, yt = torch.tensor(x, device=DEV), torch.tensor(y, device=DEV)
-
-        def torch_rows(compiled):
-            ps = [(torch.tensor(a, device=DEV).requires_grad_(True),
-                   torch.tensor(b, device=DEV).requires_grad_(True)) for a, b in params]
-            flat = [t for p in ps for t in p]
-
-            def fwd(xx, yy):
-                return loss_fn(torch, ps, xx, yy, lambda h, axis: torch.log_softmax(h, dim=axis))
-            f = torch.compile(fwd) if compiled else fwd
-            first = {}
-
-            def call():
-                lv = f(xt, yt)
-                lv.backward()
-                with torch.no_grad():
-                    for t in flat:
-                        t -= 0.1 * t.grad
-                        t.grad = None
-                first.setdefault("loss", lv.detach())
-            impl = "torch.compile" if compiled else "torch eager"
-            sec = median_seconds(call)
-            record(w, impl, sec, f"{sec * 1e3:.3f} ms",
-                   close(float(first["loss"]), ref_loss, rtol=1e-4))
-        run(w, "torch eager", lambda: torch_rows(False))
-        run(w, "torch.compile", lambda: torch_rows(True))
     if jax is not None:
         def jax_row():
             def step(ps, xx, yy):
                 lv, gs = jax.value_and_grad(
                     lambda q: loss_fn(jax.numpy, q, xx, yy, jax.nn.log_softmax))(ps)
                 return [(a - 0.1 * ga, b - 0.1 * gb) for (a, b), (ga, gb) in zip(ps, gs)], lv
-            fn = jax.jit(step, donate_argnums=(0,))
+            fn = jax.jit(step, donate_argnums=() if PEERS_CPU else (0,))
             state = {"p": jax.device_put(params)}
             xj, yj = jax.device_put(x), jax.device_put(y)
-            first = {}
 
             def call():
                 state["p"], lv = fn(state["p"], xj, yj)
-                first.setdefault("loss", lv)
-                jax.block_until_ready(lv)
-            sec = median_seconds(call)
-            record(w, "jax.jit", sec, f"{sec * 1e3:.3f} ms",
-                   close(float(first["loss"]), ref_loss, rtol=1e-4))
+                return jax.block_until_ready(lv)
+            timed(w, "jax.jit", call, ms, lambda lv: check(lv, peer=True))
         run(w, "jax.jit", jax_row)
+    if torch is not None:
+        def torch_row(compiled):
+            xt, yt = torch.tensor(x, device=DEV), torch.tensor(y, device=DEV)
+            flat = [torch.tensor(a, device=DEV).requires_grad_(True) for p in params for a in p]
+
+            def fwd(ws, xx, yy):
+                ps = list(zip(ws[0::2], ws[1::2]))
+                return loss_fn(torch, ps, xx, yy, lambda h, axis: torch.log_softmax(h, dim=axis))
+            f = torch.compile(fwd, mode=ARGS.torch_mode, dynamic=False) if compiled else fwd
+
+            def call():
+                lv = f(flat, xt, yt)
+                lv.backward()
+                with torch.no_grad():
+                    for t in flat:
+                        t -= 0.1 * t.grad
+                        t.grad = None
+                return lv.detach()
+            timed(w, "torch.compile" if compiled else "torch eager", call, ms,
+                  lambda lv: check(lv.cpu().numpy(), peer=True))
+        run(w, "torch eager", lambda: torch_row(False))
+        run(w, "torch.compile", lambda: torch_row(True))
 
 
 # ---------------------------------------------------------------- call overhead
@@ -348,28 +494,32 @@ def call_overhead():
     w = "cached call overhead, 16 elements"
     a = np.arange(16, dtype=np.float32)
     ref = float(np.sum(a * a + a))
-    inner = 20 if SIM else 2000
+    inner = 5 if SIM else (500 if QUICK else 2000)
+
+    def us(sec):
+        return f"{sec * 1e6:.1f} µs"
 
     def jg():
         f = jitgraph.jit(lambda p, q: jnp.sum(p * q + p), device="cuda")
         ad = jitgraph.device_put(a)
-        sec = median_seconds(lambda: f(ad, ad), inner=inner)
-        record(w, "jitgraph", sec, f"{sec * 1e6:.1f} µs", close(float(f(ad, ad)), ref))
+        timed(w, "jitgraph", lambda: f(ad, ad), us, lambda r: close(float(r), ref), inner=inner)
     run(w, "jitgraph", jg)
-    if torch is not None:
-        def tr():
-            at = torch.tensor(a, device=DEV)
-            f = (lambda p, q: (p * q + p).sum())
-            sec = median_seconds(lambda: f(at, at), inner=inner)
-            record(w, "torch eager", sec, f"{sec * 1e6:.1f} µs", close(float(f(at, at)), ref))
-        run(w, "torch eager", tr)
     if jax is not None:
         def jr():
             f = jax.jit(lambda p, q: (p * q + p).sum())
             aj = jax.device_put(a)
-            sec = median_seconds(lambda: f(aj, aj), inner=inner)
-            record(w, "jax.jit", sec, f"{sec * 1e6:.1f} µs", close(float(f(aj, aj)), ref))
+            timed(w, "jax.jit", lambda: f(aj, aj), us, lambda r: close(float(r), ref, peer=True),
+                  inner=inner)
         run(w, "jax.jit", jr)
+    if torch is not None:
+        def tr():
+            at = torch.tensor(a, device=DEV)
+
+            def f(p, q):
+                return (p * q + p).sum()
+            timed(w, "torch eager", lambda: f(at, at), us,
+                  lambda r: close(float(r), ref, peer=True), inner=inner)
+        run(w, "torch eager", tr)
 
 
 # ---------------------------------------------------------------- matmul
@@ -379,74 +529,140 @@ def matmul():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((n, n)).astype(np.float32)
     b = rng.standard_normal((n, n)).astype(np.float32)
-    ref = a.astype(np.float64) @ b.astype(np.float64) if n <= 1024 else None
+    k = min(n, 64)                            # a corner, against float64
+    ref = a[:k].astype(np.float64) @ b[:, :k].astype(np.float64)
     flops = 2.0 * n ** 3
+    reps = max(3, REPS // 3) if not SIM else REPS
 
     def gf(sec):
         return f"{flops / sec / 1e9:.0f} GFLOP/s"
 
-    def check(got):
-        if ref is not None:
-            return close(got, ref)
-        k = slice(0, 64)                       # spot check a corner against float64
-        return close(np.asarray(got)[k, k], a[k].astype(np.float64) @ b[:, k].astype(np.float64))
+    def check(got, peer=False):
+        return close(host_rows(got, k)[:, :k], ref, peer=peer)
 
     from jitgraph.kernels import cuda_matmul
-    for impl, mode in (("jitgraph (cuBLAS via CuPy)", "auto"), ("jitgraph (tiled fallback kernel)", "fallback")):
+    for impl, mode in (("jitgraph (cuBLAS via CuPy)", "auto"),
+                       ("jitgraph (tiled fallback kernel)", "fallback")):
         def jg(mode=mode, impl=impl):
             os.environ["JITGRAPH_CUDA_MATMUL"] = mode
-            if mode == "auto" and not cuda_matmul.cublas_available():
-                raise RuntimeError("CuPy with a GPU is not available")
-            f = jitgraph.jit(lambda p, q: p @ q, device="cuda")
-            ad, bd = jitgraph.device_put((a, b))
-            sec = median_seconds(lambda: f(ad, bd), reps=max(3, REPS // 3))
-            record(w, impl, sec, gf(sec), check(f(ad, bd)))
+            try:
+                if mode == "auto" and not cuda_matmul.cublas_available():
+                    raise RuntimeError("CuPy with a GPU is not available")
+                f = jitgraph.jit(lambda p, q: p @ q, device="cuda")
+                ad, bd = jitgraph.device_put((a, b))
+                timed(w, impl, lambda: f(ad, bd), gf, check, reps=reps)
+            finally:
+                os.environ["JITGRAPH_CUDA_MATMUL"] = "auto"
         run(w, impl, jg)
-    os.environ["JITGRAPH_CUDA_MATMUL"] = "auto"
     if cupy is not None:
         def cr():
             ac, bc = cupy.asarray(a), cupy.asarray(b)
-            sec = median_seconds(lambda: ac @ bc, reps=max(3, REPS // 3))
-            record(w, "CuPy", sec, gf(sec), check(cupy.asnumpy(ac @ bc)))
+            timed(w, "CuPy", lambda: ac @ bc, gf, check, reps=reps)
         run(w, "CuPy", cr)
     if torch is not None:
         def tr():
             at, bt = torch.tensor(a, device=DEV), torch.tensor(b, device=DEV)
-            sec = median_seconds(lambda: at @ bt, reps=max(3, REPS // 3))
-            record(w, "PyTorch", sec, gf(sec), check((at @ bt).cpu().numpy()))
+            timed(w, "PyTorch", lambda: at @ bt, gf, lambda r: check(r, peer=True), reps=reps)
         run(w, "PyTorch", tr)
 
 
 # ---------------------------------------------------------------- report
 def table() -> str:
-    lines = ["| workload | implementation | median | metric | vs jitgraph | check |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    base = {r["workload"]: r["s"] for r in ROWS if r["impl"].startswith("jitgraph") and r["s"]}
-    for r in ROWS:
-        if r["s"] is None:
-            lines.append(f"| {r['workload']} | {r['impl']} | unavailable | {r['error']} | | |")
-            continue
-        ratio = f"{r['s'] / base[r['workload']]:.2f}x" if base.get(r["workload"]) else ""
-        med = f"{r['s'] * 1e6:.1f} µs" if r["s"] < 1e-3 else f"{r['s'] * 1e3:.3f} ms"
-        lines.append(f"| {r['workload']} | {r['impl']} | {med} | {r['metric']} | {ratio} | {r['check']} |")
-    return "\n".join(lines)
+    return "\n".join(["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+                     + [format_row(r) for r in ROWS])
+
+
+def _try(fn, default="n/a"):
+    try:
+        v = fn()
+        return default if v in (None, "") else v
+    except Exception:
+        return default
+
+
+def _version(dist):
+    return _try(lambda: importlib.metadata.version(dist))
+
+
+def _cuda_ver(v) -> str:
+    """12040 -> 12.4; (12, 4) -> 12.4."""
+    if isinstance(v, tuple):
+        return ".".join(map(str, v))
+    return f"{int(v) // 1000}.{int(v) % 1000 // 10}"
 
 
 def header() -> str:
     devs = ", ".join(f"{d.name} (cc {'.'.join(map(str, d.compute_capability))})"
                      for d in jitgraph.devices() if d.platform == "cuda")
-    vers = [f"python {platform.python_version()}", f"numpy {np.__version__}"]
-    import numba
-    vers.append(f"numba {numba.__version__}")
-    for name, mod in (("torch", torch), ("jax", jax), ("cupy", cupy)):
-        vers.append(f"{name} {getattr(mod, '__version__', 'n/a')}")
-    mode = "CUDA SIMULATOR, tiny sizes (script check only)" if SIM else "GPU"
-    return (f"jitgraph GPU benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-            f"{mode}; device: {devs or 'none'}; {', '.join(vers)}; median of {REPS} repeats")
+    if SIM:
+        gpu = "none: CUDA SIMULATOR, tiny sizes (script check only; the numbers mean nothing)"
+        drv = rt = "n/a"
+    else:
+        smi = _try(lambda: subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=5,
+            check=True).stdout.strip().splitlines()[0], "")
+        gpu = f"{devs or 'none'}" + (f" [nvidia-smi: {smi}]" if smi else "")
+        from numba import cuda
+        drv = (f"{smi.split(',')[1].strip() if smi.count(',') >= 2 else 'n/a'} "
+               f"(CUDA {_try(lambda: _cuda_ver(cuda.cudadrv.driver.driver.get_version()))})")
+        rt = (f"numba-cuda {_try(lambda: _cuda_ver(cuda.runtime.get_version()))}, "
+              f"CuPy {_try(lambda: _cuda_ver(cupy.cuda.runtime.runtimeGetVersion()))}, "
+              f"torch {_try(lambda: torch.version.cuda)}, "
+              f"jax {_try(lambda: jax.devices()[0].client.platform_version)}")
+    vers = [f"python {platform.python_version()}", f"numpy {np.__version__}",
+            f"numba {_version('numba')}", f"numba-cuda {_version('numba-cuda')}",
+            f"cupy {getattr(cupy, '__version__', 'n/a')}",
+            f"torch {getattr(torch, '__version__', 'n/a')}",
+            f"jax {getattr(jax, '__version__', 'n/a')} (jaxlib {_version('jaxlib')})"]
+    tf32 = ("ON (--tf32): torch allow_tf32 matmul=True, cudnn=True; jax_default_matmul_precision"
+            "=tensorfloat32" if ARGS.tf32 else
+            "off: torch allow_tf32 matmul=False, cudnn=False; jax_default_matmul_precision=highest")
+    if torch is not None:
+        tf32 += (f" (torch reads back matmul={torch.backends.cuda.matmul.allow_tf32}, "
+                 f"cudnn={torch.backends.cudnn.allow_tf32})")
+    mode = "sim" if SIM else ("quick" if QUICK else "full")
+    lines = [
+        f"## jitgraph GPU benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"({mode} run)", "",
+        f"- GPU: {gpu}",
+        f"- driver: {drv}; CUDA runtime: {rt}",
+        f"- versions: {', '.join(vers)}",
+        f"- TF32 for PyTorch and JAX {tf32}; jitgraph and CuPy: plain float32 GEMM (CUPY_TF32=0); "
+        f"JAX preallocation off (XLA_PYTHON_CLIENT_PREALLOCATE=false)",
+        f"- torch.compile(mode={ARGS.torch_mode!r}, dynamic=False), compiled once per row; "
+        f"timing: the first call alone ('first call', compiles), {WARMUP} warm-up calls, then "
+        f"the median of up to {REPS} repeats (at most {REP_TIME:g} s of repeats a row); time "
+        f"budget {BUDGET:.0f} s, shared out among the workloads",
+        f"- check: the first call's result against float64 NumPy on a small part (first "
+        f"{CHECK_N} gradient elements, first {CHECK_ROWS} cross-entropy rows, 64x64 matmul "
+        f"corner, the MLP's initial loss)",
+    ]
+    if ERRORS:
+        lines.append("- peers not run: " + "; ".join(ERRORS))
+    return "\n".join(lines)
+
+
+def _run_workload(name, fn, left) -> None:
+    """Run one workload under its cap: its weight's share of the time left."""
+    STATE["started"].append(name)
+    now = time.monotonic()
+    cap = (DEADLINE - now) * WEIGHTS[name] / sum(WEIGHTS[n] for n in left)
+    STATE.update(deadline=now + cap, cap=cap)
+    if cap < 1.0:
+        record(name, "(all)", None, error="skipped: the benchmark's time budget was spent")
+        return
+    try:
+        with time_cap(cap):
+            fn()
+    except StepTimeout:               # outside any one implementation (its set-up)
+        STATE["timed_out"] = True
+        record(name, "(set-up)", None, error=f"timed out (the workload's cap, {cap:.0f} s)")
+    except Exception as e:
+        record(name, "(set-up)", None, error=f"{type(e).__name__}: {_one_line(e)}"[:160])
 
 
 def main() -> int:
-    t0 = time.perf_counter()
     work = {"elementwise": elementwise, "xent": softmax_xent,
             "mlp_small": lambda: mlp("mlp_small"), "mlp_large": lambda: mlp("mlp_large"),
             "overhead": call_overhead, "matmul": matmul}
@@ -455,20 +671,39 @@ def main() -> int:
     if unknown:
         print(f"unknown workloads {unknown}; choose from {list(work)}", file=sys.stderr)
         return 2
-    for name, fn in work.items():
-        if only and name not in only:
-            continue
-        fn()
-        print(f"  ... {len(ROWS)} rows after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    text = header() + "\n\n" + table() + "\n"
-    if ERRORS:
-        text += "\nPeers not run: " + "; ".join(ERRORS) + "\n"
-    print(text)
-    with open(ARGS.out, "w") as f:
-        f.write(text)
+    todo = [n for n in work if not only or n in only]
+    head = header()
+    with open(ARGS.out, "a" if ARGS.append else "w") as fh:
+        fh.write(head + "\n\n" + table() + "\n")
+    print(head + "\n", file=sys.stderr, flush=True)
+    end = "finished"
+    try:
+        for i, name in enumerate(todo):
+            _run_workload(name, work[name], todo[i:])
+            print(f"  ... {len(ROWS)} rows after {time.monotonic() - T0:.0f} s", file=sys.stderr)
+    except Interrupted as e:
+        signal_name = e.args[0] if e.args else "a signal"
+        STATE["timed_out"] = True
+        left = [n for n in todo if n not in STATE["started"]]
+        end = (f"INTERRUPTED by {signal_name} (the step's timeout?) during "
+               f"{STATE['started'][-1] if STATE['started'] else 'set-up'}"
+               + (f"; not run: {', '.join(left)}" if left else "") + ";")
+    measured = sum(r["s"] is not None for r in ROWS)
+    failed = len(ROWS) - measured
+    mism = sum("MISMATCH" in r["check"] for r in ROWS)
+    foot = (f"\n{end} in {time.monotonic() - T0:.0f} s: {measured} rows measured, "
+            f"{failed} FAILED, {mism} MISMATCH\n")
+    _append(foot)
+    print(head + "\n\n" + table() + "\n" + foot)
     print(f"(table written to {ARGS.out})", file=sys.stderr)
-    return 1 if any("MISMATCH" in r["check"] for r in ROWS) else 0
+    return 0 if measured else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    if STATE["timed_out"]:
+        # a cap interrupted a call: threads it left (the simulator's) must not hold the exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)

@@ -9,10 +9,13 @@ peaks (``jitgraph.machine_peaks("cuda")``), whether it is memory- or compute-bou
 sum of the steps against the whole call. Appended to ``--out`` as a markdown section
 (``bench/gpu_check.sh`` passes the file it writes the GPU benchmark table to).
 
-    python bench/gpu_profile.py [--out bench/gpu_results.md] [--sim]
+    python bench/gpu_profile.py [--out bench/gpu_results.md] [--sim] [--quick] [--budget S]
 
 ``--sim`` runs it at tiny sizes under Numba's CUDA simulator (no GPU; its events record no
 time, so only the structure and the byte/FLOP counts mean anything): a check of this script.
+``--quick`` profiles 10 calls instead of 50. ``--budget`` caps the whole script (compiling
+included): when it runs out, or on SIGTERM/SIGINT, a ``FAILED`` line saying so is appended
+instead of the table, and the exit status is 1.
 """
 from __future__ import annotations
 
@@ -20,10 +23,12 @@ import os
 import sys
 import time
 
-from gpu_args import parse_gpu_args
+from gpu_args import Interrupted, StepTimeout, on_termination, parse_gpu_args, time_cap
 
+T0 = time.monotonic()
 ARGS = parse_gpu_args(__doc__.splitlines()[0], lambda p: p.add_argument(
-    "--reps", type=int, default=None, help="profiled calls (default 50; 2 --sim)"))
+    "--reps", type=int, default=None, help="profiled calls (default 50, --quick 10; 2 --sim)"))
+on_termination()
 
 # the W1 loss itself; its module's shared benchmark setup leaves this process's CPUs and
 # cache directory alone
@@ -64,7 +69,7 @@ def main() -> int:
     # not donated: profiling calls the step many times with the same parameters
     f = jitgraph.jit(step, device="cuda")
     dparams, dx, dy = jitgraph.device_put((params, x, y))
-    reps = ARGS.reps or (2 if ARGS.sim else 50)
+    reps = ARGS.reps or (2 if ARGS.sim else (10 if ARGS.quick else 50))
     r = jitgraph.profile(f, dparams, dx, dy, reps=reps, peaks=not ARGS.sim,
                          **({"min_time": 1e-4, "warmup": 1} if ARGS.sim else {}))
     dev = next((f"{d.name}" for d in jitgraph.devices() if d.platform == "cuda"), "none")
@@ -80,12 +85,44 @@ def main() -> int:
             f"per-step times between CUDA events on the launch stream, medians of {reps} "
             f"profiled calls\n\n```\n{r}\n```\n")
     print(text)
-    with open(ARGS.out, "a") as fh:
-        fh.write(text)
+    _append(text)
     print(f"(profile appended to {ARGS.out})", file=sys.stderr)
     loss_now = float(np.asarray(f(dparams, dx, dy)[1]))
     return 0 if np.isfinite(loss_now) else 1
 
 
+def _append(text: str) -> None:
+    with open(ARGS.out, "a") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def guarded() -> int:
+    """``main`` under ``--budget``: a timeout, a signal or an error appends one FAILED line."""
+    title = "\n### jitgraph.profile of the MLP training step on the GPU: FAILED: "
+    try:
+        if ARGS.budget:
+            with time_cap(max(ARGS.budget - (time.monotonic() - T0), 1.0)):
+                return main()
+        return main()
+    except StepTimeout:
+        why = f"timed out after {time.monotonic() - T0:.0f} s (--budget {ARGS.budget:.0f} s)"
+    except Interrupted as e:
+        why = f"interrupted by {e.args[0] if e.args else 'a signal'} after {time.monotonic() - T0:.0f} s"
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        why = f"{type(e).__name__}: {msg}"
+    _append(title + why + "\n")
+    print(f"gpu_profile: FAILED: {why}", file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = guarded()
+    if rc:
+        # threads a cap interrupted (the simulator's) must not hold the exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)

@@ -18,54 +18,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .cuda_driver import (CudaUnavailableError, buffer_address, cuda_api, cuda_or_reason, driver,
+                          simulator)
 from .tree import tree_map
 
 __all__ = ["CudaUnavailableError", "DeviceArray", "Device", "cuda_api", "device_get",
            "device_put", "devices", "simulator"]
-
-
-class CudaUnavailableError(RuntimeError):
-    """``device="cuda"`` was asked for where no CUDA device (or simulator) can be used."""
-
-
-def simulator() -> bool:
-    """True when Numba's CUDA simulator is on (it must be set before numba is imported)."""
-    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_or_reason():
-    try:
-        from numba import cuda
-    except Exception as e:           # numba without a CUDA target
-        return None, f"numba.cuda cannot be imported ({type(e).__name__}: {e})"
-    if simulator():
-        return cuda, None
-    if "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS" not in os.environ:
-        try:   # small launches are the point of small programs: no warning on each one
-            from numba.cuda import config as _config
-        except ImportError:
-            from numba.core import config as _config
-        _config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
-    try:
-        ok = cuda.is_available()
-    except Exception as e:
-        return None, f"the CUDA driver could not be initialised ({type(e).__name__}: {e})"
-    if not ok:
-        return None, "no CUDA GPU or driver was found"
-    return cuda, None
-
-
-def cuda_api(what: str = "jitgraph"):
-    """``numba.cuda``, or a clear error saying what is missing and how to fix it."""
-    cuda, reason = _cuda_or_reason()
-    if cuda is None:
-        raise CudaUnavailableError(
-            f"{what}: device='cuda' is not usable: {reason}. Install the CUDA extra "
-            "(pip install 'jitgraph[cuda]', which brings numba-cuda and CuPy) on a machine with an "
-            "NVIDIA GPU and driver, or set NUMBA_ENABLE_CUDASIM=1 before importing jitgraph to "
-            "run kernels in Numba's (slow) CUDA simulator; device='cpu' needs neither.")
-    return cuda
 
 
 class Device(NamedTuple):
@@ -81,7 +39,7 @@ class Device(NamedTuple):
 def devices() -> list[Device]:
     """What jitgraph can compile for here: the CPU, then each usable CUDA device."""
     out = [Device("cpu", 0, "cpu")]
-    cuda, _ = _cuda_or_reason()
+    cuda, _ = cuda_or_reason()
     if cuda is None:
         return out
     if simulator():
@@ -118,17 +76,17 @@ class DeviceArray:
     __slots__ = ("_buf", "shape", "dtype", "_owned", "__weakref__")
     __array_priority__ = 100
 
-    def __init__(self, buf, shape, owned: bool = False):
+    def __init__(self, buf, shape, owned: bool = False, dtype: np.dtype | None = None):
         self._buf = buf                   # flat contiguous numba device array, or None if deleted
         self.shape = tuple(shape)
-        self.dtype = np.dtype(buf.dtype)
+        self.dtype = np.dtype(buf.dtype) if dtype is None else dtype   # (given: call paths)
         self._owned = owned               # from ``alloc``: its memory returns to the pool
 
     def __del__(self):
         buf = self._buf
         if buf is not None and self._owned:
             try:
-                release(buf)
+                _DRIVER.release(buf, self.dtype)
             except Exception:         # interpreter shutdown: the pool may be gone
                 pass
 
@@ -170,15 +128,23 @@ class DeviceArray:
         """Forget the memory (it was donated: a result now owns it)."""
         self._buf = None
 
+    def donate(self) -> None:
+        """Deleted by a call it was donated to that did not keep its memory: the memory goes
+        back to the pool (never to the driver: a free would synchronise)."""
+        buf = self._buf
+        self._buf = None
+        if buf is not None and self._owned:
+            _DRIVER.release(buf, self.dtype)
+
     # -- host transfer
     def __array__(self, dtype=None, copy=None):
-        a = self.buffer().copy_to_host().reshape(self.shape)
+        a = driver().to_host(self.buffer()).reshape(self.shape)
         return a if dtype is None else a.astype(dtype, copy=False)
 
     def block_until_ready(self) -> "DeviceArray":
         """Wait until the kernels writing this array have finished (launches are asynchronous)."""
         self.buffer()
-        cuda_api().synchronize()
+        driver().synchronize()
         return self
 
     def item(self):
@@ -210,8 +176,10 @@ class DeviceArray:
     @property
     def __cuda_array_interface__(self) -> dict:
         ptr = buffer_pointer(self.buffer())
+        # v3 "stream": a consumer orders itself after our stream (an event, not a sync)
+        stream = None if simulator() else int(driver().stream)
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (ptr, False),
-                "strides": None, "version": 3}
+                "strides": None, "version": 3, "stream": stream}
 
     def __dlpack__(self, stream=None, **kwargs):
         buf = self.buffer()
@@ -230,28 +198,20 @@ class DeviceArray:
 
 
 # ---------------------------------------------------------------- memory pool
-# Device memory of dead DeviceArrays, by (size, dtype), for the next output of that size: a
-# training step then allocates nothing (cuMemAlloc is slow and Numba's deferred cuMemFree
-# synchronises the device). Reuse is safe without events: everything runs on one stream, so
-# the kernels that wrote or read a buffer finish before the next user's kernels start.
-_POOL: dict = {}
-
-
+# The driver layer keeps it (``cuda_driver``: one stream, so reuse needs no event).
+_DRIVER = driver()
 def alloc(n: int, dtype):
     """A flat device buffer of ``n`` elements (recycled when one is free)."""
-    free = _POOL.get((n, dtype))
-    if free:
-        return free.pop()
-    return cuda_api().device_array(n, dtype)
+    return driver().alloc(n, dtype)
 
 
 def release(buf) -> None:
-    _POOL.setdefault((buf.shape[0], np.dtype(buf.dtype)), []).append(buf)
+    driver().release(buf)
 
 
 def empty_cache() -> None:
     """Give the pooled device memory of dead arrays back to the driver."""
-    _POOL.clear()
+    driver().empty_cache()
 
 
 def _binary(name: str, reflected: bool = False):
@@ -280,9 +240,7 @@ def _op(name: str):
 
 def buffer_pointer(buf) -> int:
     """Address of a Numba device array's first element (a host address in the simulator)."""
-    if simulator():
-        return buf._ary.__array_interface__["data"][0]
-    return buf.__cuda_array_interface__["data"][0]
+    return buffer_address(buf)
 
 
 def _from_interface(x):
@@ -297,7 +255,9 @@ def _from_interface(x):
         raise ValueError(f"a strided CUDA array {shape} (strides {tuple(strides)}) was passed; "
                          "pass a contiguous one (e.g. cupy.ascontiguousarray(x) or x.contiguous())")
     if not simulator():
-        return cuda.as_cuda_array(x)
+        d = driver()
+        d.wait_for_producer(cai.get("stream"))      # ordered after its producer: an event
+        return cuda.as_cuda_array(x, sync=False)
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     n = int(np.prod(shape, dtype=np.int64))
     ptr = cai["data"][0]
@@ -320,7 +280,7 @@ def as_device_buffer(x, dtype: np.dtype, shape: tuple):
     copied in."""
     if type(x) is DeviceArray:
         return x.buffer()
-    cuda = cuda_api()
+    cuda_api()
     if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
         return _from_interface(x).reshape(int(np.prod(shape, dtype=np.int64)))
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__") and \
@@ -332,7 +292,7 @@ def as_device_buffer(x, dtype: np.dtype, shape: tuple):
                             "a copy (pip install 'jitgraph[cuda]')") from None
         return _from_interface(cupy.from_dlpack(x)).reshape(int(np.prod(shape, dtype=np.int64)))
     a = np.ascontiguousarray(np.asarray(x, dtype=dtype)).reshape(-1)
-    return cuda.to_device(a)
+    return driver().to_device(a)
 
 
 def leaf_signature(x):
@@ -361,14 +321,15 @@ def device_put(x: Any, device: str = "cuda") -> Any:
     """Copy a pytree of arrays to ``device`` ("cuda" gives DeviceArrays, "cpu" NumPy arrays)."""
     if _check_device(device) == "cpu":
         return device_get(x)
-    cuda = cuda_api("device_put")
+    cuda_api("device_put")
+    d = driver()
 
     def put(a):
         if type(a) is DeviceArray:
             return a
         h = np.asarray(a)
         try:
-            buf = cuda.to_device(np.ascontiguousarray(h).reshape(-1))
+            buf = d.to_device(np.ascontiguousarray(h).reshape(-1))
         except Exception as e:
             raise device_error(e, "device_put", h.nbytes) from None
         return DeviceArray(buf, h.shape)

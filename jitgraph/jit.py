@@ -227,12 +227,45 @@ def _device_leaf_sig(x: Any):
     return sig if sig is not None else _leaf_sig(x)
 
 
+def _fast_node(a, fast: tuple, leaves: list):
+    """``_fast_key`` of one argument: an array's (shape, dtype), a container's type and its
+    children's keys (dict keys in the pytree's sorted order); None where unsupported."""
+    t = type(a)
+    if t in fast:
+        leaves.append(a)
+        return (a.shape, a.dtype.char)
+    if t is list or t is tuple:
+        if not a:
+            return None
+        ks = []
+        for e in a:
+            if type(e) in fast:        # arrays inline: a parameter list is mostly arrays
+                leaves.append(e)
+                ks.append((e.shape, e.dtype.char))
+                continue
+            k = _fast_node(e, fast, leaves)
+            if k is None:
+                return None
+            ks.append(k)
+        return (t, tuple(ks))
+    if t is dict and a:
+        names = sorted(a, key=repr)
+        ks = []
+        for n in names:
+            k = _fast_node(a[n], fast, leaves)
+            if k is None:
+                return None
+            ks.append(k)
+        return (dict, tuple(names), tuple(ks))
+    return None
+
+
 class JitFunction:
     """A jitted function; call it like the original. See ``jit``."""
 
     def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
                  device: str = "cpu", fastmath: bool = False, dynamic_dims=None,
-                 dynamic: bool | None = None):
+                 dynamic: bool | None = None, cuda_graph: bool = True, stream=None):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
@@ -248,8 +281,12 @@ class JitFunction:
                              "(jitgraph.devices() lists what is usable here)")
         else:
             self._fast_types = (np.ndarray,)
+        if stream is not None and device != "cuda":
+            raise ValueError("jit: stream= is for device='cuda' programs")
         self.device = device
         self.fastmath = fastmath
+        self.cuda_graph = bool(cuda_graph)
+        self.stream = stream
         self._cache: dict = {}
         self._fast: dict = {}
         self._last_sig: dict = {}
@@ -265,39 +302,38 @@ class JitFunction:
     # ---------------------------------------------------------------- calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs and not self.static_argnums:
-            key = []
+            fast = self._fast_types
             for a in args:
-                if type(a) not in self._fast_types:
-                    key = self._fast_key(args)      # lists/tuples of arrays, else None
-                    if key is None:
-                        break
-                    entry = self._fast.get(key)
-                    if entry is not None:
-                        _STATS.hits += 1
-                        return self._run(entry, [x for a in args for x in (
-                            a if type(a) is list or type(a) is tuple else (a,))])
+                if type(a) not in fast:
                     break
-                key.append((a.shape, a.dtype.char))
-            else:
-                entry = self._fast.get(tuple(key))
+            else:                       # arrays only: the key is their shapes and dtypes
+                entry = self._fast.get(tuple([(a.shape, a.dtype.char) for a in args]))
                 if entry is not None:
                     _STATS.hits += 1
                     return self._run(entry, args)
+                return self._call_slow(args, kwargs)
+            leaves: list = []
+            key = self._fast_key(args, leaves)     # nested lists/tuples/dicts of arrays
+            if key is not None:
+                entry = self._fast.get(key)
+                if entry is not None:
+                    _STATS.hits += 1
+                    return self._run(entry, leaves)
         return self._call_slow(args, kwargs)
 
-    def _fast_key(self, args) -> tuple | None:
-        """The signature of a call whose arguments are arrays or flat lists/tuples of arrays
-        (a model's parameters), without the pytree machinery; None for anything else."""
+    def _fast_key(self, args, leaves: list | None = None) -> tuple | None:
+        """The signature of a call whose arguments are arrays or lists, tuples and dicts of
+        them at any nesting (a model's parameters), without the pytree machinery, appending
+        the arrays to ``leaves`` in pytree order; None for anything else (namedtuples,
+        registered nodes, scalars, None), which takes the general path."""
+        if leaves is None:
+            leaves = []
         key = []
-        fast = self._fast_types
         for a in args:
-            t = type(a)
-            if t in fast:
-                key.append((a.shape, a.dtype.char))
-            elif (t is list or t is tuple) and a and all(type(e) in fast for e in a):
-                key.append((t, tuple((e.shape, e.dtype.char) for e in a)))
-            else:
+            k = _fast_node(a, self._fast_types, leaves)
+            if k is None:
                 return None
+            key.append(k)
         return tuple(key)
 
     def _run(self, entry: _Entry, leaves: Sequence[Any]) -> Any:
@@ -356,7 +392,7 @@ class JitFunction:
             return self.fun(*args, **kwargs)   # inside another transformation: trace through
         if hit:
             _STATS.hits += 1
-        elif not kwargs and not self.static_argnums:
+        if not kwargs and not self.static_argnums:    # next time: the fast path
             key = self._fast_key(args)
             if key is not None:
                 self._fast[key] = entry
@@ -445,7 +481,8 @@ class JitFunction:
         """How this function's programs are compiled (``compiler.pipeline``)."""
         return CompileOptions(fastmath=self.fastmath, donate=tuple(donated),
                               single_output=self.device == "cpu" and out_tree.node == "*",
-                              name=self.__name__, allow_native=True)
+                              name=self.__name__, allow_native=True,
+                              cuda_graph=self.cuda_graph, stream=self.stream)
 
     def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves) -> _Entry:
         _STATS.misses += 1
@@ -603,13 +640,19 @@ class JitFunction:
 def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (), donate_argnums: int | Sequence[int] = (),
         device: str = "cpu", fastmath: bool = False, dynamic_dims=None,
-        dynamic: bool | None = None):
+        dynamic: bool | None = None, cuda_graph: bool = True, stream=None):
     """Compile ``fun`` to fused Numba kernels, cached by shape signature (``@jit`` or ``@jit(...)``).
 
     ``donate_argnums``: the buffers of these arguments may be reused for outputs of the same shape
     and dtype (a training step updates its parameters in place). As in JAX, a donated argument is
     invalid after the call: its memory may hold the new values; use the returned arrays.
-    ``fastmath=True`` lets LLVM reorder and contract float arithmetic beyond IEEE semantics.
+    ``fastmath=True`` lets LLVM reorder and contract float arithmetic beyond IEEE semantics
+    (on the GPU it also selects the approximate ``exp``/``tanh`` instructions).
+
+    On the GPU (``device="cuda"``) every launch goes to one stream jitgraph owns, or to
+    ``stream`` (a Numba, CuPy or PyTorch stream); once a program has run on the same buffers
+    twice, its launch sequence is captured as a CUDA graph and replayed as one launch
+    (``cuda_graph=False`` turns that off).
 
     Dynamic shapes: when ``f`` is called with a new size along a dim it has seen with another
     size (a new batch size), it compiles once a version whose kernels take that size as a
@@ -620,7 +663,7 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
     """
     def wrap(f):
         return JitFunction(f, static_argnums, static_argnames, donate_argnums, device, fastmath,
-                           dynamic_dims, dynamic)
+                           dynamic_dims, dynamic, cuda_graph=cuda_graph, stream=stream)
     return wrap if fun is None else wrap(fun)
 
 

@@ -115,17 +115,21 @@ def time_host(call: Callable[..., Any], *, warmup: int = 3, reps: int = 20,
 
 def time_cuda(call: Callable[[], Any], *, warmup: int = 3, reps: int = 20,
               min_time: float = 0.2, stream=None) -> Stats:
-    """Time GPU work with CUDA events recorded on ``stream`` (the default stream, where
+    """Time GPU work with CUDA events recorded on ``stream`` (the driver's stream, where
     jitgraph's kernels run, if None): the host clock around an asynchronous launch would time
     the launch, not the kernel."""
     from numba import cuda
+
+    from .cuda_driver import driver
     start, end = cuda.event(), cuda.event()
+    if stream is None:
+        stream = driver().stream
 
     def timed(number: int) -> float:
-        start.record(*(() if stream is None else (stream,)))
+        start.record(stream)
         for _ in range(number):
             call()
-        end.record(*(() if stream is None else (stream,)))
+        end.record(stream)
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 

@@ -43,6 +43,37 @@ class TreeDef:
         return _build(node, iter(leaves))
 
 
+    def expression(self, names: list[str]) -> str | None:
+        """Python source building this tree from leaf variables ``names`` (for generated call
+        paths that return a pytree without walking it), or None where a node needs more than
+        a literal (namedtuples, registered nodes, dicts with other than str/int keys)."""
+        it = iter(names)
+        try:
+            return _expr(self.node, it)
+        except _NoLiteral:
+            return None
+
+
+class _NoLiteral(Exception):
+    pass
+
+
+def _expr(node: Any, it) -> str:
+    if node == _LEAF:
+        return next(it)
+    kind, meta, children = node
+    parts = [_expr(c, it) for c in children]
+    if kind == "tuple":
+        return "(" + "".join(p + ", " for p in parts) + ")"
+    if kind == "list":
+        return "[" + ", ".join(parts) + "]"
+    if kind == "none":
+        return "None"
+    if kind == "dict" and all(type(k) in (str, int) for k in meta):
+        return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(meta, parts)) + "}"
+    raise _NoLiteral
+
+
 def _describe(node: Any) -> str:
     if node == _LEAF:
         return "*"

@@ -1,4 +1,5 @@
-"""Matrix products on the GPU: cuBLAS through CuPy when both are there, else a tiled kernel.
+"""Matrix products on the GPU: cuBLAS (nvmath-python's or CuPy's binding) where one loads, else a
+tiled kernel.
 
 Operands are flat device arrays holding row-major matrices (one per batch entry); a
 *spec* ``(rows, cols, transposed)`` says how an operand is stored: ``op(X)`` is the stored
@@ -64,9 +65,15 @@ def tiled_kernel(dtype_name: str, tile: Tile):
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         tid = ty * TX + tx
-        bz = cuda.blockIdx.z
-        row0 = cuda.blockIdx.y * BM
-        col0 = cuda.blockIdx.x * BN
+        # one block per (batch entry, row tile, column tile), all on grid x: y and z are
+        # limited to 65535 blocks, x to 2^31 - 1 (a batch of 70000 or 200000 rows fits)
+        bid = np.int64(cuda.blockIdx.x)
+        n_tiles = (n + BN - 1) // BN
+        m_tiles = (m + BM - 1) // BM
+        rest = bid // n_tiles
+        bz = rest // m_tiles
+        row0 = (rest % m_tiles) * BM
+        col0 = (bid % n_tiles) * BN
         zero = dt(0)
         for i in range(TM):
             for j in range(TN):
@@ -118,16 +125,29 @@ def tiled_kernel(dtype_name: str, tile: Tile):
     return gemm_tiled
 
 
-def gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile: Tile) -> None:
+def gemm_grid(m: int, n: int, batch: int, tile: Tile) -> int:
+    """Blocks of the tiled kernel: the output tiles of every batch entry on grid x (row tile
+    major, then column tile: neighbouring blocks share ``A``'s row tile)."""
+    blocks = -(-n // tile.bn) * -(-m // tile.bm) * batch
+    if blocks >= 2 ** 31:
+        raise ValueError(f"matmul: {blocks} output tiles exceed the CUDA grid (2^31 - 1)")
+    return blocks
+
+
+def gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile: Tile,
+                  driver=None) -> None:
     kern = tiled_kernel(np.dtype(out.dtype).name, tile)
-    grid = (-(-n // tile.bn), -(-m // tile.bm), batch)
+    grid = gemm_grid(m, n, batch, tile)
     t = out.dtype.type
-    kern[grid, tile.threads](a, *op_strides(a_spec), b, *op_strides(b_spec), out,
-                             out if c is None else c, t(alpha), t(beta if c is not None else 0),
-                             m, n, k)
+    args = (a, *op_strides(a_spec), b, *op_strides(b_spec), out, out if c is None else c,
+            t(alpha), t(beta if c is not None else 0), m, n, k)
+    if driver is None:
+        from jitgraph.cuda_driver import driver as current
+        driver = current()
+    driver.launch(kern, grid, tile.threads, args)
 
 
-# ---------------------------------------------------------------- cuBLAS (through CuPy)
+# ---------------------------------------------------------------- cuBLAS
 class BlasCall(NamedTuple):
     """One column-major ``?gemm`` call computing a row-major product (C^T = op(B)^T op(A)^T):
     cuBLAS's A is jitgraph's B and the other way round."""
@@ -150,94 +170,200 @@ def blas_call(a_spec, b_spec, m: int, n: int, k: int) -> BlasCall:
     return BlasCall(tb, ta, n, m, k, b_spec[1], a_spec[1], n)
 
 
-def cublas_available() -> bool:
-    """CuPy importable, a real GPU (not the simulator), and not switched off."""
-    if os.environ.get("JITGRAPH_CUDA_MATMUL", "auto") == "fallback" or \
-            os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return False
-    return _cupy() is not None
+class Blas:
+    """cuBLAS through a well-kept binding, on the driver's stream, with a handle of its own
+    (setting its stream disturbs no other library) and a preallocated workspace, so a CUDA
+    graph capture of a step can contain its GEMMs (cuBLAS allocates nothing while capturing
+    once a workspace is set). Preferred binding: NVIDIA's ``nvmath-python``
+    (``nvmath.bindings.cublas``); else CuPy's raw one (``cupy_backends.cuda.libs.cublas``).
+    A batch is one strided-batched GEMM, not a loop."""
+
+    WORKSPACE_BYTES = 32 << 20       # what cuBLAS asks for on Hopper
+
+    def __init__(self, name: str, lib, driver):
+        self.name, self.lib = name, lib
+        if name == "nvmath":
+            f = lambda n: getattr(lib, n)        # noqa: E731
+            self.ops = {"N": lib.Operation.N, "T": lib.Operation.T}
+            self._create, self._set_stream, self._set_ws, self._set_pm = (
+                f("create"), f("set_stream"), f("set_workspace"), f("set_pointer_mode"))
+            host = lib.PointerMode.HOST
+            self._gemm = {"float32": lib.sgemm_strided_batched,
+                          "float64": lib.dgemm_strided_batched}
+        else:
+            self.ops = {"N": lib.CUBLAS_OP_N, "T": lib.CUBLAS_OP_T}
+            self._create, self._set_stream, self._set_ws, self._set_pm = (
+                lib.create, lib.setStream, getattr(lib, "setWorkspace", None), lib.setPointerMode)
+            host = lib.CUBLAS_POINTER_MODE_HOST
+            self._gemm = {"float32": lib.sgemmStridedBatched, "float64": lib.dgemmStridedBatched}
+        self.handle = self._create()
+        self._set_pm(self.handle, host)          # alpha, beta: host scalars, read at enqueue
+        self.workspace = None
+        self.capture_safe = False
+        if self._set_ws is not None:
+            self.workspace = driver.alloc(self.WORKSPACE_BYTES, np.dtype(np.uint8))
+            self._set_ws(self.handle, _ptr(self.workspace), self.WORKSPACE_BYTES)
+            self.capture_safe = True
+        self._stream = None
+        self._scalars: dict = {}
+
+    def _scalar(self, value: float, dt: np.dtype) -> np.ndarray:
+        """A host scalar for cuBLAS, made once per value (read when the call is queued)."""
+        key = (value, dt)
+        a = self._scalars.get(key)
+        if a is None:
+            a = self._scalars[key] = np.array(value, dt)
+        return a
+
+    def gemm(self, stream: int, dt: np.dtype, call: "BlasCall", alpha: float, beta: float,
+             pa: int, sa: int, pb: int, sb: int, pc: int, sc: int, batch: int) -> None:
+        """One strided-batched GEMM (``BlasCall``: cuBLAS's A is our B)."""
+        self.gemm_raw(stream, dt.name, call, self._scalar(alpha, dt).ctypes.data,
+                      self._scalar(beta, dt).ctypes.data, pa, sa, pb, sb, pc, sc, batch)
+
+    def gemm_raw(self, stream: int, dtype_name: str, call: "BlasCall", al: int, be: int,
+                 pa: int, sa: int, pb: int, sb: int, pc: int, sc: int, batch: int) -> None:
+        """``gemm`` with the host scalars' addresses already known (a prepared ``Product``;
+        the scalars live in ``_scalars``)."""
+        if stream != self._stream:
+            self._set_stream(self.handle, stream)
+            self._stream = stream
+        self._gemm[dtype_name](self.handle, self.ops[call.transa], self.ops[call.transb],
+                               call.m, call.n, call.k, al, pb, call.lda, sb,
+                               pa, call.ldb, sa, be, pc, call.ldc, sc, batch)
 
 
-@functools.lru_cache(maxsize=None)
-def _cupy():
-    try:
-        import cupy
-        from cupy_backends.cuda.libs import cublas
-        cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        return None
-    return cupy, cublas
+def load_blas(driver) -> tuple["Blas | None", str]:
+    """The driver's cuBLAS binding (made once per driver), or None and why not."""
+    if "blas" in driver.libraries:
+        return driver.libraries["blas"]
+    res: tuple = (None, "")
+    if os.environ.get("JITGRAPH_CUDA_MATMUL", "auto") == "fallback":
+        res = (None, "JITGRAPH_CUDA_MATMUL=fallback")
+    elif os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        res = (None, "the CUDA simulator has no cuBLAS")
+    else:
+        errors = []
+        for name, module in (("nvmath", "nvmath.bindings.cublas"),
+                             ("cupy", "cupy_backends.cuda.libs.cublas")):
+            try:
+                import importlib
+                res = (Blas(name, importlib.import_module(module), driver), "")
+                break
+            except Exception as e:      # not installed, or a binding that does not load
+                errors.append(f"{module}: {type(e).__name__}: {e}")
+        else:
+            res = (None, "; ".join(errors))
+    driver.libraries["blas"] = res
+    return res
+
+
+def cublas_available(driver=None) -> bool:
+    """A cuBLAS binding loaded (a real GPU, nvmath-python or CuPy, not switched off)."""
+    if driver is None:
+        from jitgraph.cuda_driver import driver as current
+        driver = current()
+    return load_blas(driver)[0] is not None
+
+
+def capture_safe(driver) -> bool:
+    """Whether products can go into a CUDA graph capture: the tiled kernel always can; cuBLAS
+    when its workspace is preallocated."""
+    blas = load_blas(driver)[0]
+    return blas is None or blas.capture_safe
 
 
 def _ptr(x) -> int:
-    return x.__cuda_array_interface__["data"][0]
+    from jitgraph.device import buffer_pointer
+    return buffer_pointer(x)
 
 
-def gemm_cublas(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c) -> None:
-    """cuBLAS through CuPy's raw bindings; if those differ in this CuPy version, the same
-    product through ``cupy.matmul`` on zero-copy views (one warning)."""
-    global _RAW_OK
-    if _RAW_OK:
-        try:
-            _gemm_raw(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c)
-            return
-        except (TypeError, AttributeError) as e:
-            import warnings
-            warnings.warn(f"jitgraph: CuPy's raw cuBLAS bindings failed ({e}); using cupy.matmul")
-            _RAW_OK = False
-    _gemm_cupy(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c)
-
-
-_RAW_OK = True
-
-
-def _gemm_cupy(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c) -> None:
-    cupy, _ = _cupy()
-
-    def op(x, spec):
-        v = cupy.asarray(x).reshape(batch, spec[0], spec[1])
-        return v.transpose(0, 2, 1) if spec[2] else v
-    o = cupy.asarray(out).reshape(batch, m, n)
-    prod = cupy.matmul(op(a, a_spec), op(b, b_spec))
-    if c is not None and beta != 0:
-        o[...] = alpha * prod + beta * cupy.asarray(c).reshape(batch, m, n)
-    elif alpha != 1:
-        o[...] = alpha * prod
-    else:
-        o[...] = prod
-
-
-def _gemm_raw(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c) -> None:
-    """One cuBLAS GEMM per batch entry on the device pointers (zero-copy; CuPy supplies the
-    handle, on the default stream Numba also launches on)."""
-    cupy, cublas = _cupy()
+def gemm_cublas(blas: Blas, driver, a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta,
+                c) -> None:
+    """``out = alpha * op(A) @ op(B) + beta * c`` as one cuBLAS call on the driver's stream
+    (``c`` copied into ``out`` first when it is another buffer)."""
     dt = np.dtype(out.dtype)
-    fn = {"float32": cublas.sgemm, "float64": cublas.dgemm}[dt.name]
-    if c is not None and beta != 0 and _ptr(c) != _ptr(out):
-        from .cuda_util import copy_into
-        copy_into(out, c)
+    if c is not None and beta != 0 and c is not out:
+        driver.copy(out, c)
     call = blas_call(a_spec, b_spec, m, n, k)
-    op = {"N": cublas.CUBLAS_OP_N, "T": cublas.CUBLAS_OP_T}
-    al = np.array(alpha, dt)
-    be = np.array(beta if c is not None else 0.0, dt)
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)   # alpha, beta: host scalars
-    size = dt.itemsize
-    pa, pb, pc = _ptr(a), _ptr(b), _ptr(out)
-    sa, sb = a_spec[0] * a_spec[1] * size, b_spec[0] * b_spec[1] * size
-    for bi in range(batch):
-        fn(handle, op[call.transa], op[call.transb], call.m, call.n, call.k,
-           al.ctypes.data, pb + bi * sb, call.lda, pa + bi * sa, call.ldb,
-           be.ctypes.data, pc + bi * m * n * size, call.ldc)
+    sa, sb = a_spec[0] * a_spec[1], b_spec[0] * b_spec[1]     # batch strides, in elements
+    ptr = driver.pointer
+    driver.library_call(blas.gemm, driver.stream_handle, dt, call, alpha,
+                        beta if c is not None else 0.0, ptr(a), sa, ptr(b), sb, ptr(out),
+                        m * n, batch)
 
 
-def matmul(a, a_spec, b, b_spec, out, m, n, k, batch=1, alpha=1.0, beta=0.0, c=None) -> None:
-    """``out = alpha * op(A) @ op(B) + beta * c`` on flat device arrays (c may be ``out``)."""
+def matmul(a, a_spec, b, b_spec, out, m, n, k, batch=1, alpha=1.0, beta=0.0, c=None,
+           driver=None) -> None:
+    """``out = alpha * op(A) @ op(B) + beta * c`` on flat device arrays (c may be ``out``):
+    cuBLAS where a binding loads, else the tiled kernel (with a one-time warning naming why,
+    on a real GPU)."""
     if m * n == 0:
         return
-    if np.dtype(out.dtype).kind == "f" and np.dtype(out.dtype).itemsize >= 4 and k > 0 and \
-            cublas_available():
-        gemm_cublas(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c)
-        return
+    if driver is None:
+        from jitgraph.cuda_driver import driver as current
+        driver = current()
+    dt = np.dtype(out.dtype)
+    if dt.kind == "f" and dt.itemsize >= 4 and k > 0:
+        blas, why = load_blas(driver)
+        if blas is not None:
+            gemm_cublas(blas, driver, a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c)
+            return
+        if not why.startswith(("JITGRAPH_CUDA_MATMUL", "the CUDA simulator")):
+            driver.warn_once("blas", "jitgraph: no cuBLAS binding could be loaded (" + why +
+                             "); matrix products use jitgraph's tiled GEMM kernel, several "
+                             "times slower. Install nvmath-python or CuPy "
+                             "(pip install 'jitgraph[cuda]').")
     tile = SIM_TILE if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else GPU_TILE
-    gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile)
+    gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile,
+                  driver=driver)
+
+
+_UNBOUND = object()
+
+
+class Product:
+    """One product of a generated program, ``out = alpha * op(A) @ op(B) + beta * c``,
+    prepared once: on its first call it picks cuBLAS or the tiled kernel and fixes the
+    cuBLAS call (transposes, leading dimensions, batch strides, host scalars), so a cached
+    call does one pointer lookup per operand (a table hit) and one library call."""
+
+    def __init__(self, driver, a_spec, b_spec, m, n, k, batch, alpha, beta, dtype: np.dtype):
+        self.driver = driver
+        self.args = (a_spec, b_spec, m, n, k, batch, alpha, beta)
+        self.dtype = dtype
+        self.blas = None
+        self.bound: object = _UNBOUND        # the driver's binding entry it was prepared for
+
+    def _bind(self) -> None:
+        a_spec, b_spec, m, n, k, batch, alpha, beta = self.args
+        dt = self.dtype
+        self.blas = None
+        if m * n and dt.kind == "f" and dt.itemsize >= 4 and k > 0:
+            self.blas = load_blas(self.driver)[0]
+        if self.blas is not None:
+            self.call = blas_call(a_spec, b_spec, m, n, k)
+            self.strides = (a_spec[0] * a_spec[1], b_spec[0] * b_spec[1], m * n)
+            self.scalars = tuple(self.blas._scalar(v, dt).ctypes.data
+                                 for v in (alpha, beta, 0.0))
+        self.bound = self.driver.libraries.get("blas")
+
+    def __call__(self, a, b, out, c=None) -> None:
+        if self.bound is not self.driver.libraries.get("blas"):    # first call, or rebound
+            self._bind()
+        blas = self.blas
+        if blas is None:
+            a_spec, b_spec, m, n, k, batch, alpha, beta = self.args
+            matmul(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c,
+                   driver=self.driver)
+            return
+        d = self.driver
+        al, be, zero = self.scalars
+        if c is None:
+            be = zero
+        elif c is not out:
+            d.copy(out, c)
+        sa, sb, sc = self.strides
+        ptr = d.pointer
+        d.library_call(blas.gemm_raw, d.stream_handle, self.dtype.name, self.call, al, be,
+                       ptr(a), sa, ptr(b), sb, ptr(out), sc, self.args[5])

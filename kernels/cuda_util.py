@@ -1,4 +1,5 @@
-"""Small CUDA kernels the generated drivers and the runtime use: fill and copy flat arrays."""
+"""Small CUDA kernels the generated drivers and the runtime use: fill and copy flat arrays
+(launched through the driver layer, ``jitgraph.cuda_driver``: ``Driver.fill``/``copy``)."""
 from __future__ import annotations
 
 from numba import cuda
@@ -12,26 +13,27 @@ def launch_config(n: int) -> tuple[int, int]:
 
 
 @cuda.jit
-def _fill(a, value):
+def fill_kernel(a, value):
     for i in range(cuda.grid(1), a.shape[0], cuda.gridsize(1)):
         a[i] = value
 
 
 @cuda.jit
-def _copy(dst, src):
+def copy_kernel(dst, src):
     for i in range(cuda.grid(1), dst.shape[0], cuda.gridsize(1)):
         dst[i] = src[i]
 
 
 def fill(a, value) -> None:
     """Set every element of the flat device array ``a`` (no host round trip)."""
-    if a.shape[0]:
-        g, t = launch_config(a.shape[0])
-        _fill[g, t](a, a.dtype.type(value))
+    from jitgraph.cuda_driver import driver
+    driver().fill(a, value)
 
 
 def copy_into(dst, src) -> None:
     """``dst[:] = src`` for flat device arrays of the same size and dtype."""
-    if dst.shape[0]:
-        g, t = launch_config(dst.shape[0])
-        _copy[g, t](dst, src)
+    from jitgraph.cuda_driver import driver
+    driver().copy(dst, src)
+
+
+_fill, _copy = fill_kernel, copy_kernel     # older names (tests_cuda/ptx_check.py)

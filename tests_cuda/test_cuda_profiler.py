@@ -80,7 +80,8 @@ def test_gpu_profile_times_each_step_with_events(monkeypatch):
     assert (mm.flops, mm.bytes) == (2 * 3 * 2 * 4, (12 + 8 + 6) * 4)
     assert host.bytes == 2 * 6 * 4                 # the 3x2 product in, its cube out
     assert (loop.flops, loop.bytes) == (2 * 6, 2 * 6 * 4)   # tanh, add; read, write 3x2
-    assert set(_FakeEvent.log) == {0}             # all on the default stream, where kernels run
+    from jitgraph.cuda_driver import driver
+    assert set(_FakeEvent.log) == {driver().stream}   # all on the driver's stream, the kernels
     assert res.stats.median == 1e-3               # whole call: one start-to-end interval
     # profiled calls: an event before the call, before the first step, after each step and
     # after the call, all read as intervals on the GPU's clock

@@ -25,7 +25,8 @@ from jitgraph.tree import tree_flatten
 
 F32 = np.float32
 BLOCKS = 2                          # the simulated grid limit: every grid-stride loop strides
-_LAUNCH = re.compile(r"(\w+_kernel_\w+|\w+_part_\w+|\w+_final_\w+)\[(\d+), (\d+|\(\d+, \d+\))\]")
+_LAUNCH = re.compile(r"D\.launch\((\w+_kernel_\w+|\w+_part_\w+|\w+_final_\w+), (\d+), "
+                     r"(\d+|\(\d+, \d+\))")
 _rng = np.random.default_rng(33)
 
 

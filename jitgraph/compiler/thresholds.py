@@ -35,13 +35,23 @@ COMPILED_LOOP_MIN_LENGTH = 32
 SMALL_PRODUCT = 1 << 23
 
 # ---------------------------------------------------------------- CUDA kernels
+# Grids are sized from the device (``backends/cuda_geometry.py``: SM count, resident blocks,
+# grid limits); these are the rules' constants.
 MAX_THREADS = 256          # threads per block for rows and elementwise loops
-MAX_BLOCKS = 4096          # grid-stride loops cover the rest
+MAX_BLOCKS = 1 << 16       # no grid-stride grid above this (the device rules stay below it;
+                           # the fill/copy helpers use it as their grid cap)
+GRID_WAVES = 8             # grid-stride grids: at most this many full waves of resident blocks
+ELEMENTS_PER_THREAD = 4    # elementwise: elements per thread per iteration (loads, then stores)
+MIN_BLOCKS_PER_SM = 2      # split and column reductions: at least this many blocks per SM
+WARP_ROW_MAX = 1024        # reduction rows at most this long: a warp per row (block 32 x rows)
+WARP_ROWS = 8              # rows (warps) per block of a warp-per-row kernel, at most
 SPLIT_MIN_INNER = 1 << 15  # a reduction row at least this long is split over many blocks...
 SPLIT_MAX_OUTER = 64       # ...when there are this few rows (else one block per row suffices)
-SPLIT_CHUNK = 1 << 13      # elements per block in a split reduction (32 per thread at 256)
+SPLIT_CHUNK = 1 << 12      # smallest chunk (elements per block) of a split reduction; the SM
+                           # count sizes the chunks above it
 COLUMN_MIN_OUTER = 32      # leading-axis reductions with at least this many outputs: columns
 COLUMN_ROWS = 8            # reduced-dim slices per column block (block = 32 x COLUMN_ROWS)
+COLUMN_PART_MIN = 64       # a column reduction split over blocks: reduced slices per part, at least
 # A long row: a reduction row this long is a split reduction on the GPU (with few rows), and
 # the CPU reads it in one pass per stage; the tier tests rows at least this long.
 LONG_ROW = SPLIT_MIN_INNER

@@ -40,7 +40,9 @@ class CompileOptions:
     compiled loop; ``profile``: a driver that marks the end of every step; ``name``: the
     function's name, for error messages; ``allow_native``: where this process has not
     imported Numba, a CPU program may run from its native bundle (``native.py``), and one is
-    written after its first call."""
+    written after its first call; ``cuda_graph``: a CUDA program replays its launch sequence
+    as a CUDA graph once its buffers repeat; ``stream``: the caller's stream for a CUDA
+    program (else the driver's own)."""
     fastmath: bool = False
     donate: tuple = ()
     approx_math: bool = True
@@ -51,6 +53,8 @@ class CompileOptions:
     profile: bool = False
     name: str = "f"
     allow_native: bool = False
+    cuda_graph: bool = True
+    stream: Any = None
 
 
 class ScalarContext(Protocol):

@@ -15,9 +15,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ...core import Graph
-from ...device import (DeviceArray, alloc, as_device_buffer, buffer_pointer,
-                       compute_capability, cuda_api, device_error, simulator)
-from ..fusion import HostStep
+from ...cuda_driver import driver as cuda_driver
+from ...device import (DeviceArray, as_device_buffer, buffer_pointer, compute_capability,
+                       cuda_api, device_error, simulator)
+from ..fusion import HostStep, MatmulStep
 from ..host import host_impl
 from ..settings import disk_cache, fingerprint
 
@@ -39,7 +40,7 @@ class CudaProgram:
 
     def __init__(self, gen, driver, module, *, was_on_disk: bool, t0: float, options,
                  compile_again: Callable | None = None):
-        cuda = cuda_api()
+        D = cuda_driver()
         info = gen.module.info
         self.name = options.name
         self.options = options
@@ -53,39 +54,51 @@ class CudaProgram:
         self.module = module
         self.was_on_disk = was_on_disk
         self.donated = info["donated"]
-        self.const_values = tuple(cuda.to_device(np.ascontiguousarray(gen.graph.consts[v])
+        self.const_values = tuple(D.to_device(np.ascontiguousarray(gen.graph.consts[v])
                                                  .reshape(-1))
                                   for v in gen.plan.const_args)     # uploaded once
         self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
         self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
         self.sources = info["output_sources"]
+        self.launch_counts: dict = info.get("launches", {})   # step -> kernels it launches
         self._compile_again = compile_again
         self._profiled: CudaProgram | None = None
         self._scratch_pool: list = []
+        self._replay: Callable | None = None
         self.compile_seconds = time.perf_counter() - t0
 
     def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
-        """The call path: arguments to device buffers, outputs allocated, one driver call,
-        results wrapped as DeviceArrays (no synchronisation: launches are asynchronous)."""
-        cuda = cuda_api()
+        """The call path: arguments to device buffers (a device array's own, read directly),
+        outputs from the pool, one launch sequence (replayed as a CUDA graph once these
+        buffers repeat), results wrapped as DeviceArrays. A cached call allocates, frees,
+        copies and synchronises nothing (``cuda_driver.counting`` checks it): donation
+        is checked by identity, a donated buffer no output kept goes back to the pool."""
+        D = cuda_driver()
         n_in = len(in_dtypes)
         xs = [f"x{i}" for i in range(n_in)]
-        ns: dict = {"DA": DeviceArray, "buf": as_device_buffer, "empty": alloc, "nd": np.ndarray,
-                    "pool": self._scratch_pool, "driver": self.driver,
+        ns: dict = {"DA": DeviceArray, "buf": as_device_buffer, "empty": D.alloc,
+                    "nd": np.ndarray, "pool": self._scratch_pool, "step": self.launcher(),
                     "unflatten": out_tree.unflatten, "overlaps": _overlaps, "copy": _copy,
-                    "new_scratch": lambda: [cuda.device_array(n, d)
-                                            for n, d in self.scratch_specs],
-                    "fail": lambda e: _fail(e, self.name)}
+                    "new_scratch": lambda: [D.alloc(n, d) for n, d in self.scratch_specs],
+                    "fail": lambda e: _fail(e, self.name), "D": D, "S": self.options.stream}
         lines = [f"def run({', '.join(xs)}):", "    try:"]
+        donated = sorted(set(self.donated.values()))
+        if donated:
+            lines.append("        f = False")
         for i, (d, v) in enumerate(zip(in_dtypes, self.graph.inputs)):
             ns[f"D{i}"] = np.dtype(d)
             ns[f"S{i}"] = v.aval.shape
-            lines.append(f"        b{i} = buf(x{i}, D{i}, S{i})")
-        donated = sorted(set(self.donated.values()))
+            lines.append(f"        b{i} = x{i}._buf if x{i}.__class__ is DA else None")
+            lines.append(f"        if b{i} is None:")     # a host or foreign array, or deleted
+            lines.append(f"            b{i} = buf(x{i}, D{i}, S{i})")
+            if donated:
+                lines.append("            f = True")
         for i in donated:
-            others = ", ".join(f"b{j}" for j in range(n_in) if j != i)
+            others = [f"b{j}" for j in range(n_in) if j != i]
             if others:   # updated in place: it must not also be read through another argument
-                lines.append(f"        if overlaps(b{i}, ({others},)): b{i} = copy(b{i})")
+                same = " or ".join(f"b{i} is {o}" for o in others)
+                lines.append(f"        if {same} or (f and overlaps(b{i}, ({', '.join(others)},))):")
+                lines.append(f"            b{i} = copy(b{i})")
         outs = []
         for j, (n, d) in enumerate(self.out_specs):
             ns[f"OD{j}"] = d
@@ -98,42 +111,69 @@ class CudaProgram:
         if sc:
             lines.append("        s = pool.pop() if pool else new_scratch()")
         bs = [f"b{i}" for i in range(n_in)]
-        lines.append(f"        driver({', '.join(bs + cs + outs + sc)})")
+        call = f"step({', '.join(bs + cs + outs + sc)})"
+        if self.options.stream is not None:       # the caller's stream, given explicitly
+            lines += ["        with D.using(S):", f"            {call}"]
+        else:
+            lines.append(f"        {call}")
         if sc:
             lines.append("        pool.append(s)")
         lines += ["    except Exception as e:", "        raise fail(e) from e"]
-        for i in sorted(self.donate):   # JAX semantics: a donated device array is deleted
-            if i < n_in:                # by the call, whether or not its memory was reused
-                lines.append(f"    if x{i}.__class__ is DA: x{i}.delete()")
+        # JAX semantics: a donated device array is deleted by the call, whether or not its
+        # memory was reused; memory no output kept goes to the pool, last argument first, so
+        # the next call's outputs take the same buffers in the same roles (LIFO): a training
+        # loop's buffers then repeat every two calls, and its graph is replayed.
+        for i in sorted(self.donate, reverse=True):
+            if i < n_in:
+                verb = "delete" if i in donated else "donate"
+                lines.append(f"    if x{i}.__class__ is DA: x{i}.{verb}()")
         res, seen = [], set()
-        for (kind, j), v in zip(self.sources, self.graph.outputs):
+        for r, ((kind, j), v) in enumerate(zip(self.sources, self.graph.outputs)):
             shp = v.aval.shape
+            ns[f"RD{r}"] = np.dtype(v.aval.dtype)
+            dt = f"RD{r}"
             if (kind, j) in seen:     # the same buffer twice: each array owns its memory
                 src = f"o{j}" if kind == "out" else (f"b{j}" if kind == "input" else f"C{j}")
-                res.append(f"DA(copy({src}), {shp!r}, True)")
+                res.append(f"DA(copy({src}), {shp!r}, True, {dt})")
                 continue
             seen.add((kind, j))
             if kind == "out":
-                res.append(f"DA(o{j}, {shp!r}, True)")
+                res.append(f"DA(o{j}, {shp!r}, True, {dt})")
             elif kind == "input" and j in donated:   # ours if it was ours (or a host copy)
                 res.append(f"DA(b{j}, {shp!r}, x{j}._owned if x{j}.__class__ is DA "
-                           f"else x{j}.__class__ is nd)")
+                           f"else x{j}.__class__ is nd, {dt})")
             elif kind == "input":
-                res.append(f"DA(copy(b{j}), {shp!r}, True)")
+                res.append(f"DA(copy(b{j}), {shp!r}, True, {dt})")
             else:
-                res.append(f"DA(copy(C{j}), {shp!r}, True)")
-        if out_tree.node == "*":
-            lines.append(f"    return {res[0]}")
-        else:
-            lines.append(f"    return unflatten([{', '.join(res)}])")
+                res.append(f"DA(copy(C{j}), {shp!r}, True, {dt})")
+        lines += [f"    r{r} = {e}" for r, e in enumerate(res)]
+        names = [f"r{r}" for r in range(len(res))]
+        built = out_tree.expression(names)     # the result pytree as a literal, or unflatten
+        lines.append(f"    return {built if built is not None else 'unflatten([' + ', '.join(names) + '])'}")
         exec("\n".join(lines), ns)
         run = ns["run"]
         run.source = "\n".join(lines)
         return run
 
+    def launcher(self) -> Callable:
+        """What a call runs on its buffers: the driver directly, or through a ``GraphReplay``
+        (CUDA graphs: on unless ``cuda_graph=False``, for programs whose steps all stay on
+        the device and can be captured; never for the profiled variant, whose marks are
+        events between steps)."""
+        if self._replay is None:
+            D = cuda_driver()
+            ok = (self.options.cuda_graph and not self.options.profile
+                  and D.capture_mode is not None
+                  and not any(isinstance(s, HostStep) for s in self.plan.steps))
+            if ok and any(isinstance(s, MatmulStep) for s in self.plan.steps):
+                from ...kernels.cuda_matmul import capture_safe  # type: ignore[import-not-found]
+                ok = capture_safe(D)
+            self._replay = GraphReplay(self.driver, D) if ok else self.driver
+        return self._replay
+
     def profiled(self, graph: Graph | None = None) -> "CudaProgram":
         """The same program with a driver that records a CUDA event after each step in
-        ``module.profile_marks`` (see ``jitgraph.profile``). Events go on the default stream,
+        ``module.profile_marks`` (see ``jitgraph.profile``). Events go on the driver's stream,
         where every kernel, cuBLAS call and host copy of the program runs, so the time between
         two marks is the GPU time of the step between them. Built without donation: profiling
         calls the program many times with the same arguments."""
@@ -147,7 +187,7 @@ class CudaProgram:
 
 
 class EventClock:
-    """``profile_clock`` of a CUDA program: each reading records a CUDA event on the default
+    """``profile_clock`` of a CUDA program: each reading records a CUDA event on the driver's
     stream (the one jitgraph launches on). Events are created once and reused after
     ``reset`` (between profiled calls, once the last ones were read), so creating them does
     not sit between two launches."""
@@ -161,7 +201,7 @@ class EventClock:
             self.events.append(cuda_api().event())
         ev = self.events[self.next]
         self.next += 1
-        ev.record()
+        ev.record(cuda_driver().stream)
         return ev
 
     def reset(self) -> None:
@@ -177,6 +217,7 @@ def event_intervals(marks: Sequence) -> list[float]:
 
 
 def _overlaps(b, others) -> bool:
+    """Whether ``b``'s memory overlaps any of ``others`` (foreign arrays: by address)."""
     lo = buffer_pointer(b)
     hi = lo + b.shape[0] * b.dtype.itemsize
     for o in others:
@@ -187,10 +228,60 @@ def _overlaps(b, others) -> bool:
 
 
 def _copy(b):
-    from ...kernels.cuda_util import copy_into   # type: ignore[import-not-found]
-    out = alloc(b.shape[0], np.dtype(b.dtype))
-    copy_into(out, b)
+    D = cuda_driver()
+    out = D.alloc(b.shape[0], np.dtype(b.dtype))
+    D.copy(out, b)
     return out
+
+
+class GraphReplay:
+    """A program's launch sequence as CUDA graphs, one per set of buffers it ran on: the
+    second call on the same buffers (by identity: a training loop's donated parameters and
+    pooled outputs repeat) captures the sequence, later ones replay it as one graph launch.
+    The first call on new buffers runs the steps directly (it also compiles the kernels,
+    which must not happen during a capture). A graph holds its buffers, so their identities
+    cannot be reused while it is cached (at most ``capacity`` graphs per program). A capture
+    that fails switches graphs off for the program, with a one-time warning."""
+
+    capacity = 8
+
+    def __init__(self, steps: Callable, driver):
+        self.steps = steps
+        self.driver = driver
+        self.graphs: dict = {}
+        self.seen: dict = {}
+        self.enabled = True
+
+    def __call__(self, *bufs) -> None:
+        if not self.enabled:
+            self.steps(*bufs)
+            return
+        key = tuple(map(id, bufs))
+        hit = self.graphs.get(key)
+        if hit is not None:
+            self.driver.replay(hit[0])
+            return
+        if key not in self.seen:
+            if len(self.seen) >= 64:
+                self.seen.clear()
+            self.seen[key] = True
+            self.steps(*bufs)
+            return
+        del self.seen[key]
+        try:
+            graph = self.driver.capture(lambda: self.steps(*bufs))
+        except Exception as e:
+            self.enabled = False
+            self.driver.warn_once("graph", f"jitgraph: CUDA graph capture failed "
+                                  f"({type(e).__name__}: {e}); this program runs its launches "
+                                  "directly from now on (jit(..., cuda_graph=False) asks for "
+                                  "that without trying)")
+            self.steps(*bufs)
+            return
+        if len(self.graphs) >= self.capacity:
+            self.graphs.pop(next(iter(self.graphs)))
+        self.graphs[key] = (graph, bufs)
+        self.driver.replay(graph)
 
 
 def _fail(e: Exception, name: str) -> Exception:

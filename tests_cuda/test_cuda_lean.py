@@ -1,0 +1,280 @@
+"""A cached GPU step costs one launch sequence and nothing else, counted at the driver layer
+(``jitgraph.cuda_driver``) on Numba's CUDA simulator: no allocation, free, synchronisation or
+copy; launches equal to the plan's (one graph launch once captured); donation by identity;
+parameter pytrees of any nesting on jit's fast path; cuBLAS through a binding on the driver's
+stream (a NumPy fake of CuPy's raw binding here, evaluated on the simulator's host memory)."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import warnings
+
+import numpy as np
+import pytest
+from test_cuda_runtime import _colmajor_gemm, _sgd
+
+import jitgraph
+import jitgraph.numpy as jnp
+from jitgraph.compiler.fusion import MatmulStep
+from jitgraph.cuda_driver import counting, driver
+from jitgraph.kernels import cuda_matmul
+
+F32 = np.float32
+SIZES = (6, 8, 3)            # an MLP small enough for the simulator, with every step kind
+BATCH = 4
+WARMUP = {"direct": 3, "graph": 5}  # compile, fill the pool; graphs: each buffer set twice
+
+
+def _data(seed=0):
+    r = np.random.default_rng(seed)
+    params = [(r.standard_normal((a, b)).astype(F32) * F32(0.3), np.zeros(b, F32))
+              for a, b in zip(SIZES, SIZES[1:])]
+    x = r.standard_normal((BATCH, SIZES[0])).astype(F32)
+    y = np.eye(SIZES[-1], dtype=F32)[r.integers(0, SIZES[-1], BATCH)]
+    return params, x, y
+
+
+def _on_device(tree):
+    return jitgraph.device_put(tree)
+
+
+# ---------------------------------------------------------------- cuBLAS, faked
+def _view(ptr: int, n: int, dtype) -> np.ndarray:
+    raw = (ctypes.c_char * (n * np.dtype(dtype).itemsize)).from_address(ptr)
+    return np.frombuffer(raw, dtype=dtype)
+
+
+class FakeCupyCublas:
+    """CuPy's raw cuBLAS names, evaluated with NumPy on host pointers (the simulator's device
+    memory is host memory). Records what it was handed."""
+    CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_POINTER_MODE_HOST = 0, 1, 0
+
+    def __init__(self):
+        self.streams, self.workspace, self.calls = [], None, 0
+
+    def create(self):
+        return 7
+
+    def setStream(self, handle, stream):
+        self.streams.append(stream)
+
+    def setWorkspace(self, handle, ptr, nbytes):
+        self.workspace = (ptr, nbytes)
+
+    def setPointerMode(self, handle, mode):
+        pass
+
+    def _gemm(self, dtype, handle, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C,
+              ldc, sc, batch):
+        self.calls += 1
+        t = {0: "N", 1: "T"}
+        size = np.dtype(dtype).itemsize
+        big = 1 << 12
+        for i in range(batch):
+            _colmajor_gemm(t[ta], t[tb], m, n, k, _view(alpha, 1, dtype)[0],
+                           _view(A + i * sa * size, big, dtype), lda,
+                           _view(B + i * sb * size, big, dtype), ldb, _view(beta, 1, dtype)[0],
+                           _view(C + i * sc * size, big, dtype), ldc)
+
+    def sgemmStridedBatched(self, *a):
+        self._gemm(np.float32, *a)
+
+    def dgemmStridedBatched(self, *a):
+        self._gemm(np.float64, *a)
+
+
+class FakeNvmathCublas(FakeCupyCublas):
+    """The same, under ``nvmath.bindings.cublas``'s names (checked against nvmath-python 1.0)."""
+
+    class Operation:
+        N, T = 0, 1
+
+    class PointerMode:
+        HOST = 0
+
+    def __getattr__(self, name):
+        cupy_name = {"set_stream": "setStream", "set_workspace": "setWorkspace",
+                     "set_pointer_mode": "setPointerMode",
+                     "sgemm_strided_batched": "sgemmStridedBatched",
+                     "dgemm_strided_batched": "dgemmStridedBatched"}[name]
+        return getattr(self, cupy_name)
+
+
+@contextlib.contextmanager
+def _blas(lib):
+    """Products through ``lib`` (a binding object, or None for the tiled kernel)."""
+    d = driver()
+    saved = d.libraries.pop("blas", None)
+    d.libraries["blas"] = ((cuda_matmul.Blas("cupy", lib, d), "") if lib is not None else
+                           (None, "the CUDA simulator has no cuBLAS"))
+    try:
+        yield lib
+    finally:
+        d.libraries.pop("blas")
+        if saved is not None:
+            d.libraries["blas"] = saved
+
+
+@pytest.fixture(params=["cupy", "nvmath"])
+def fake_blas(request):
+    lib = FakeCupyCublas() if request.param == "cupy" else FakeNvmathCublas()
+    d = driver()
+    saved = d.libraries.pop("blas", None)
+    d.libraries["blas"] = (cuda_matmul.Blas(request.param, lib, d), "")
+    yield lib
+    d.libraries.pop("blas")
+    if saved is not None:
+        d.libraries["blas"] = saved
+
+
+# ---------------------------------------------------------------- a cached training step
+@pytest.fixture(scope="module")
+def runs():
+    """SGD steps on the device: "direct" (launches, products on the tiled kernel) and "graph"
+    (replayed CUDA graphs, products through the faked cuBLAS), the last two counted, beside
+    the same steps on the CPU."""
+    out = {}
+    for mode in ("direct", "graph"):
+        lib = FakeCupyCublas() if mode == "graph" else None
+        with _blas(lib):
+            step = jitgraph.jit(_sgd, device="cuda", donate_argnums=0,
+                                cuda_graph=mode == "graph")
+            cpu = jitgraph.jit(_sgd)
+            pc, xh, yh = _data()
+            p, x, y = _on_device(pc), _on_device(xh), _on_device(yh)
+            losses, want = [], []
+            for _ in range(WARMUP[mode]):
+                p, loss = step(p, x, y)
+                losses.append(float(loss))
+                pc, lc = cpu(pc, xh, yh)
+                want.append(float(lc))
+            prog = step._entry((p, x, y), {})[0].program
+            calls = lib.calls if lib else 0
+            with counting() as c:
+                for _ in range(2):
+                    p, loss = step(p, x, y)     # the previous loss dies: its buffer returns
+            losses.append(float(loss))
+            for _ in range(2):
+                pc, lc = cpu(pc, xh, yh)
+            want.append(float(lc))
+            out[mode] = dict(counts=c, program=prog, losses=losses, want=want,
+                             params=jitgraph.device_get(p), cpu_params=pc,
+                             library_calls=(lib.calls - calls) if lib else 0,
+                             streams=lib.streams if lib else [],
+                             workspace=lib.workspace if lib else None)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["direct", "graph"])
+def test_cached_step_allocates_copies_and_synchronises_nothing(runs, mode):
+    c = runs[mode]["counts"]
+    assert (c.allocs, c.h2d, c.d2h, c.syncs, c.event_waits) == (0, 0, 0, 0, 0), c
+    assert c.pool_hits >= 2              # the loss, at least, from the pool each step
+
+
+def test_launches_equal_the_plan(runs):
+    c, prog = runs["direct"]["counts"], runs["direct"]["program"]
+    products = sum(isinstance(s, MatmulStep) for s in prog.plan.steps)
+    kernels = sum(prog.launch_counts.values())
+    assert products == 5 and kernels >= 4       # 2 forward, 2 weight and 1 input gradient
+    assert set(prog.launch_counts) | {s.name for s in prog.plan.steps
+                                      if isinstance(s, MatmulStep)} == \
+        {s.name for s in prog.plan.steps}
+    # in the simulator products run on the tiled kernel: one launch each
+    assert c.launches == 2 * (kernels + products), c
+    assert (c.graph_launches, c.captures, c.library_calls) == (0, 0, 0)
+
+
+def test_graph_replay_is_one_launch_per_step(runs):
+    r = runs["graph"]
+    c = r["counts"]
+    assert (c.launches, c.library_calls, c.graph_launches, c.captures) == (0, 0, 2, 0), c
+    assert r["library_calls"] == 2 * 5            # the replays ran the five products each
+    assert set(r["streams"]) == {driver().stream_handle}       # cuBLAS on the driver's stream
+    assert r["workspace"][1] == cuda_matmul.Blas.WORKSPACE_BYTES   # preallocated: capturable
+
+
+@pytest.mark.parametrize("mode", ["direct", "graph"])
+def test_device_steps_match_the_cpu(runs, mode):
+    r = runs[mode]
+    np.testing.assert_allclose(r["losses"], r["want"], rtol=2e-5)
+    for (w1, b1), (w2, b2) in zip(r["cpu_params"], r["params"]):
+        np.testing.assert_allclose(w2, w1, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b2, b1, rtol=1e-5, atol=1e-6)
+
+
+def test_nested_parameters_take_the_fast_path(monkeypatch):
+    """A list of (W, b) tuples and a dict of them: after the first call, no pytree flatten."""
+    f = jitgraph.jit(lambda ps, x: sum(jnp.sum(x @ w + b) for w, b in ps["layers"]) + ps["s"])
+    r = np.random.default_rng(0)
+    ps = {"layers": [(r.standard_normal((3, 2)), r.standard_normal(2)) for _ in range(2)],
+          "s": np.float64(1.5)}
+    x = r.standard_normal((4, 3))
+    want = f(ps, x)
+    ps2 = dict(ps, s=np.asarray(1.5))          # a 0-d array leaf: still an array
+    first = f(ps2, x)
+    monkeypatch.setattr(type(f), "_call_slow", lambda *a: pytest.fail("slow path taken"))
+    np.testing.assert_allclose(f(ps2, x), first)
+    np.testing.assert_allclose(first, want)
+
+
+def test_donated_buffer_no_output_keeps_goes_back_to_the_pool():
+    f = jitgraph.jit(lambda a, b: jnp.sum(a * b), device="cuda", donate_argnums=0)
+    a = _on_device(np.arange(8, dtype=F32))
+    b = _on_device(np.ones(8, F32))
+    own = jitgraph.jit(lambda v: v + 0.0, device="cuda")(a)     # an owned (pooled) array
+    assert float(f(own, b)) == 28.0 and own.is_deleted()
+    own = jitgraph.jit(lambda v: v + 0.0, device="cuda")(a)
+    with counting() as c:
+        f(own, b)
+    assert c.allocs == 0                       # the donated memory served the next buffer
+
+
+def test_donated_argument_passed_twice_is_copied_first():
+    """Donation checked by identity: the same array as a donated and a read argument."""
+    f = jitgraph.jit(lambda a, b: (a * 2.0 + b,), device="cuda", donate_argnums=0)
+    a = _on_device(np.arange(5, dtype=F32))
+    out, = f(a, a)
+    np.testing.assert_allclose(np.asarray(out), np.arange(5) * 3.0)
+
+
+def test_explicit_stream():
+    from numba import cuda
+    s = cuda.stream()
+    f = jitgraph.jit(lambda v: jnp.exp(v) * 2.0, device="cuda", stream=s)
+    x = _on_device(np.linspace(-1, 1, 7).astype(F32))
+    np.testing.assert_allclose(np.asarray(f(x)), np.exp(np.linspace(-1, 1, 7)) * 2, rtol=1e-6)
+    with pytest.raises(ValueError, match="stream="):
+        jitgraph.jit(lambda v: v, stream=s)
+
+
+def test_batched_product_with_epilogue_is_one_cublas_call(fake_blas):
+    """alpha * op(A) @ op(B) + beta * C, batched: one strided-batched call on the driver's
+    stream, with the workspace preallocated (what lets a graph capture hold it)."""
+    f = jitgraph.jit(lambda a, b, c: 0.5 * jnp.einsum("bkm,bkn->bmn", a, b) - c, device="cuda")
+    r = np.random.default_rng(4)
+    a, b, c = (r.standard_normal(s) for s in ((3, 5, 2), (3, 5, 4), (3, 2, 4)))
+    out = np.asarray(f(a, b, c))
+    np.testing.assert_allclose(out, 0.5 * a.transpose(0, 2, 1) @ b - c, rtol=1e-12)
+    assert fake_blas.calls == 1 and fake_blas.streams == [driver().stream_handle]
+    assert fake_blas.workspace[1] == cuda_matmul.Blas.WORKSPACE_BYTES
+
+
+def test_missing_cublas_binding_warns_once_and_uses_the_tiled_kernel():
+    d = driver()
+    saved = d.libraries.pop("blas", None)
+    d.libraries["blas"] = (None, "cupy_backends.cuda.libs.cublas: ImportError: no module")
+    d._warned.discard("blas")
+    try:
+        f = jitgraph.jit(lambda a, b: a @ b, device="cuda")
+        a, b = np.ones((2, 3), F32), np.ones((3, 2), F32)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            np.testing.assert_allclose(np.asarray(f(a, b)), a @ b)
+            np.asarray(f(a, b))
+        msgs = [str(x.message) for x in w if "cuBLAS" in str(x.message)]
+        assert len(msgs) == 1 and "tiled GEMM" in msgs[0] and "ImportError" in msgs[0]
+    finally:
+        d.libraries.pop("blas")
+        if saved is not None:
+            d.libraries["blas"] = saved
