@@ -15,6 +15,7 @@ import jitgraph
 import jitgraph.numpy as jnp
 from jitgraph import nn
 from jitgraph.compiler.backends.base import emit_program
+from jitgraph.compiler.backends import cuda_geometry
 from jitgraph.compiler.backends.cuda import CudaCodegen, CudaContext
 from jitgraph.compiler.fusion import make_plan
 from jitgraph.compiler.lower import lower
@@ -82,20 +83,20 @@ def programs():
 
 
 PINS = {
-    "cpu/mlp_step": "c74b95e0e97500a6297e22c9337dde7609c84dad9880a6c38bec56e36e523cc3",
-    "cuda/mlp_step": "8f94a82aaa66952b0b395dd6b4aadf59fc8237cadceb6aec02567ef271b9e099",
+    "cpu/mlp_step": "53486be1f55b6a6bdab1b39d2e83b9a378e9c5fc699978c0598cd6106750f1ed",
+    "cuda/mlp_step": "1ae3ef0f0fa28b7286afe3ac6432ccc99ce38f5ce15ced806e4bffef08b90241",
     "cpu/softmax_xent": "0623d67a27db1c7c88a86af21e6232980add84087fc4d2ab244eb015db58a548",
-    "cuda/softmax_xent": "078879f677e90f6784e149e4aa84dca90063e593f6ab4902587defcc8081cc36",
+    "cuda/softmax_xent": "347f4b077f119998c3c3bb93806b11f3e2649c7fe164aa87d8553224fbfc697c",
     "cpu/elementwise_grad": "d0b5b9240ef620a2a99f66e81e76785ebf7febb22d4a06560a4655e246c3df82",
-    "cuda/elementwise_grad": "9742cd4e775126435fc9c35f58475d7b5aae820968b76b05ced6edfef2324e5e",
+    "cuda/elementwise_grad": "598704181df245fbc9085e11ba20521eefef8c15033656822bb2f39ee6784eb9",
     "cpu/column_sums": "291ccbc6beb42ba20487a23b5dbc2521c514762bd959d5156b4c950ab6099bf2",
-    "cuda/column_sums": "9ff984d78a69310ab9694833099c7f9cbddd7c1341eb03e6152ea14e57648342",
+    "cuda/column_sums": "b5e975119331822ec050dc8b8f140f971a6c50f09d35a54939e41b24fd1607ae",
     "cpu/cumulative": "38119432e20a669408749273fab429cce999ad403a05926e27b924546c55e41e",
-    "cuda/cumulative": "dba3f4d0adcecca4a35a703a83eeb6f2b49d4d381bb9c0d485ffa39e4ded9e99",
+    "cuda/cumulative": "9fc8bc768fb18c4750cf0691769a6d03b21e5cfba50276028d6ee29e7263de0c",
     "cpu/long_rows": "075c3bc7a3100513f41bae1de75dd0ac1069e15c9b7520dd1a99382693ccceb6",
-    "cuda/long_rows": "0c1be858019699649a82272905b2bb89e2869b0bbbf5430a14b3d6b4354d9042",
+    "cuda/long_rows": "5c483fa5ab97bd5d28e7bf7514a31a916b6fcc4693b3d856bf32a5fb7702fa9a",
     "cpu/sgd_vjp": "36d429da0cd5b58986bb3882f471ae5516d9ce18b28f998b17ee2f48c416d2ee",
-    "cuda/sgd_vjp": "f228ae6507cd75285b464645f40f6078fb1ee56ac43826af74de679b45a22e25"
+    "cuda/sgd_vjp": "4d84e94aa5019f8416d6248aa0787209a6b531cf81567308bbe9d1814a3a02e5"
 }
 
 _PROGRAMS = programs()
@@ -103,7 +104,7 @@ _PROGRAMS = programs()
 
 def _cuda_source(fn, args) -> str:
     g = lower(jitgraph.make_graph(fn)(*args))
-    ctx = CudaContext()
+    ctx = CudaContext(cuda_geometry.DEFAULT)   # the pins' device, whatever GPU is here
     plan = make_plan(g, ctx)
     return emit_program(CudaCodegen(plan, ctx, shuffle=True), plan, set())[0].source
 

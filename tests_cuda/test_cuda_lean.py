@@ -278,3 +278,121 @@ def test_missing_cublas_binding_warns_once_and_uses_the_tiled_kernel():
         d.libraries.pop("blas")
         if saved is not None:
             d.libraries["blas"] = saved
+
+
+# ---------------------------------------------------------------- the real-GPU branches, faked
+class _FakeStream:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __int__(self):
+        return self.handle
+
+
+class _FakeCuda:
+    """What the driver layer asks of ``numba.cuda`` on a GPU, recording the calls."""
+
+    def __init__(self):
+        self.log = []
+        fake = self
+
+        class Event:
+            def record(self, stream):
+                fake.log.append(("record", int(stream)))
+
+            def wait(self, stream):
+                fake.log.append(("wait", int(stream)))
+        self.Event = Event
+
+    def stream(self):
+        return _FakeStream(100)
+
+    def event(self, timing=True):
+        return self.Event()
+
+    def external_stream(self, handle):
+        return _FakeStream(handle)
+
+
+class _FakeBindings:
+    """``cuda.bindings.driver``'s graph calls: (err, value) tuples, recorded."""
+
+    class CUstreamCaptureMode:
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 2
+
+    def __init__(self):
+        self.log = []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.log.append((name,) + args)
+            return (0, f"{name}-result") if name in ("cuStreamEndCapture",
+                                                       "cuGraphInstantiate") else (0,)
+        return call
+
+
+@pytest.fixture
+def gpu_driver(monkeypatch):
+    """A fresh Driver that believes it runs on a GPU (simulator off, numba.cuda and
+    cuda.bindings faked)."""
+    import sys
+    import types
+
+    from jitgraph import cuda_driver
+    fake, cu = _FakeCuda(), _FakeBindings()
+    monkeypatch.setattr(cuda_driver, "simulator", lambda: False)
+    monkeypatch.setattr(cuda_driver.Driver, "cuda", property(lambda self: fake))
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.driver = cu
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", cu)
+    return cuda_driver.Driver(), fake, cu
+
+
+def test_foreign_inputs_are_ordered_by_an_event_on_their_stream(gpu_driver):
+    d, fake, _ = gpu_driver
+    d.wait_for_producer(7)              # a CuPy/PyTorch stream: record there, wait on ours
+    d.wait_for_producer(1)              # the legacy default stream orders itself with ours
+    d.wait_for_producer(None)           # the producer said no ordering is needed
+    assert fake.log == [("record", 7), ("wait", 100)]
+    assert (d.counts.event_waits, d.counts.syncs) == (1, 0)
+
+
+def test_real_capture_brackets_the_step_and_replays_on_our_stream(gpu_driver):
+    d, _, cu = gpu_driver
+    assert d.capture_mode == "cuda"
+    seen = []
+    g = d.capture(lambda: seen.append(cu.log[-1][0]))
+    assert seen == ["cuStreamBeginCapture"]          # the step ran inside the capture
+    assert [c[0] for c in cu.log] == ["cuStreamBeginCapture", "cuStreamEndCapture",
+                                      "cuGraphInstantiate"]
+    assert cu.log[0][1:] == (100, 2)                   # our stream, thread-local mode
+    d.replay(g)
+    assert cu.log[-1] == ("cuGraphLaunch", "cuGraphInstantiate-result", 100)
+    assert (d.counts.captures, d.counts.graph_launches) == (1, 1)
+
+    def broken():
+        raise ValueError("a library refused the capture")
+    with pytest.raises(ValueError):
+        d.capture(broken)
+    assert cu.log[-1][0] == "cuStreamEndCapture"      # the capture is closed on failure
+
+
+def test_a_failed_capture_falls_back_to_direct_launches_with_one_warning(monkeypatch):
+    d = driver()
+
+    def refuse(step):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    monkeypatch.setattr(d, "capture", refuse)
+    d._warned.discard("graph")
+    f = jitgraph.jit(lambda v: jnp.tanh(v) * 3.0, device="cuda")
+    x = _on_device(np.linspace(-1, 1, 9).astype(F32))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        outs = [np.asarray(f(x)) for _ in range(4)]
+    assert sum("capture failed" in str(m.message) for m in w) == 1
+    for o in outs:
+        np.testing.assert_allclose(o, np.tanh(np.linspace(-1, 1, 9)) * 3.0, rtol=1e-6)
+    with counting() as c:
+        f(x)
+    assert c.launches == 1 and c.graph_launches == 0

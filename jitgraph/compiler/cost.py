@@ -7,12 +7,23 @@ point of fusion. FLOPs count an elementwise operation's ``lowering.flops`` per o
 (one, a transcendental such as ``exp`` too, as in roofline practice for fused kernels; none for
 casts; layout and gather ops count none), one per input element of a reduction, ``2*m*n*k``
 per matrix product plus its epilogue, one per added element of a scatter-add.
+
+Two refinements keep "once" honest:
+
+* Long rows. A row kernel's loop stages are passes over each row; re-reading an array in a
+  later pass is a cache hit only while a row fits in cache. Rows longer than ``LONG_ROW``
+  elements (2^15: 128 KiB of float32, past an L1/L2 slice per core or per SM) are read from
+  memory again in every pass: such a kernel counts an array once per loop stage that reads it.
+* Gathers. An array a kernel reads only through ``gather`` (``take_along_axis``, the picked
+  logit of a cross-entropy) moves the gathered elements, not the whole array: each costs one
+  ``SECTOR`` (32 bytes, the smallest DRAM transaction of a GPU; a CPU line is 64 but adjacent
+  picks share none either way), at most the array's size.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core import SCALAR
+from ..core import GATHER, SCALAR
 from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, kernel_ops
 
 
@@ -28,8 +39,39 @@ class StepCost:
         return self.flops / self.bytes if self.bytes else float("inf")
 
 
+LONG_ROW = 1 << 15    # elements per row past which each pass of a row kernel re-reads memory
+SECTOR = 32           # bytes one gathered element moves
+
+
 def _nbytes(v) -> int:
     return int(v.aval.size) * v.aval.dtype.itemsize
+
+
+def _load_bytes(step, ops) -> int:
+    """What a loop kernel's loads move (see the module docstring)."""
+    body = step.body
+    long_rows = bool(step.axes) and int(_prod(step.inner_shape)) > LONG_ROW
+    passes: dict = {}
+    for st in body.stages:
+        for v in (st.loads if st.kind == "loop" else ()):
+            passes[v] = passes.get(v, 0) + 1
+    total = 0
+    for v in body.loads:
+        readers = [n for n in ops if v in n.inputs]
+        if readers and all(n.prim.lowering.kind == GATHER and n.inputs[0] is v
+                           and v not in n.inputs[1:] for n in readers):
+            picked = sum(int(n.out.aval.size) for n in readers)
+            total += min(_nbytes(v), picked * max(SECTOR, v.aval.dtype.itemsize))
+            continue
+        total += _nbytes(v) * (max(passes.get(v, 1), 1) if long_rows else 1)
+    return total
+
+
+def _prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
 
 
 def step_cost(step, plan: Plan) -> StepCost:
@@ -38,9 +80,10 @@ def step_cost(step, plan: Plan) -> StepCost:
         body = step.body
         stored = {v for st in body.stages for (v, _, _) in st.stores if v in plan.needed}
         stored |= {r[0].out for st in body.stages for r in st.reductions if r[0].out in plan.needed}
-        moved = sum(_nbytes(v) for v in body.loads) + sum(_nbytes(v) for v in stored)
+        ops = kernel_ops(step)
+        moved = _load_bytes(step, ops) + sum(_nbytes(v) for v in stored)
         flops = 0
-        for n in kernel_ops(step):
+        for n in ops:
             low = n.prim.lowering
             if low.kind == SCALAR:
                 flops += low.flops * int(n.out.aval.size)

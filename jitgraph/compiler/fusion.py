@@ -8,6 +8,12 @@ a *scalar* stage computes per-outer-index values from earlier reductions. That o
 covers elementwise chains (no inner dims), reductions with their elementwise producers, and
 softmax / log-softmax / cross-entropy / layernorm-like row computations in one kernel. Backends
 turn it into loops: CPU ``@njit`` (``codegen_cpu``) or CUDA kernels.
+
+Two rules keep plans near the minimum of memory traffic (``cost.step_cost``; asserted in
+``tests/test_plan_bytes.py``): a node joins the kernel that computes most of what it reads
+(``_by_affinity``), so a backward elementwise value lands in the row kernel of its row
+statistics rather than in whatever kernel came last; and a stored value that loop kernels can
+recompute from what they already read is recomputed instead (``_recompute_in_kernel``).
 """
 from __future__ import annotations
 
@@ -97,6 +103,7 @@ class StageBody:
     lines: list[str]
     reductions: list[tuple]        # (node, acc, value, monoid or "argmax"/"argmin")
     stores: list[tuple]            # (var, local name, "full" | "outer")
+    loads: set = field(default_factory=set)   # arrays this stage reads (``cost`` counts passes)
 
 
 @dataclass
@@ -346,7 +353,7 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
         ops |= em.ops
         for v, offs in em.load_offsets.items():
             load_offsets.setdefault(v, set()).update(offs)
-        stages.append(StageBody(st.kind, em.lines, reds, stores))
+        stages.append(StageBody(st.kind, em.lines, reds, stores, set(em.loads)))
         if st.kind == "loop":
             stored_full.update(v for v, _, where in stores if where == "full")
     return KernelBody(o_vars, r_vars, full, stages, loads, ops, load_offsets)
@@ -438,12 +445,8 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
         min_pos = max([plan.available_at(d) for d in deps], default=-1)
         placed = False
         lowest = max(min_pos, len(plan.steps) - max_lookback, 0)
-        for pos in range(len(plan.steps) - 1, lowest - 1, -1):
+        for pos in _by_affinity(plan, deps, range(len(plan.steps) - 1, lowest - 1, -1)):
             k = plan.steps[pos]
-            if not isinstance(k, LoopKernel):
-                continue
-            if pos < min_pos:
-                break
             for cand in _options(k, n):
                 try:
                     cand.body = build_body(plan, cand, pos, ctx)
@@ -464,8 +467,112 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
                 k = LoopKernel(n.out.aval.shape, (), [Stage("loop", [n])])
             k.body = build_body(plan, k, len(plan.steps), ctx)
             _append(plan, k)
+    _recompute_in_kernel(plan, ctx)
     _finish(plan, ctx)
     return plan
+
+
+RECOMPUTE_MAX = 24     # inline cost (in adds) up to which loop kernels recompute a stored value
+
+
+def _readers(plan: Plan) -> dict[Var, set[int]]:
+    """The steps that read each stored value from memory."""
+    out: dict[Var, set[int]] = {}
+    for pos, s in enumerate(plan.steps):
+        if isinstance(s, LoopKernel):
+            vs = s.body.loads
+        elif isinstance(s, MatmulStep):
+            vs = {s.a[0], s.b[0]} | ({s.epilogue.c} if s.epilogue and s.epilogue.c else set())
+        else:
+            vs = set(s.node.inputs)
+        for v in vs:
+            out.setdefault(v, set()).add(pos)
+    return out
+
+
+def _inline_cost(plan: Plan, n: Node) -> int:
+    cost, stack, seen = 0, [n], set()
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        cost += m.prim.lowering.cost
+        for i in m.inputs:
+            p = plan.producer.get(i)
+            if p is not None and i not in plan.materialized and p.prim.lowering.kind in INLINE:
+                stack.append(p)
+    return cost
+
+
+def _recompute_in_kernel(plan: Plan, ctx) -> None:
+    """Stop storing full-size elementwise values that loop kernels can recompute for less
+    traffic than the store and the re-reads. ``_decide_materialized`` stores a value with
+    several uses so as not to compute it twice; when its uses landed in later stages of the row
+    kernel computing it, or in another loop kernel that already reads what the value is
+    computed from (a layernorm's column sums recompute ``dy`` from ``x`` and the row
+    statistics), storing it moves two full arrays where recomputing a few operations moves
+    none (or less than the value's size). A value a rebuilt kernel cannot compute inline stays
+    stored."""
+    g = plan.graph
+    readers = _readers(plan)
+    outs = set(g.outputs)
+    for pos in range(len(plan.steps)):
+        k = plan.steps[pos]
+        if not isinstance(k, LoopKernel) or not k.axes:
+            continue
+        full = [m for st in k.stages if st.kind == "loop" for m in st.items]
+        for n in [m for m in full if not m.prim.lowering.reduces and m.out.aval.shape == k.shape]:
+            v = n.out
+            if v in outs or len(n.outs) != 1 or n.prim.lowering.kind != SCALAR or \
+                    _inline_cost(plan, n) > RECOMPUTE_MAX:
+                continue
+            if not readers.get(v):
+                continue        # read nowhere from memory: a local of its stage, never stored
+            others = sorted(readers[v] - {pos})
+            if not all(isinstance(plan.steps[r], LoopKernel) for r in others):
+                continue
+            deps = _array_deps(plan, n)
+            size = int(v.aval.size) * v.aval.dtype.itemsize
+            if any(sum(int(d.aval.size) * d.aval.dtype.itemsize for d in deps
+                       if d not in plan.steps[r].body.loads and plan.step_of.get(d) != r) >= size
+                   for r in others):
+                continue
+            trial = plan.steps[pos].copy()
+            for st in trial.stages:
+                if n in st.items:
+                    st.items.remove(n)
+            trial.stages = [st for st in trial.stages if st.items]
+            plan.materialized.discard(v)
+            rebuilt = {}
+            try:
+                trial.body = build_body(plan, trial, pos, ctx)
+                for r in others:
+                    c = plan.steps[r].copy()
+                    c.body = build_body(plan, c, r, ctx)
+                    rebuilt[r] = c
+            except CannotFuse:
+                plan.materialized.add(v)
+                continue
+            plan.steps[pos] = k = trial
+            for r, c in rebuilt.items():
+                plan.steps[r] = c
+            readers = _readers(plan)
+
+
+def _by_affinity(plan: Plan, deps: set, positions) -> list[int]:
+    """The loop kernels a node may join, best first: the one computing most of the stored
+    values the node reads (it has them in registers, and whatever the node feeds will find
+    its inputs there too), the latest among equals. Without this a backward elementwise value
+    went to whichever kernel came last (a column reduction), splitting the row computation it
+    belongs to into a second pass over the same rows."""
+    made: dict[int, int] = {}
+    for d in deps:
+        p = plan.step_of.get(d)
+        if p is not None:
+            made[p] = made.get(p, 0) + 1
+    ks = [p for p in positions if isinstance(plan.steps[p], LoopKernel)]
+    return sorted(ks, key=lambda p: (-made.get(p, 0), -p))
 
 
 def _append(plan: Plan, step) -> None:
