@@ -332,6 +332,7 @@ class Product:
         self.driver = driver
         self.args = (a_spec, b_spec, m, n, k, batch, alpha, beta)
         self.dtype = dtype
+        self.dtype_name = dtype.name            # (a property NumPy computes on each read)
         self.blas = None
         self.bound: object = _UNBOUND        # the driver's binding entry it was prepared for
 
@@ -365,5 +366,5 @@ class Product:
             d.copy(out, c)
         sa, sb, sc = self.strides
         ptr = d.pointer
-        d.library_call(blas.gemm_raw, d.stream_handle, self.dtype.name, self.call, al, be,
+        d.library_call(blas.gemm_raw, d.stream_handle, self.dtype_name, self.call, al, be,
                        ptr(a), sa, ptr(b), sb, ptr(out), sc, self.args[5])

@@ -35,7 +35,7 @@ FAKE_VERSION = "0.99.0"
 
 # Known private Numba uses outside numba_patches, owned elsewhere (to be moved there):
 # the CUDA simulator's host array behind a simulated device buffer.
-KNOWN_ELSEWHERE = {("jitgraph/device.py", "_ary")}
+KNOWN_ELSEWHERE = {("jitgraph/device.py", "_ary"), ("jitgraph/cuda_driver.py", "_ary")}  # simulator arrays
 
 
 def _private(name: str) -> bool:
