@@ -109,7 +109,9 @@ def test_column_reductions_stride_over_column_blocks():
     cols = 32 * (BLOCKS + 1) + 5
     assert cols >= T.COLUMN_MIN_OUTER
     x = _rng.standard_normal((2 * T.COLUMN_ROWS + 1, cols)).astype(F32)
-    ls = check(lambda x: (jnp.sum(x, axis=0), jnp.max(jnp.tanh(x), axis=0)), (x,))
+    # forward only: the gradient is a row kernel over the columns (51 per block at this grid,
+    # half a minute in the simulator); gradients of column reductions are in test_cuda_cases
+    ls = check(lambda x: (jnp.sum(x, axis=0), jnp.max(jnp.tanh(x), axis=0)), (x,), grad=False)
     assert any(blocks == BLOCKS and threads == 32 * T.COLUMN_ROWS for _, blocks, threads in ls)
 
 
