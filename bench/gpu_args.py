@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,7 +38,10 @@ def parse_gpu_args(description: str,
     if args.sim:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         os.environ["JITGRAPH_CACHE_DIR"] = os.environ.get("JITGRAPH_CACHE_DIR") or \
-            os.path.join("/tmp", "jitgraph-gpu-bench-sim")
+            os.path.join(tempfile.gettempdir(), "jitgraph-gpu-bench-sim")
+        # the simulator's block barrier waits for every thread to take the GIL: a short
+        # switch interval makes reductions several times faster (as in tests_cuda/conftest.py)
+        sys.setswitchinterval(5e-4)
     sys.path.insert(0, os.path.dirname(HERE))
     return args
 

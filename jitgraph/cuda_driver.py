@@ -31,7 +31,7 @@ import os
 import warnings
 import weakref
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -417,9 +417,3 @@ def buffer_address(buf) -> int:
     if simulator():
         return buf._ary.__array_interface__["data"][0]
     return buf.__cuda_array_interface__["data"][0]
-
-
-def stream_of(x: Any) -> int | None:
-    """The stream a CUDA-array-interface producer says its data is ordered on (v3), if any."""
-    cai = getattr(x, "__cuda_array_interface__", None)
-    return None if cai is None else cai.get("stream")
