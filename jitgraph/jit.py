@@ -97,6 +97,26 @@ class Lowered:
             raise KeyError(f"Lowered.show: no stage {stage!r}; one of {list(self.stages)}")
         return pipeline.describe(self.stages[stage])
 
+    def memory_analysis(self):
+        """The program's memory from its memory plan (``compiler.memory.MemoryStats``, JAX's
+        field names): arguments, outputs, donated buffers reused, scratch, constants and the
+        peak bytes live during any step. Exact and deterministic: the plan fixes every
+        buffer. (``memory()`` is the same.)"""
+        mem = self.stages.get("memory")
+        if mem is None:
+            raise ValueError("Lowered.memory_analysis: this program has no memory plan")
+        if getattr(self.program, "symbols", ()):
+            raise ValueError("Lowered.memory_analysis: this program's sizes are runtime "
+                             "arguments (dynamic shapes); lower it with dynamic=False for "
+                             "fixed-size figures")
+        return mem.stats()
+
+    memory = memory_analysis
+
+    def compile(self) -> "Lowered":
+        """The program is compiled already (JAX's ``lower(...).compile()`` reads the same)."""
+        return self
+
     def __repr__(self) -> str:
         return f"<Lowered: {len(self.graph.nodes)} graph nodes, {len(self.kernels)} kernels>"
 

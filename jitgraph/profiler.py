@@ -340,6 +340,7 @@ class BenchmarkResult:
     call_entry_s: float | None = None
     call_exit_s: float | None = None
     coverage: float | None = None   # median over profiled calls of (steps' sum / whole call)
+    memory: Any = None          # the program's MemoryStats (planned bytes, peak live)
 
     @property
     def steps_s(self) -> float:
@@ -358,7 +359,8 @@ class BenchmarkResult:
              "kernels": [dict(asdict(k), gbps=k.gbps, gflops=k.gflops) for k in self.kernels],
              "note": self.note, "call_s": self.call_s, "call_entry_s": self.call_entry_s,
              "call_exit_s": self.call_exit_s, "coverage": self.coverage,
-             "peaks_stale": self.peaks_stale}
+             "peaks_stale": self.peaks_stale,
+             "memory": asdict(self.memory) if self.memory is not None else None}
         d["stats"]["iqr"] = self.stats.iqr
         return d
 
@@ -437,6 +439,8 @@ class BenchmarkResult:
                 lines.append("  * >100%: a step ran faster than the stored peak, so the peak is "
                              "stale (measured on a busy machine) or the step's data stayed in "
                              "cache; refresh it with jitgraph.machine_peaks(refresh=True)")
+        if self.memory is not None:
+            lines.append(f"  memory (planned): {self.memory}")
         if self.note:
             lines.append(f"  note: {self.note}")
         return "\n".join(lines)
@@ -585,7 +589,12 @@ def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
         steps.append(StepProfile(s.name, c.kind, [n.prim.name for n in kernel_ops(s)],
                                  float(t), c.bytes, c.flops))
     whole = a.sum(axis=1)
-    return {"kernels": steps, "call_s": float(np.median(whole)), "call_entry_s": float(med[0]),
+    memory = entry.program.stages.get("memory")
+    stats = None
+    if memory is not None and not getattr(entry.program, "symbols", ()):
+        stats = memory.stats()      # the program f runs (with its donation), fixed sizes
+    return {"kernels": steps, "memory": stats, "call_s": float(np.median(whole)),
+            "call_entry_s": float(med[0]),
             "call_exit_s": float(med[-1]),
             "coverage": float(np.median(a[:, 1:-1].sum(axis=1) / np.where(whole > 0, whole,
                                                                             np.nan)))}

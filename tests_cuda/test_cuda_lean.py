@@ -393,3 +393,20 @@ def test_a_failed_capture_falls_back_to_direct_launches_with_one_warning(monkeyp
     with counting() as c:
         f(x)
     assert c.launches == 1 and c.graph_launches == 0
+
+
+def test_memory_analysis_counts_the_split_reductions_partials():
+    """Per backend: the CUDA program of a long full sum keeps one partial per chunk in
+    scratch (live throughout); the CPU program of the same function needs none."""
+    from jitgraph.compiler import thresholds as T
+    x = np.ones(T.SPLIT_MIN_INNER * 2, F32)
+    fn = lambda v: jnp.sum(jnp.tanh(v))                          # noqa: E731
+    gpu = jitgraph.jit(fn, device="cuda").lower(x)               # lowered only: nothing runs
+    cpu = jitgraph.jit(fn).lower(x).memory_analysis()
+    m = gpu.memory_analysis()
+    parts = [s for s in gpu.stages["memory"].info["scratch_specs"] if "_part_" in s[0]]
+    assert parts and m.temp_size_in_bytes == sum(n * np.dtype(d).itemsize for _, n, d in parts)
+    assert cpu.temp_size_in_bytes == 0
+    assert m.argument_size_in_bytes == cpu.argument_size_in_bytes == x.nbytes
+    assert m.peak_memory_in_bytes == x.nbytes + 4 + m.temp_size_in_bytes
+    assert cpu.peak_memory_in_bytes == x.nbytes + 4

@@ -8,6 +8,7 @@ last read). Both backends use this plan unchanged; they only say how a step is c
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -18,6 +19,43 @@ from .kernel_text import reads, writes
 
 # the statement a profiled driver runs before the first step and after each one
 PROFILE_MARK = "profile_marks.append(profile_clock())"
+
+
+def _nbytes(v) -> int:
+    return int(v.aval.size) * np.dtype(v.aval.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """A compiled program's memory, from its memory plan (deterministic; JAX's
+    ``compiled.memory_analysis()`` names): ``argument_size_in_bytes`` (inputs),
+    ``output_size_in_bytes`` (results), ``alias_size_in_bytes`` (results written into donated
+    inputs: no new memory), ``temp_size_in_bytes`` (scratch buffers, pooled between calls),
+    ``constant_size_in_bytes`` (arrays baked into the program), and
+    ``peak_memory_in_bytes``: the most bytes live while any one step runs (arguments,
+    constants, results written so far in new buffers, intermediates still to be read, the
+    step's accumulators), ``steps`` giving that figure per step."""
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    alias_size_in_bytes: int
+    temp_size_in_bytes: int
+    constant_size_in_bytes: int
+    peak_memory_in_bytes: int
+    steps: tuple = ()
+
+    def __str__(self) -> str:
+        b = _size_text
+        return (f"arguments {b(self.argument_size_in_bytes)}, outputs "
+                f"{b(self.output_size_in_bytes)} ({b(self.alias_size_in_bytes)} in donated "
+                f"buffers), scratch {b(self.temp_size_in_bytes)}, constants "
+                f"{b(self.constant_size_in_bytes)}; peak live {b(self.peak_memory_in_bytes)}")
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
 
 
 class MemoryPlan:
@@ -89,24 +127,42 @@ class MemoryPlan:
 
         if self.profile:
             lines.append(PROFILE_MARK)
+        live: dict = {}                 # intermediates (and accumulators) live now -> bytes
+        fresh_out = 0                   # bytes of outputs written so far in new buffers
+        timeline: list = []             # (step name, bytes live while it runs)
         for i, (s, params) in enumerate(calls):
             for v in writes(s):
                 bind_buffer(v, i, s)
+                if v in slot_of:
+                    live[v] = _nbytes(v)
+                elif v in out_specs and v not in live:
+                    live[v] = 0             # counted once, in fresh_out
+                    fresh_out += _nbytes(v)
             taken = []
             for name, size, dt in self.accumulators.get(s.name, ()):
                 slot = take_slot(size, dt)
                 taken.append(((size, dt), slot))
                 lines.append(f"{name} = {slot}")
+                live[name] = size * np.dtype(dt).itemsize
+            timeline.append((s.name, fresh_out + sum(live.values())))
             lines += step_lines(s, params)
             if self.profile:
                 lines.append(PROFILE_MARK)
             for key, slot in taken:
                 free.setdefault(key, []).append(slot)
+            for name, _, _ in self.accumulators.get(s.name, ()):
+                live.pop(name, None)
             for v in reads(s):
                 if last_use.get(v) == i and v in slot_of:
                     free.setdefault((v.aval.size, v.aval.dtype), []).append(slot_of[v])
+                    live.pop(v, None)
+            for v in writes(s):         # written and never read: dead after its step
+                if v in slot_of and v not in last_use:
+                    live.pop(v, None)
+        self.timeline = timeline
         lines.append("return None")
         order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))  # one buffer each
+        self.walked_scratch = list(scratch_specs)
         self.info = {"out_names": [out_specs[v][0] for v in order],
                      "out_specs": [out_specs[v] for v in order],
                      "scratch_names": [n for n, _, _ in scratch_specs],
@@ -114,6 +170,24 @@ class MemoryPlan:
                      "donated": {plan.array_name(v): i for v, i in donated.items()},
                      "output_sources": self._output_sources(order, donated)}
         return lines
+
+    def stats(self) -> "MemoryStats":
+        """What this program's buffers take (after ``driver_lines``; see ``MemoryStats``)."""
+        g, info = self.plan.graph, self.info
+        arg = sum(_nbytes(v) for v in dict.fromkeys(g.inputs))
+        const = sum(_nbytes(v) for v in self.plan.const_args)
+        outs = list(dict.fromkeys(g.outputs))
+        out = sum(_nbytes(v) for v in outs)
+        alias = sum(_nbytes(v) for v in outs if v in self.in_place)
+        temp = sum(size * np.dtype(dt).itemsize for _, size, dt in info["scratch_specs"])
+        # backend scratch the walk did not see (the CUDA split reductions' partials): live
+        # throughout
+        walked = {n for n, _, _ in getattr(self, "walked_scratch", info["scratch_specs"])}
+        extra = sum(size * np.dtype(dt).itemsize for n, size, dt in info["scratch_specs"]
+                    if n not in walked)
+        steps = [(name, arg + const + b + extra) for name, b in getattr(self, "timeline", [])]
+        peak = max([b for _, b in steps], default=arg + const)
+        return MemoryStats(arg, out, alias, temp, const, peak, tuple(steps))
 
     def _output_sources(self, order, donated) -> list:
         """How to find each graph output after a call: ('out', k) | ('input', i) | ('const', k)."""
