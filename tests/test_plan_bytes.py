@@ -76,17 +76,6 @@ def _xent_nn():
     return jitgraph.value_and_grad(f), (z, y), _xent_minimum(z, y)
 
 
-def _xent_log_softmax_take():
-    """Cross-entropy as JAX users write it: the label's entry of log_softmax. The gather is
-    pushed through the elementwise ``z - logsumexp`` (``gather_through_elementwise``), so no
-    (rows, classes) log-probabilities are stored for it to read."""
-    z, y = _xent_data()
-
-    def f(z, y):
-        return -jnp.mean(jnp.take_along_axis(nn.log_softmax(z, axis=-1), y[:, None], axis=1))
-    return jitgraph.value_and_grad(f), (z, y), _xent_minimum(z, y)
-
-
 def _layernorm_data():
     return np.ones((1024, 512), F32), np.ones(512, F32), np.zeros(512, F32)
 
@@ -141,9 +130,6 @@ WORKLOADS = {
     "xent_take_along_axis": (_xent_take, 1.3),
     "xent_one_hot": (_xent_one_hot, 1.3),
     "xent_nn_log_softmax": (_xent_nn, 1.3),
-    # forward and backward still two row kernels: the backward's sum of the one-hot cotangent
-    # starts a kernel of its own (2.0x before the gather was pushed through log_softmax)
-    "xent_log_softmax_take": (_xent_log_softmax_take, 1.55),
     "layernorm_loss": (_layernorm_loss, 1.6),
     # dgamma/dbeta are column sums: a second pass over x and w after the row kernel
     "layernorm_weighted": (_layernorm_weighted, 1.7),
@@ -196,24 +182,6 @@ def test_one_per_row_scatter_rewrite_agrees(labels):
     assert any(n.prim.lowering.kind == "scatter_add" for n in g.nodes)
     assert not any(n.prim.lowering.kind == "scatter_add" for n in low.nodes)
     np.testing.assert_array_equal(run(low, [z, y])[0], run(g, [z, y])[0])
-
-
-@pytest.mark.parametrize("labels", [[0, 3, 6, 1], [-1, -7, 9, 2], [6, 6, 0, -3]])
-def test_gather_through_elementwise_agrees(labels):
-    """take_along_axis of an elementwise value of z (log_softmax) becomes the elementwise op
-    of picked elements: same numbers, forward and gradient, every label included."""
-    rng = np.random.default_rng(1)
-    z, y = rng.standard_normal((4, 7)).astype(F32), np.asarray(labels, np.int32)
-
-    def f(z, y):
-        lp = nn.log_softmax(z * 1.5 + 0.25, axis=-1)
-        return jnp.sum(jnp.take_along_axis(lp, y[:, None], 1) * jnp.arange(1.0, 5.0)[:, None])
-    g = jitgraph.make_graph(jitgraph.value_and_grad(f))(z, y)
-    low = lower(g)
-    gathers = [n for n in low.nodes if n.prim.name == "gather"]
-    assert gathers and all(n.inputs[0] in low.inputs for n in gathers)    # z itself is picked
-    for a, b in zip(run(low, [z, y]), run(g, [z, y])):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_long_rows_count_each_pass():

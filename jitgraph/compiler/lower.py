@@ -11,14 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..control_flow import scan_p
-from ..core import PRIMITIVES, REDUCE, SCALAR, SCATTER_ADD, Aval, Graph, Node, Var
+from ..core import PRIMITIVES, REDUCE, SCATTER_ADD, Aval, Graph, Node, Var
 from ..passes import optimize
 
 
 def lower(graph: Graph) -> Graph:
     """Every rewrite of this stage, in order."""
-    return split_total_reductions(scatter_to_select(gather_through_elementwise(
-        lower_control_flow(inline_calls(graph)))))
+    return split_total_reductions(scatter_to_select(lower_control_flow(inline_calls(graph))))
 
 
 def inline_calls(g: Graph) -> Graph:
@@ -145,66 +144,6 @@ def _one_per_row(g: Graph, n: Node):
         return None
     want = tuple(1 if d == a else s for d, s in enumerate(shape))
     return a if upd.aval.shape == want else None
-
-
-def _gather_one_per_row(g: Graph, n: Node):
-    """``axis`` when gather node ``n`` picks one element per row along ``axis`` of its operand
-    (``take_along_axis(x, labels[..., None], axis)``: every other index positional, the
-    result shaped as the operand with 1 along ``axis``), else None."""
-    x, idx = n.inputs[0], n.inputs[1:]
-    shape = x.aval.shape
-    nd = len(shape)
-    if len(idx) != nd or nd == 0:
-        return None
-    free = [d for d in range(nd) if not _positional(g.consts.get(idx[d]), d, shape[d], nd)]
-    if len(free) != 1:
-        return None
-    a = free[0]
-    want = tuple(1 if d == a else s for d, s in enumerate(shape))
-    return a if n.out.aval.shape == want and idx[a].aval.shape == want else None
-
-
-def gather_through_elementwise(g: Graph) -> Graph:
-    """``gather(op(u, v), idx)`` -> ``op(gather(u, idx), v)`` for a one-per-row gather
-    (``take_along_axis(log_softmax(z), labels[..., None], -1)``, cross-entropy as users write
-    it) of an elementwise value whose other operands are per-row (shaped as the result) or
-    scalars, recursively: the picked elements are computed from picked inputs, so the
-    full-size value (``z - logsumexp(z)``) is no longer stored for the gather to read, and the
-    forward and backward of the row fuse into one kernel that reads ``z`` once."""
-    if not any(n.prim.name == "gather" for n in g.nodes):
-        return g
-    producer = {o: n for n in g.nodes for o in n.outs}
-    nodes: list[Node] = []
-    subst: dict[Var, Var] = {}
-
-    def picked(v: Var, idx: list, want: tuple, depth: int, source) -> Var:
-        p = producer.get(v)
-        if p is not None and p.prim.lowering.kind == SCALAR and depth < 8 and \
-                all(u.aval.shape in (v.aval.shape, want, ()) for u in p.inputs):
-            ins = [picked(u, idx, want, depth + 1, source) if u.aval.shape == v.aval.shape
-                   and u.aval.shape != want else u for u in p.inputs]
-            out = Var(p.prim.abstract_eval(*[i.aval for i in ins], **p.params))
-            nodes.append(Node(p.prim, ins, p.params, [out], source))
-            return out
-        gather = PRIMITIVES["gather"]
-        out = Var(gather.abstract_eval(v.aval, *[i.aval for i in idx]))
-        nodes.append(Node(gather, [v, *idx], {}, [out], source))
-        return out
-
-    changed = False
-    for n in g.nodes:
-        ins = [subst.get(v, v) for v in n.inputs]
-        a = _gather_one_per_row(g, n) if n.prim.name == "gather" and not n.params else None
-        p = producer.get(n.inputs[0]) if a is not None else None
-        if p is None or p.prim.lowering.kind != SCALAR:
-            nodes.append(Node(n.prim, ins, n.params, n.outs, n.source))
-            continue
-        changed = True
-        subst[n.out] = picked(ins[0], ins[1:], n.out.aval.shape, 0, n.source)
-    if not changed:
-        return g
-    outs = [subst.get(v, v) for v in g.outputs]
-    return optimize(Graph(g.inputs, nodes, outs, dict(g.consts), g.in_tree, g.out_tree))
 
 
 def scatter_to_select(g: Graph) -> Graph:
