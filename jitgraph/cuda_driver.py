@@ -284,14 +284,6 @@ class Driver:
             g, t = launch_config(dst.shape[0])
             self.launch(copy_kernel, g, t, (dst, src))
 
-    def matmul(self, a, a_spec, b, b_spec, out, m, n, k, batch=1, alpha=1.0, beta=0.0,
-               c=None) -> None:
-        """``out = alpha * op(A) @ op(B) + beta * c`` (``kernels.cuda_matmul``): cuBLAS on
-        this stream, or the tiled kernel through ``launch``."""
-        from .kernels import cuda_matmul
-        cuda_matmul.matmul(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c,
-                           driver=self)
-
     def product(self, a_spec, b_spec, m: int, n: int, k: int, batch: int, alpha: float,
                 beta: float, dtype):
         """One call site's product, prepared once (``kernels.cuda_matmul.Product``)."""

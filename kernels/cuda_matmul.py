@@ -207,7 +207,7 @@ class Blas:
         self._stream = None
         self._scalars: dict = {}
 
-    def _scalar(self, value: float, dt: np.dtype) -> np.ndarray:
+    def scalar(self, value: float, dt: np.dtype) -> np.ndarray:
         """A host scalar for cuBLAS, made once per value (read when the call is queued)."""
         key = (value, dt)
         a = self._scalars.get(key)
@@ -215,16 +215,10 @@ class Blas:
             a = self._scalars[key] = np.array(value, dt)
         return a
 
-    def gemm(self, stream: int, dt: np.dtype, call: "BlasCall", alpha: float, beta: float,
+    def gemm(self, stream: int, dtype_name: str, call: "BlasCall", al: int, be: int,
              pa: int, sa: int, pb: int, sb: int, pc: int, sc: int, batch: int) -> None:
-        """One strided-batched GEMM (``BlasCall``: cuBLAS's A is our B)."""
-        self.gemm_raw(stream, dt.name, call, self._scalar(alpha, dt).ctypes.data,
-                      self._scalar(beta, dt).ctypes.data, pa, sa, pb, sb, pc, sc, batch)
-
-    def gemm_raw(self, stream: int, dtype_name: str, call: "BlasCall", al: int, be: int,
-                 pa: int, sa: int, pb: int, sb: int, pc: int, sc: int, batch: int) -> None:
-        """``gemm`` with the host scalars' addresses already known (a prepared ``Product``;
-        the scalars live in ``_scalars``)."""
+        """One strided-batched GEMM (``BlasCall``: cuBLAS's A is our B); ``al``/``be``: the
+        addresses of host scalars from ``scalar``."""
         if stream != self._stream:
             self._set_stream(self.handle, stream)
             self._stream = stream
@@ -278,55 +272,27 @@ def _ptr(x) -> int:
     return buffer_pointer(x)
 
 
-def gemm_cublas(blas: Blas, driver, a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta,
-                c) -> None:
-    """``out = alpha * op(A) @ op(B) + beta * c`` as one cuBLAS call on the driver's stream
-    (``c`` copied into ``out`` first when it is another buffer)."""
-    dt = np.dtype(out.dtype)
-    if c is not None and beta != 0 and c is not out:
-        driver.copy(out, c)
-    call = blas_call(a_spec, b_spec, m, n, k)
-    sa, sb = a_spec[0] * a_spec[1], b_spec[0] * b_spec[1]     # batch strides, in elements
-    ptr = driver.pointer
-    driver.library_call(blas.gemm, driver.stream_handle, dt, call, alpha,
-                        beta if c is not None else 0.0, ptr(a), sa, ptr(b), sb, ptr(out),
-                        m * n, batch)
-
-
 def matmul(a, a_spec, b, b_spec, out, m, n, k, batch=1, alpha=1.0, beta=0.0, c=None,
            driver=None) -> None:
-    """``out = alpha * op(A) @ op(B) + beta * c`` on flat device arrays (c may be ``out``):
-    cuBLAS where a binding loads, else the tiled kernel (with a one-time warning naming why,
-    on a real GPU)."""
-    if m * n == 0:
-        return
+    """``out = alpha * op(A) @ op(B) + beta * c`` on flat device arrays (c may be ``out``),
+    once: a ``Product`` made for this call (generated programs keep theirs)."""
     if driver is None:
         from jitgraph.cuda_driver import driver as current
         driver = current()
-    dt = np.dtype(out.dtype)
-    if dt.kind == "f" and dt.itemsize >= 4 and k > 0:
-        blas, why = load_blas(driver)
-        if blas is not None:
-            gemm_cublas(blas, driver, a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c)
-            return
-        if not why.startswith(("JITGRAPH_CUDA_MATMUL", "the CUDA simulator")):
-            driver.warn_once("blas", "jitgraph: no cuBLAS binding could be loaded (" + why +
-                             "); matrix products use jitgraph's tiled GEMM kernel, several "
-                             "times slower. Install nvmath-python or CuPy "
-                             "(pip install 'jitgraph[cuda]').")
-    tile = SIM_TILE if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else GPU_TILE
-    gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile,
-                  driver=driver)
+    Product(driver, a_spec, b_spec, m, n, k, batch, alpha, beta, np.dtype(out.dtype))(
+        a, b, out, c)
 
 
 _UNBOUND = object()
 
 
 class Product:
-    """One product of a generated program, ``out = alpha * op(A) @ op(B) + beta * c``,
-    prepared once: on its first call it picks cuBLAS or the tiled kernel and fixes the
-    cuBLAS call (transposes, leading dimensions, batch strides, host scalars), so a cached
-    call does one pointer lookup per operand (a table hit) and one library call."""
+    """One product ``out = alpha * op(A) @ op(B) + beta * c``, prepared once: on its first
+    call it picks cuBLAS (where a binding loads) or the tiled kernel (with a one-time warning
+    naming why, on a real GPU) and fixes the cuBLAS call (transposes, leading dimensions,
+    batch strides, host scalars), so a cached call does one pointer lookup per operand (a
+    table hit) and one library call. ``c``, when another buffer, is copied into ``out``
+    first."""
 
     def __init__(self, driver, a_spec, b_spec, m, n, k, batch, alpha, beta, dtype: np.dtype):
         self.driver = driver
@@ -341,30 +307,38 @@ class Product:
         dt = self.dtype
         self.blas = None
         if m * n and dt.kind == "f" and dt.itemsize >= 4 and k > 0:
-            self.blas = load_blas(self.driver)[0]
+            self.blas, why = load_blas(self.driver)
+            if self.blas is None and not why.startswith(("JITGRAPH_CUDA_MATMUL",
+                                                         "the CUDA simulator")):
+                self.driver.warn_once(
+                    "blas", "jitgraph: no cuBLAS binding could be loaded (" + why + "); "
+                    "matrix products use jitgraph's tiled GEMM kernel, several times slower. "
+                    "Install nvmath-python or CuPy (pip install 'jitgraph[cuda]').")
         if self.blas is not None:
             self.call = blas_call(a_spec, b_spec, m, n, k)
             self.strides = (a_spec[0] * a_spec[1], b_spec[0] * b_spec[1], m * n)
-            self.scalars = tuple(self.blas._scalar(v, dt).ctypes.data
+            self.scalars = tuple(self.blas.scalar(v, dt).ctypes.data
                                  for v in (alpha, beta, 0.0))
         self.bound = self.driver.libraries.get("blas")
 
     def __call__(self, a, b, out, c=None) -> None:
+        a_spec, b_spec, m, n, k, batch, alpha, beta = self.args
+        if m * n == 0:
+            return
         if self.bound is not self.driver.libraries.get("blas"):    # first call, or rebound
             self._bind()
-        blas = self.blas
+        blas, d = self.blas, self.driver
         if blas is None:
-            a_spec, b_spec, m, n, k, batch, alpha, beta = self.args
-            matmul(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c,
-                   driver=self.driver)
+            tile = SIM_TILE if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else GPU_TILE
+            gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile,
+                          driver=d)
             return
-        d = self.driver
         al, be, zero = self.scalars
         if c is None:
             be = zero
-        elif c is not out:
+        elif beta != 0 and c is not out:
             d.copy(out, c)
         sa, sb, sc = self.strides
         ptr = d.pointer
-        d.library_call(blas.gemm_raw, d.stream_handle, self.dtype_name, self.call, al, be,
-                       ptr(a), sa, ptr(b), sb, ptr(out), sc, self.args[5])
+        d.library_call(blas.gemm, d.stream_handle, self.dtype_name, self.call, al, be,
+                       ptr(a), sa, ptr(b), sb, ptr(out), sc, batch)
