@@ -81,10 +81,10 @@ __all__ += ["load", "optim", "random", "register_pytree_node", "save", "train_st
 # control flow, rematerialisation, forward mode
 from . import control_flow  # noqa: E402,F401  (registers cond, scan, while, remat)
 from . import lax  # noqa: E402,F401
-from .remat import checkpoint, remat  # noqa: E402,F401
+from .remat import checkpoint, checkpoint_name, checkpoint_policies, remat  # noqa: E402,F401
 from .transforms import linearize  # noqa: E402,F401
 
-__all__ += ["checkpoint", "lax", "linearize", "remat"]
+__all__ += ["checkpoint", "checkpoint_name", "checkpoint_policies", "lax", "linearize", "remat"]
 
 # batching
 from .batching import vmap  # noqa: E402

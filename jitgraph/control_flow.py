@@ -24,9 +24,9 @@ from . import dtypes
 from . import numpy as jnp
 from .autodiff import build_backward, build_jvp, build_vjp, eval_graph
 from .batching import vmap
-from .core import Aval, Graph, Primitive, Tracer, Var, aval_of, bind, register
+from .core import Aval, Graph, Node, Primitive, Tracer, Var, aval_of, bind, register
 from .interpreter import run
-from .passes import optimize
+from .passes import dce, optimize
 from .transforms import trace_flat
 
 
@@ -360,15 +360,35 @@ while_p.batch = _while_batch
 
 
 # ------------------------------------------------------------------ remat (checkpoint)
-def _remat_aval(*avals, _graph, prevent_cse, name):
+def _barrier_aval(*avals):
+    return [a.strong() for a in avals]
+
+
+def _barrier_batch(args, dims):
+    return list(optimization_barrier_p(*args)), list(dims)
+
+
+# ``optimization_barrier``: the identity on several values at once, which no simplification
+# looks through. The backward pass of a checkpoint reads the checkpoint's inputs through one
+# taken together with the cotangents, so its recomputation is not merged with the forward
+# pass (CSE sees other values) and cannot run before the cotangents exist. The compiler
+# removes it after its last simplification and keeps the ordering it implies
+# (``compiler.lower.strip_barriers``).
+optimization_barrier_p = register(Primitive(
+    "optimization_barrier", kind="opaque", abstract_eval=_barrier_aval,
+    impl=lambda *xs: tuple(xs), vjp=lambda cts, outs, *xs: list(cts),
+    jvp=lambda ts, outs, *xs: list(ts), multiple_results=True, batch=_barrier_batch))
+
+
+def _remat_aval(*avals, _graph, prevent_cse, name, policy=None):
     return [o.aval.strong() for o in _graph.outputs]
 
 
-def _remat_impl(*args, _graph, prevent_cse, name):
+def _remat_impl(*args, _graph, prevent_cse, name, policy=None):
     return tuple(run(_graph, args))
 
 
-def _remat_jvp(ts, outs, *ins, _graph, prevent_cse, name):
+def _remat_jvp(ts, outs, *ins, _graph, prevent_cse, name, policy=None):
     wrt = [k for k, x in enumerate(ins) if is_float(x)]
     if all(ts[k] is None for k in wrt):
         return [None] * len(outs)
@@ -378,12 +398,56 @@ def _remat_jvp(ts, outs, *ins, _graph, prevent_cse, name):
     return [res[n + j] if is_float(outs[j]) else None for j in range(n)]
 
 
-def _remat_vjp(cts, outs, *ins, _graph, prevent_cse, name):
+def saving_backward(bwd: Graph, n_in: int, policy: Callable | None, barrier: bool) -> Graph:
+    """``bwd`` (inputs ``(*ins, *cts)``: the forward run again, then the backward) rewritten so
+    that a compiled program recomputes the forward in the backward pass. The nodes
+    ``policy(prim, *input_avals, **params)`` saves (and what they need) are computed from
+    ``ins`` as the forward pass computed them, so the compiler merges them with it and keeps
+    their results (JAX's checkpoint policies). Then ``ins``, the saved values and the
+    cotangents pass one ``optimization_barrier`` (with ``barrier``), and every other forward
+    node is computed again from its outputs, which CSE cannot merge with the forward pass
+    and which exist only once the cotangents do."""
+    ins, cts = bwd.inputs[:n_in], bwd.inputs[n_in:]
+    backward = set(cts)
+    for n in bwd.nodes:
+        if any(i in backward for i in n.inputs):
+            backward.update(n.outs)
+    env = {v: Var(v.aval) for v in bwd.inputs}
+    nodes: list = []
+    saved: list = []
+    for n in bwd.nodes:
+        if n.outs[0] in backward:
+            continue
+        outs = [Var(o.aval) for o in n.outs]
+        nodes.append(Node(n.prim, [env.get(i, i) for i in n.inputs], n.params, outs, n.source))
+        env.update(zip(n.outs, outs))
+        if policy is not None and policy(n.prim, *[i.aval for i in n.inputs], **n.params):
+            saved.extend(n.outs)
+    through = list(ins) + saved + list(cts)
+    post = dict(env)
+    if barrier:
+        outs = [Var(env[v].aval.strong()) for v in through]
+        nodes.append(Node(optimization_barrier_p, [env[v] for v in through], {}, outs, None))
+        post.update(zip(through, outs))
+    kept = set(saved)
+    for n in bwd.nodes:
+        if n.outs[0] in kept:
+            continue
+        outs = [Var(o.aval) for o in n.outs]
+        nodes.append(Node(n.prim, [post.get(i, i) for i in n.inputs], n.params, outs, n.source))
+        post.update(zip(n.outs, outs))
+    outs = [post.get(v, v) for v in bwd.outputs]
+    return dce(Graph([env[v] for v in bwd.inputs], nodes, outs, dict(bwd.consts)))
+
+
+def _remat_vjp(cts, outs, *ins, _graph, prevent_cse, name, policy=None):
     """The backward pass is itself a remat node whose graph runs the forward again: nothing
-    the forward computed inside is kept for it."""
+    the forward computed inside is kept for it but what ``policy`` saves (see
+    ``saving_backward``: with ``prevent_cse`` a compiled program neither merges the
+    recomputation with the forward pass nor runs it before the backward pass needs it)."""
     wrt = [k for k, x in enumerate(ins) if is_float(x)]
     cts = [c if c is not None else _zeros_like(o) for c, o in zip(cts, outs)]
-    bwd = optimize(build_vjp(_graph, wrt))
+    bwd = saving_backward(optimize(build_vjp(_graph, wrt)), len(ins), policy, prevent_cse)
     grads = bind(remat_p, *ins, *cts, _graph=bwd, prevent_cse=prevent_cse,
                  name=f"backward of {name}")
     res: list = [None] * len(ins)
@@ -392,11 +456,11 @@ def _remat_vjp(cts, outs, *ins, _graph, prevent_cse, name):
     return res
 
 
-def _remat_batch(args, dims, *, _graph, prevent_cse, name):
+def _remat_batch(args, dims, *, _graph, prevent_cse, name, policy=None):
     size = _batch_size(args, dims)
     ins = [_to_front(x, d) for x, d in zip(args, dims)]
     g = batched_graph(_graph, [None if d is None else 0 for d in dims], size)
-    res = bind(remat_p, *ins, _graph=g, prevent_cse=prevent_cse, name=name)
+    res = bind(remat_p, *ins, _graph=g, prevent_cse=prevent_cse, name=name, policy=policy)
     return list(res), [0] * len(res)
 
 

@@ -1,8 +1,11 @@
 """``checkpoint`` (alias ``remat``), as ``jax.checkpoint``: the wrapped function's forward pass
-is recomputed in the backward pass instead of its intermediates being kept.
+is recomputed in the backward pass instead of its intermediates being kept, except the values
+a ``policy`` saves (``checkpoint_policies``, and ``checkpoint_name`` to save values by name).
 
 A call records one ``remat`` node holding the traced function (``jitgraph.control_flow``);
-its VJP is another ``remat`` node whose graph runs the forward again, then the backward.
+its VJP is another ``remat`` node whose graph runs the forward again, then the backward. Under
+``jit`` the recomputation stays in the backward part of the compiled program: it reads the
+checkpoint's inputs through an optimization barrier taken with the cotangents.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import functools
 from typing import Any, Callable
 
 from .control_flow import remat_p
-from .core import aval_of, bind
+from .core import Primitive, aval_of, bind, register
 from .errors import user_frame, where
 from .lax import flatten_operands, trace_user
 from .passes import optimize
@@ -21,9 +24,14 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
                static_argnums: int | tuple = ()) -> Callable:
     """``fun`` whose intermediates are recomputed for its gradient rather than stored.
 
-    ``policy`` is accepted for compatibility with JAX's signature; jitgraph saves nothing
-    inside the function (JAX's ``nothing_saveable``), whatever the policy. ``prevent_cse``:
-    the recomputation is a node of its own, which graph simplification leaves alone."""
+    ``policy(prim, *input_avals, **params) -> bool`` says which intermediates to save instead
+    (one of ``checkpoint_policies``; default: none, JAX's ``nothing_saveable``).
+    ``prevent_cse`` (default, as in JAX): under ``jit`` the recomputation is neither merged
+    with the forward pass nor run before the backward pass needs it; ``False`` lets the
+    compiler merge them (then nothing is saved by checkpointing, as in JAX)."""
+    if policy is not None and not callable(policy):
+        raise TypeError(f"checkpoint: policy must be a function (prim, *avals, **params) -> bool "
+                        f"such as jitgraph.checkpoint_policies.dots_saveable, got {policy!r}")
     statics = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     what = f"checkpoint of {describe_fn(fun)}"
 
@@ -42,9 +50,90 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
         except TypeError as e:
             raise type(e)(f"{e}\n  (in {what}, called at {where(user_frame(2))})") from None
         outs = bind(remat_p, *leaves, *caps, _graph=optimize(g), prevent_cse=bool(prevent_cse),
-                    name=what)
+                    name=what, policy=policy)
         return trees[0].unflatten(list(outs))
     return wrapped
 
 
 remat = checkpoint
+
+
+# ------------------------------------------------------------------ saving by name
+def _name_batch(args, dims, *, name):
+    return checkpoint_name_p(args[0], name=name), dims[0]
+
+
+checkpoint_name_p = register(Primitive(
+    "checkpoint_name", kind="elementwise", abstract_eval=lambda x, *, name: x,
+    impl=lambda x, *, name: x, vjp=lambda g, out, x, *, name: [g],
+    jvp=lambda ts, out, x, *, name: ts[0], codegen=lambda ctx, x, *, name: x,
+    batch=_name_batch))
+
+
+def checkpoint_name(x: Any, name: str) -> Any:
+    """``x``, labelled ``name`` for ``checkpoint_policies.save_only_these_names`` and
+    ``save_any_names_but_these`` (``jax.ad_checkpoint.checkpoint_name``)."""
+    if not isinstance(name, str):
+        raise TypeError(f"checkpoint_name: name must be a str, got {name!r}")
+    return checkpoint_name_p(x, name=name)
+
+
+# ------------------------------------------------------------------ policies
+PRODUCTS = ("matmul",)
+
+
+class _Policy:
+    """A named, hashable saving rule: ``policy(prim, *input_avals, **params) -> bool``."""
+
+    def __init__(self, name: str, test: Callable, args: tuple = ()):
+        self.name, self.test, self.args = name, test, args
+
+    def __call__(self, prim: Primitive, *avals: Any, **params: Any) -> bool:
+        return bool(self.test(prim, avals, params))
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(map(repr, self.args))})" if self.args else self.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Policy) and (self.name, self.args) == (other.name, other.args)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.args))
+
+
+def _named(prim, params, names) -> bool:
+    return prim is checkpoint_name_p and params["name"] in names
+
+
+def _save_only_these_names(*names: str) -> _Policy:
+    """Save the values labelled with ``checkpoint_name`` by one of ``names``."""
+    return _Policy("save_only_these_names", lambda p, a, k: _named(p, k, names), names)
+
+
+def _save_any_names_but_these(*names: str) -> _Policy:
+    """Save every value labelled with ``checkpoint_name``, except those named ``names``."""
+    return _Policy("save_any_names_but_these",
+                   lambda p, a, k: p is checkpoint_name_p and k["name"] not in names, names)
+
+
+def _save_from_both_policies(a: Callable, b: Callable) -> _Policy:
+    """Save what either policy saves."""
+    return _Policy("save_from_both_policies",
+                   lambda p, av, k: a(p, *av, **k) or b(p, *av, **k), (a, b))
+
+
+class checkpoint_policies:
+    """JAX's ``jax.checkpoint_policies``: which intermediates a ``checkpoint`` keeps for the
+    backward pass (the rest it recomputes there). Under ``jit``, the compiled program's
+    planned peak memory (``lower(...).memory_analysis()``) falls as a policy saves less."""
+    everything_saveable = _Policy("everything_saveable", lambda p, a, k: True)
+    nothing_saveable = _Policy("nothing_saveable", lambda p, a, k: False)
+    dots_saveable = _Policy("dots_saveable", lambda p, a, k: p.name in PRODUCTS)
+    checkpoint_dots = dots_saveable
+    dots_with_no_batch_dims_saveable = _Policy(
+        "dots_with_no_batch_dims_saveable",
+        lambda p, a, k: p.name in PRODUCTS and all(x.ndim == 2 for x in a))
+    checkpoint_dots_with_no_batch_dims = dots_with_no_batch_dims_saveable
+    save_only_these_names = staticmethod(_save_only_these_names)
+    save_any_names_but_these = staticmethod(_save_any_names_but_these)
+    save_from_both_policies = staticmethod(_save_from_both_policies)

@@ -403,7 +403,12 @@ def _options(k: LoopKernel, n: Node):
 
 def _array_deps(plan: Plan, n: Node) -> set[Var]:
     """Materialized values (or inputs) that computing ``n`` inline reads."""
-    out, stack, seen = set(), list(n.inputs), set()
+    return _arrays_under(plan, n.inputs)
+
+
+def _arrays_under(plan: Plan, values) -> set[Var]:
+    """Materialized values (or inputs) that computing ``values`` inline reads."""
+    out, stack, seen = set(), list(values), set()
     while stack:
         v = stack.pop()
         if v in seen:
@@ -420,6 +425,7 @@ def _array_deps(plan: Plan, n: Node) -> set[Var]:
 
 def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
     plan = Plan(graph)
+    after = getattr(graph, "schedule_after", {})
     _decide_materialized(plan)
     for n in graph.nodes:
         if (not any(o in plan.materialized for o in n.outs) and n not in plan.epilogues) or \
@@ -443,6 +449,8 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
             continue
         deps = _array_deps(plan, n)
         min_pos = max([plan.available_at(d) for d in deps], default=-1)
+        if n in after:      # behind an optimization barrier: not before what it waited for
+            min_pos = max([min_pos] + [plan.available_at(d) for d in _arrays_under(plan, after[n])])
         placed = False
         lowest = max(min_pos, len(plan.steps) - max_lookback, 0)
         for pos in _by_affinity(plan, deps, range(len(plan.steps) - 1, lowest - 1, -1)):

@@ -4,20 +4,23 @@ Calls to ``custom_vjp`` functions are inlined (a compiled program needs no calls
 scan and its VJP's residual scan become one loop, stacked outputs nothing reads go, and a
 scatter-add that puts one value per row into zeros (the VJP of ``take_along_axis``) becomes an
 elementwise select that fuses into its consumer, and a total reduction of an array that is also
-reduced by rows becomes row partials (computed in that row kernel) and a sum of them.
+reduced by rows becomes row partials (computed in that row kernel) and a sum of them. Last,
+optimization barriers (a checkpoint's recomputation reads its inputs through one) are removed,
+and the order they imply is kept for fusion as ``graph.schedule_after``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..control_flow import scan_p
+from ..control_flow import optimization_barrier_p, scan_p
 from ..core import PRIMITIVES, REDUCE, SCATTER_ADD, Aval, Graph, Node, Var
 from ..passes import optimize
 
 
 def lower(graph: Graph) -> Graph:
     """Every rewrite of this stage, in order."""
-    return split_total_reductions(scatter_to_select(lower_control_flow(inline_calls(graph))))
+    return strip_barriers(split_total_reductions(scatter_to_select(lower_control_flow(
+        inline_calls(graph)))))
 
 
 def inline_calls(g: Graph) -> Graph:
@@ -247,3 +250,37 @@ def split_total_reductions(g: Graph) -> Graph:
     if not changed:
         return g
     return Graph(g.inputs, nodes, g.outputs, g.consts, g.in_tree, g.out_tree)
+
+
+# ---------------------------------------------------------------- optimization barriers
+def strip_barriers(g: Graph) -> Graph:
+    """Remove ``optimization_barrier`` nodes once nothing simplifies the graph any more. What
+    they ordered stays ordered: ``schedule_after[node]`` lists the values every barrier
+    upstream of ``node`` took (a checkpoint's inputs and cotangents), and fusion places the
+    node in no step before those values exist (``fusion.make_plan``), so a checkpoint's
+    recomputation runs in the backward pass, where its values are short-lived."""
+    if not any(n.prim is optimization_barrier_p for n in g.nodes):
+        return g
+    subst: dict[Var, Var] = {}
+    upstream: dict[Var, frozenset] = {}
+    barriers: list[tuple] = []
+    nodes: list[Node] = []
+    after: dict[Node, tuple] = {}
+    for n in g.nodes:
+        ins = [subst.get(v, v) for v in n.inputs]
+        ups = frozenset().union(*[upstream.get(v, frozenset()) for v in n.inputs])
+        if n.prim is optimization_barrier_p:
+            ups = ups | {len(barriers)}
+            barriers.append(tuple(ins))
+            subst.update(zip(n.outs, ins))
+            upstream.update((o, ups) for o in n.outs)
+            continue
+        m = Node(n.prim, ins, n.params, n.outs, n.source)
+        nodes.append(m)
+        if ups:
+            upstream.update((o, ups) for o in n.outs)
+            after[m] = tuple(v for b in sorted(ups) for v in barriers[b])
+    out = Graph(g.inputs, nodes, [subst.get(v, v) for v in g.outputs], g.consts, g.in_tree,
+                g.out_tree)
+    out.schedule_after = after
+    return out
