@@ -192,6 +192,38 @@ def _input_grads(graph: Graph, wrt: Sequence[int], ct_env: dict) -> list:
     return grads
 
 
+# graph -> graph rewrites run on a forward graph before its backward pass is built, so a
+# pattern replaced by a fused primitive gets that primitive's (fused) VJP rule; modules that
+# define such primitives register their rewrite here (``jitgraph.attention``)
+GRAPH_REWRITES: list = []
+
+
+def rewritten(graph: Graph) -> Graph:
+    """``graph`` after every registered rewrite."""
+    for rewrite in GRAPH_REWRITES:
+        graph = rewrite(graph)
+    return graph
+
+
+class without_rewrite:
+    """``with without_rewrite(rewrite):`` graphs traced and compiled inside keep the pattern
+    ``rewrite`` would replace (a fused primitive's ``unfused()``: for comparisons, and for
+    rules that differentiate the composite itself)."""
+
+    def __init__(self, rewrite):
+        self.rewrite = rewrite
+
+    def __enter__(self):
+        self._was = self.rewrite in GRAPH_REWRITES
+        if self._was:
+            GRAPH_REWRITES.remove(self.rewrite)
+        return self
+
+    def __exit__(self, *exc):
+        if self._was and self.rewrite not in GRAPH_REWRITES:
+            GRAPH_REWRITES.append(self.rewrite)
+
+
 def build_vjp(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any] | None = None,
               keep_outputs: bool = False) -> Graph:
     """Graph of ``(*outputs if keep_outputs, *cotangents of inputs[wrt])``.
@@ -199,6 +231,7 @@ def build_vjp(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any] | None 
     Inputs are the forward graph's inputs, then one cotangent per output unless ``ct_values``
     fixes them (``None`` entries mean a zero cotangent, e.g. for auxiliary outputs).
     """
+    graph = rewritten(graph)
     active = _active_vars(graph, wrt)
     with Trace(abstract=True, what="the backward pass") as t:
         env: dict = {v: t.new_input(v.aval) for v in graph.inputs}

@@ -290,6 +290,11 @@ class Driver:
         from .kernels.cuda_matmul import Product
         return Product(self, a_spec, b_spec, m, n, k, batch, alpha, beta, np.dtype(dtype))
 
+    def attention(self, *spec):
+        """One call site's fused attention, prepared once (``kernels.cuda_attention``)."""
+        from .kernels.cuda_attention import Attention
+        return Attention(self, *spec)
+
     def library_call(self, fn: Callable, *args) -> None:
         """A library call that queues work on our stream (cuBLAS); recorded in a capture."""
         rec = self._recording

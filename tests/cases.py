@@ -1091,7 +1091,65 @@ case("lax.while_loop", lambda x: jitgraph.lax.while_loop(
      expect=lambda x: x ** 4)
 case("checkpoint", lambda x: jitgraph.checkpoint(lambda a: jnp.sin(a) * a)(x), rn(3),
      expect=lambda x: np.sin(x) * x)
+case("checkpoint dots_saveable", lambda x, w: jitgraph.checkpoint(
+    lambda a, b: jnp.tanh(jitgraph.checkpoint_name(a @ b, "z")) * a[:, :1],
+    policy=jitgraph.checkpoint_policies.save_only_these_names("z"))(x, w), rn(3, 2), rn(2, 2),
+     argnums=(0, 1), expect=lambda x, w: np.tanh(x @ w) * x[:, :1])
+case("checkpoint_name", lambda x: jnp.sin(jitgraph.checkpoint_name(x * x, "sq")), rn(3),
+     expect=lambda x: np.sin(x * x))
+case("lax.optimization_barrier", lambda x, y: jnp.sin(
+    jitgraph.lax.optimization_barrier((x, y))[0]) * y, rn(3), rn(3), argnums=(0, 1),
+     expect=lambda x, y: np.sin(x) * y)
 
+
+def _np_attention_probs(q, k, scale=0.5):
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
+
+
+def _np_attention(q, k, v, scale=0.5):
+    return _np_attention_probs(q, k, scale) @ v
+
+
+def _np_attention_dq(q, do, k, v, scale=0.5):
+    p = _np_attention_probs(q, k, scale)
+    dp = do @ np.swapaxes(v, -1, -2)
+    return (p * (dp - np.sum(do * (p @ v), -1, keepdims=True))) @ k * scale
+
+
+_ATT = dict(scale=0.5, causal=True, kind=0, fill=-np.inf)
+_att_k, _att_v = rn(2, 5, 3), rn(2, 5, 3)
+case("attention", lambda q: jitgraph.attention.attention_p(q, _att_k, _att_v, **_ATT)[0],
+     rn(2, 5, 3), expect=lambda q: _np_attention(q, _att_k, _att_v))
+case("attention_bwd", lambda q, do: jitgraph.attention.attention_bwd_p(
+    q, _att_k, _att_v, *jitgraph.attention.attention_p(q, _att_k, _att_v, **_ATT), do,
+    **_ATT)[0], rn(2, 5, 3), rn(2, 5, 3), argnums=(0, 1), rtol=1e-5,
+     expect=lambda q, do: _np_attention_dq(q, do, _att_k, _att_v))
+
+_ce_w, _ce_y = rn(3, 4), np.array([0, 3, 1, 2, 3])
+
+
+def _np_linear_ce(h):
+    z = h @ _ce_w
+    m = z.max(1, keepdims=True)
+    return (m + np.log(np.exp(z - m).sum(1, keepdims=True)))[:, 0] - z[np.arange(5), _ce_y]
+
+
+def _np_linear_ce_dh(h, ct):
+    z = h @ _ce_w
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(5), _ce_y] -= 1.0
+    return (p * ct[:, None]) @ _ce_w.T
+
+
+case("linear_ce", lambda h: jitgraph.linear_ce.linear_ce_p(h, _ce_w, _ce_y)[0], rn(5, 3),
+     expect=_np_linear_ce)
+case("linear_ce_bwd", lambda h, ct: jitgraph.linear_ce.linear_ce_bwd_p(
+    h, _ce_w, _ce_y, jitgraph.linear_ce.linear_ce_p(h, _ce_w, _ce_y)[1], ct)[0],
+     rn(5, 3), rn(5), argnums=(0, 1), rtol=1e-5, expect=lambda h, ct: _np_linear_ce_dh(h, ct))
 
 CASES_BY_NAME = {c.name: c for c in CASES}
 GRAD_CASES = [c for c in CASES if c.grad]

@@ -22,7 +22,8 @@ def test_chain_of_products_reuses_two_scratch_slots():
         peak_memory_in_bytes=args + 2 * tile,
         steps=(("k0_matmul", args + tile), ("k1_loop", args + 2 * tile),
                ("k2_matmul", args + 2 * tile), ("k3_loop", args + 2 * tile),
-               ("k4_matmul", args + 2 * tile)))
+               ("k4_matmul", args + 2 * tile)),
+        largest_temp_in_bytes=tile)
 
 
 def test_donated_update_takes_no_new_memory():

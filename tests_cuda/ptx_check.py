@@ -353,6 +353,28 @@ def library_kernels(cc=(9, 0)) -> int:
     return n
 
 
+def attention_kernels(cc=(9, 0)) -> list[dict]:
+    """Records (``analyse``) of the fused-attention kernels of kernels/cuda_attention.py, per
+    float dtype: they are library kernels no generated program contains."""
+    from numba import cuda, types
+
+    from jitgraph.kernels import cuda_attention
+    out = []
+    for name in ("float32", "float64"):
+        dt = getattr(types, name)
+        a3, a2 = types.Array(dt, 3, "C"), types.Array(dt, 2, "C")
+        head = (a3, a3, a3, a3, types.Array(types.int64, 1, "C"), types.int64, types.boolean,
+                dt, dt)
+        fwd, row_dots, key_grads, query_grads = cuda_attention.kernels(name)
+        for label, k, sig in (("forward", fwd, head + (a3, a2, a2)),
+                              ("row_dots", row_dots, (a3, a3, a2)),
+                              ("key_grads", key_grads, head + (a2, a2, a2, a3, a3, a3)),
+                              ("query_grads", query_grads, head + (a2, a2, a2, a3, a3))):
+            ptx, _ = cuda.compile_ptx(k.py_func, sig, cc=cc)
+            out.append(analyse(f"attention {label}({name})", ptx, [name], cc, False))
+    return out
+
+
 # (helper, argument dtypes, branch-free) of kernels/cuda_scalar.py: each is compiled alone, in a
 # kernel ``out[0] = helper(a[0], ...)`` without loops or bounds checks, so any branch is the
 # helper's. Not branch-free: libdevice's own slow paths (float64 exp's overflow range, powf's

@@ -48,9 +48,13 @@ class FakeCupyCublas:
     """CuPy's raw cuBLAS names, evaluated with NumPy on host pointers (the simulator's device
     memory is host memory). Records what it was handed."""
     CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_POINTER_MODE_HOST = 0, 1, 0
+    CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH = 0, 3
 
     def __init__(self):
-        self.streams, self.workspace, self.calls = [], None, 0
+        self.streams, self.workspace, self.calls, self.math_modes = [], None, 0, []
+
+    def setMathMode(self, handle, mode):
+        self.math_modes.append(mode)
 
     def create(self):
         return 7
@@ -92,9 +96,12 @@ class FakeNvmathCublas(FakeCupyCublas):
     class PointerMode:
         HOST = 0
 
+    class Math:
+        DEFAULT_MATH, TF32_TENSOR_OP_MATH = 0, 3
+
     def __getattr__(self, name):
         cupy_name = {"set_stream": "setStream", "set_workspace": "setWorkspace",
-                     "set_pointer_mode": "setPointerMode",
+                     "set_pointer_mode": "setPointerMode", "set_math_mode": "setMathMode",
                      "sgemm_strided_batched": "sgemmStridedBatched",
                      "dgemm_strided_batched": "dgemmStridedBatched"}[name]
         return getattr(self, cupy_name)

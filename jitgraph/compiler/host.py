@@ -7,12 +7,25 @@ nothing of the compiler).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 from ..core import Node, run_impl
+from .state import STATE
 
 # primitive -> builder(node) -> the callable a host step runs (filled by compiler/loops.py)
 HOST_LOWERINGS: dict = {}
+
+# primitive -> its CUDA lowering: ``fits(node)`` whether its kernels take the node, and
+# ``lines(codegen, step)``, the driver lines launching them (filled by compiler/fused_calls.py);
+# a step without one runs on the host, on copies
+DEVICE_CALLS: dict = {}
+
+
+def on_device(node: Node) -> bool:
+    """Whether a CUDA program runs this host step's primitive with device kernels."""
+    call = DEVICE_CALLS.get(node.prim)
+    return call is not None and call.fits(node)
 
 
 def host_impl(node: Node) -> Callable:
@@ -25,3 +38,20 @@ def host_impl(node: Node) -> Callable:
         res = run_impl(node.prim, arrays, node.params, [o.aval for o in node.outs])
         return res[0] if len(res) == 1 else tuple(res)
     return call
+
+
+def one_blas_thread():
+    """A context manager running BLAS on one thread (threadpoolctl, on the BLAS compiled
+    products call): for loops of small products, and kernels that split work over threads
+    of their own (each product then runs on its thread alone, not oversubscribing the
+    cores). A null context where threadpoolctl is missing."""
+    if not STATE.blas_selection:
+        try:
+            from ..kernels import blas  # type: ignore[attr-defined]
+            blas.register()     # the BLAS compiled products call is loaded (NumPy's or SciPy's)
+            from threadpoolctl import ThreadpoolController
+            STATE.blas_selection.append(ThreadpoolController().select(user_api="blas"))
+        except ImportError:
+            STATE.blas_selection.append(None)
+    selection = STATE.blas_selection[0]
+    return contextlib.nullcontext() if selection is None else selection.limit(limits=1)

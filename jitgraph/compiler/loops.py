@@ -20,9 +20,8 @@ from . import pipeline
 from .backends.base import CompileOptions
 from .backends.cpu import HEADER
 from .fusion import HostStep, MatmulStep
-from .host import HOST_LOWERINGS
+from .host import HOST_LOWERINGS, one_blas_thread
 from .settings import disk_cache, fingerprint
-from .state import STATE
 from .thresholds import COMPILED_LOOP_MIN_LENGTH, LOOP_BODY_MAX_STEPS, SMALL_PRODUCT
 
 
@@ -53,16 +52,7 @@ def _blas_limit(graphs: Sequence[Graph]):
              for g in graphs for n in g.nodes if n.prim.kind == "matmul"]
     if not sizes or max(sizes) >= SMALL_PRODUCT:
         return None
-    if not STATE.blas_selection:
-        try:
-            from ..kernels import blas  # type: ignore[attr-defined]
-            blas.register()     # the BLAS compiled products call is loaded (NumPy's or SciPy's)
-            from threadpoolctl import ThreadpoolController
-            STATE.blas_selection.append(ThreadpoolController().select(user_api="blas"))
-        except ImportError:
-            STATE.blas_selection.append(None)
-    selection = STATE.blas_selection[0]
-    return None if selection is None else (lambda: selection.limit(limits=1))
+    return one_blas_thread
 
 
 def _limited(graphs: Sequence[Graph]):

@@ -34,7 +34,8 @@ class MemoryStats:
     ``constant_size_in_bytes`` (arrays baked into the program), and
     ``peak_memory_in_bytes``: the most bytes live while any one step runs (arguments,
     constants, results written so far in new buffers, intermediates still to be read, the
-    step's accumulators), ``steps`` giving that figure per step."""
+    step's accumulators), ``steps`` giving that figure per step, and
+    ``largest_temp_in_bytes``."""
     argument_size_in_bytes: int
     output_size_in_bytes: int
     alias_size_in_bytes: int
@@ -42,6 +43,9 @@ class MemoryStats:
     constant_size_in_bytes: int
     peak_memory_in_bytes: int
     steps: tuple = ()
+    largest_temp_in_bytes: int = 0
+    """The biggest scratch buffer: whether a program ever holds an array of some size (the
+    (T, T) scores of an attention that was not fused)."""
 
     def __str__(self) -> str:
         b = _size_text
@@ -187,7 +191,9 @@ class MemoryPlan:
                     if n not in walked)
         steps = [(name, arg + const + b + extra) for name, b in getattr(self, "timeline", [])]
         peak = max([b for _, b in steps], default=arg + const)
-        return MemoryStats(arg, out, alias, temp, const, peak, tuple(steps))
+        largest = max([size * np.dtype(dt).itemsize for _, size, dt in info["scratch_specs"]],
+                      default=0)
+        return MemoryStats(arg, out, alias, temp, const, peak, tuple(steps), largest)
 
     def _output_sources(self, order, donated) -> list:
         """How to find each graph output after a call: ('out', k) | ('input', i) | ('const', k)."""

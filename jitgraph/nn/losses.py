@@ -55,9 +55,10 @@ def cross_entropy(logits, labels, axis: int = -1, reduction: str = "mean"):
     if aval_of(labels).shape != batch:
         raise ShapeError(f"cross_entropy: labels {aval_of(labels).shape} must have the logits' "
                          f"shape {la.shape} without the class axis {ax}: {batch}")
-    hit = jnp.expand_dims(labels, ax) == np.arange(n).reshape((n,) + (1,) * (la.ndim - ax - 1))
-    picked = jnp.sum(jnp.where(hit, logits, jnp.zeros((), la.dtype)), axis=ax)
     valid = (labels >= 0) & (labels < n)
+    # the labelled logit by a gather (no (N, classes) one-hot mask), at a safe index
+    safe = jnp.expand_dims(jnp.where(valid, labels, jnp.zeros((), aval_of(labels).dtype)), ax)
+    picked = jnp.squeeze(jnp.take_along_axis(logits, safe, axis=ax), axis=ax)
     nll = jnp.where(valid, logsumexp(logits, axis=ax) - picked, jnp.asarray(np.nan, la.dtype))
     return _reduce(nll, reduction, "cross_entropy")
 
@@ -86,6 +87,8 @@ def binary_cross_entropy_with_logits(logits, targets, reduction: str = "mean"):
 
 
 def mse(pred, target, reduction: str = "mean"):
+    """Mean (``reduction="mean"``), sum or per-element squared error between ``pred`` and
+    ``target``."""
     d = pred - target
     return _reduce(d * d, reduction, "mse")
 

@@ -34,6 +34,7 @@ import numpy as np
 from ...core import returns_input_type, scalar_function
 from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
+from ..host import DEVICE_CALLS, on_device
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, kernel_params, numba_cast, outer_offset, step_ops,
                            store_lines, subgraph_comment)
@@ -682,8 +683,11 @@ class CudaCodegen:
         return [f"{prod}({name(a)}, {name(b)}, {dst}, {c})"]
 
     def host_call(self, s: HostStep) -> list[str]:
-        """A primitive without a codegen rule runs its NumPy implementation on host copies."""
+        """A primitive without a codegen rule runs its NumPy implementation on host copies,
+        unless it has kernels of its own (``host.DEVICE_CALLS``: fused attention)."""
         n = s.node
+        if on_device(n):
+            return subgraph_comment(n) + DEVICE_CALLS[n.prim].lines(self, s)
         name = self.plan.array_name
         args = ", ".join(f"D.to_host({name(v)}).reshape({v.aval.shape!r})" for v in n.inputs)
         lines = subgraph_comment(n) + [f"_r = host_{s.name}({args})"]

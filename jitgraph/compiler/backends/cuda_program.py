@@ -19,7 +19,7 @@ from ...cuda_driver import driver as cuda_driver
 from ...device import (DeviceArray, as_device_buffer, buffer_pointer, compute_capability,
                        cuda_api, device_error, simulator)
 from ..fusion import HostStep, MatmulStep
-from ..host import host_impl
+from ..host import host_impl, on_device
 from ..settings import disk_cache, fingerprint
 
 
@@ -164,7 +164,8 @@ class CudaProgram:
             D = cuda_driver()
             ok = (self.options.cuda_graph and not self.options.profile
                   and D.capture_mode is not None
-                  and not any(isinstance(s, HostStep) for s in self.plan.steps))
+                  and not any(isinstance(s, HostStep) and not on_device(s.node)
+                              for s in self.plan.steps))
             if ok and any(isinstance(s, MatmulStep) for s in self.plan.steps):
                 from ...kernels.cuda_matmul import capture_safe  # type: ignore[import-not-found]
                 ok = capture_safe(D)
@@ -302,7 +303,7 @@ def load(gen, options, t0: float, compile_again: Callable | None = None) -> Cuda
     module, was_on_disk = disk_cache().load_module(gen.module.source, key_extra=key)
     # the driver calls host steps by module-level name
     for s in gen.plan.steps:
-        if isinstance(s, HostStep):
+        if isinstance(s, HostStep) and not on_device(s.node):
             setattr(module, f"host_{s.name}", host_impl(s.node))
     if options.profile:         # what the profiled driver's marks call and fill
         module.profile_marks, module.profile_clock = [], EventClock()

@@ -1,0 +1,384 @@
+"""Fused linear cross-entropy: ``cross_entropy(h @ W, labels)`` without the (tokens, vocabulary)
+logits, as Liger Kernel's and Cut Cross-Entropy's fused losses compute it.
+
+``linear_ce(h, W, labels) -> (loss, lse)`` gives each row's loss ``logsumexp(z) - z[label]``
+and log-sum-exp of ``z = h @ W``; the compiler runs it over chunks of rows
+(``kernels/linear_ce.py``), holding one (rows, V) tile of logits at a time. Its VJP is
+``linear_ce_bwd(h, W, labels, lse, ct) -> (dh, dW)``, which recomputes each tile. When a
+compiled program's row cotangents do not depend on the losses (a mean or a sum of them: the
+usual case), the compiler merges the two into ``linear_ce_train`` (``merge_train_steps``):
+one sweep computing losses and gradients together, with the three products of the unfused
+program and no recomputation.
+
+``fuse_linear_ce(graph)`` finds the loss in the spellings users write when the logits are used
+nowhere else: ``nn.cross_entropy`` (log-sum-exp minus a one-hot sum),
+``take_along_axis(log_softmax(z), labels)``, and ``logsumexp(z) - z[arange, labels]``
+(``scipy.special.logsumexp`` or a hand-written max shift). A label outside [0, V) picks 0
+(as the one-hot sum does; ``nn.cross_entropy`` then masks its loss as NaN).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import numpy as jnp
+from .autodiff import GRAPH_REWRITES, build_jvp, build_vjp, eval_graph, without_rewrite
+from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, register
+from .errors import ShapeError
+from .passes import dce, optimize
+from .transforms import trace_flat
+
+
+# ------------------------------------------------------------------ primitives
+def _check(h, w, labels):
+    if h.ndim != 2 or w.ndim != 2 or h.shape[1] != w.shape[0]:
+        raise ShapeError(f"linear_ce: h (N, D) @ W (D, V) needed, got {h.shape} and {w.shape}")
+    if labels.shape != (h.shape[0],) or labels.dtype.kind not in "iu":
+        raise ShapeError(f"linear_ce: labels must be (N,) integers, got {labels.shape} "
+                         f"{labels.dtype}")
+    if h.dtype != w.dtype or h.dtype.kind != "f":
+        raise TypeError(f"linear_ce: h and W must share a float dtype, got {h.dtype}, {w.dtype}")
+
+
+def _rows_np(h, w, labels):
+    z = h @ w
+    m = z.max(1, keepdims=True)
+    lse = (m + np.log(np.exp(z - m).sum(1, keepdims=True)))[:, 0]
+    ok = (labels >= 0) & (labels < z.shape[1])
+    picked = np.where(ok, z[np.arange(len(z)), np.where(ok, labels, 0)], 0)
+    return z, lse.astype(h.dtype), picked
+
+
+def _fwd_aval(h, w, labels):
+    _check(h, w, labels)
+    return [Aval((h.shape[0],), h.dtype), Aval((h.shape[0],), h.dtype)]
+
+
+def _fwd_impl(h, w, labels):
+    z, lse, picked = _rows_np(h, w, labels)
+    return (lse - picked).astype(h.dtype), lse
+
+
+def _dz_np(z, lse, labels, ct):
+    dz = np.exp(z - lse[:, None]) * ct[:, None]
+    ok = (labels >= 0) & (labels < z.shape[1])
+    rows = np.arange(len(z))[ok]
+    dz[rows, labels[ok]] -= ct[ok]
+    return dz
+
+
+def _bwd_aval(h, w, labels, lse, ct):
+    return [Aval(h.shape, h.dtype), Aval(w.shape, w.dtype)]
+
+
+def _bwd_impl(h, w, labels, lse, ct):
+    dz = _dz_np(h @ w, lse, labels, ct)
+    return (dz @ w.T).astype(h.dtype), (h.T @ dz).astype(w.dtype)
+
+
+def _train_aval(h, w, labels, ct):
+    _check(h, w, labels)
+    return [Aval((h.shape[0],), h.dtype)] * 2 + [Aval(h.shape, h.dtype), Aval(w.shape, w.dtype)]
+
+
+def _train_impl(h, w, labels, ct):
+    z, lse, picked = _rows_np(h, w, labels)
+    dz = _dz_np(z, lse, labels, ct)
+    dt = h.dtype
+    return ((lse - picked).astype(dt), lse, (dz @ w.T).astype(dt), (h.T @ dz).astype(dt))
+
+
+def _composite(h, w, labels):
+    """The row losses written with jnp: what the higher-order rules differentiate."""
+    z = jnp.matmul(h, w)
+    m = jnp.stop_gradient(jnp.max(z, axis=1, keepdims=True))
+    lse = jnp.log(jnp.sum(jnp.exp(z - m), axis=1)) + m[:, 0]
+    v = z.shape[1]
+    hit = jnp.reshape(labels, (-1, 1)) == np.arange(v)
+    return lse - jnp.sum(jnp.where(hit, z, jnp.zeros((), z.dtype)), axis=1)
+
+
+def _composite_graph(avals, with_ct: bool) -> Graph:
+    with unfused():
+        g, caps = trace_flat(lambda h, w, y: [_composite(h, w, y)], avals, "linear_ce")
+        assert not caps
+        g = optimize(g)
+        return optimize(build_vjp(g, [0, 1])) if with_ct else g
+
+
+def _avals(*xs):
+    return [x.aval if hasattr(x, "aval") else Aval(np.shape(x), np.asarray(x).dtype)
+            for x in xs]
+
+
+def _fwd_vjp(cts, outs, h, w, labels):
+    ct, clse = cts
+    if clse is not None:
+        raise NotImplementedError("the gradient through linear_ce's log-sum-exp output")
+    if ct is None:
+        return [None, None, None]
+    dh, dw = linear_ce_bwd_p(h, w, labels, outs[1], ct)
+    return [dh, dw, None]
+
+
+def _fwd_jvp(ts, outs, h, w, labels):
+    if ts[0] is None and ts[1] is None:
+        return [None, None]
+    with unfused():
+        g = optimize(build_jvp(_composite_graph(_avals(h, w, labels), False), [0, 1]))
+    tans = [t if t is not None else jnp.zeros_like(x) for t, x in zip(ts[:2], (h, w))]
+    return [eval_graph(g, [h, w, labels] + tans)[1], None]
+
+
+def _bwd_vjp(cts, outs, h, w, labels, lse, ct):
+    """Second order: the VJP of the composite's VJP (lse is a function of h and W)."""
+    first = _composite_graph(_avals(h, w, labels), True)
+    with unfused():
+        second = optimize(build_vjp(first, [0, 1, 3]))
+    zs = [c if c is not None else jnp.zeros_like(x) for c, x in zip(cts, (h, w))]
+    gh, gw, gct = eval_graph(second, [h, w, labels, ct] + zs)
+    return [gh, gw, None, None, gct]
+
+
+def _bwd_jvp(ts, outs, h, w, labels, lse, ct):
+    tans = [ts[0], ts[1], ts[4]]
+    if all(t is None for t in tans):
+        return [None, None]
+    first = _composite_graph(_avals(h, w, labels), True)
+    with unfused():
+        g = optimize(build_jvp(first, [0, 1, 3]))
+    zs = [t if t is not None else jnp.zeros_like(x) for t, x in zip(tans, (h, w, ct))]
+    return eval_graph(g, [h, w, labels, ct] + zs)[2:]
+
+
+linear_ce_p = register(Primitive(
+    "linear_ce", kind="opaque", abstract_eval=_fwd_aval, impl=_fwd_impl, vjp=_fwd_vjp,
+    jvp=_fwd_jvp, multiple_results=True))
+linear_ce_bwd_p = register(Primitive(
+    "linear_ce_bwd", kind="opaque", abstract_eval=_bwd_aval, impl=_bwd_impl, vjp=_bwd_vjp,
+    jvp=_bwd_jvp, multiple_results=True))
+# made by the compiler only, after differentiation
+linear_ce_train_p = register(Primitive(
+    "linear_ce_train", kind="opaque", abstract_eval=_train_aval, impl=_train_impl,
+    multiple_results=True, differentiable=False))
+
+
+# ------------------------------------------------------------------ the rewrite
+class _Match:
+    def __init__(self, g: Graph):
+        self.g = g
+        self.producer = {o: n for n in g.nodes for o in n.outs}
+
+    def op(self, v, *names):
+        n = self.producer.get(v)
+        return n if n is not None and n.prim.name in names else None
+
+    def through(self, v, *names):
+        """``v`` with any of the named (shape-only) ops peeled off."""
+        while True:
+            n = self.op(v, *names)
+            if n is None:
+                return v
+            v = n.inputs[0]
+
+    def const(self, v):
+        c = self.g.consts.get(v)
+        return None if c is None else np.asarray(c)
+
+    def row_max_shift(self, v):
+        """``z`` when ``v`` is the (stopped, finite-guarded) row max of ``z``, (N, 1)."""
+        v = self.through(v, "stop_gradient")
+        sel = self.op(v, "select")
+        if sel is not None:
+            v = sel.inputs[1]
+        r = self.op(v, "reshape")
+        red = self.op(r.inputs[0], "reduce_max") if r is not None else None
+        if red is None or tuple(red.params.get("axes", ())) != (1,):
+            return None
+        return red.inputs[0]
+
+    def log_sum_exp_shifted(self, v):
+        """(z, shift) when ``v`` = log(rowsum(exp(z - shift))), (N, 1)."""
+        lg = self.op(v, "log")
+        r = self.op(lg.inputs[0], "reshape") if lg is not None else None
+        s = self.op(r.inputs[0], "reduce_sum") if r is not None else None
+        if s is None or tuple(s.params.get("axes", ())) != (1,):
+            return None
+        ex = self.op(s.inputs[0], "exp")
+        sub = self.op(ex.inputs[0], "sub") if ex is not None else None
+        if sub is None:
+            return None
+        z, shift = sub.inputs
+        return (z, shift) if self.row_max_shift(shift) is z else None
+
+    def lse(self, v):
+        """``z`` when ``v`` is logsumexp(z) by rows, (N,) or (N, 1)."""
+        v = self.through(v, "reshape")
+        add = self.op(v, "add")
+        if add is None:
+            return None
+        for a, b in (add.inputs, add.inputs[::-1]):
+            hit = self.log_sum_exp_shifted(a)
+            if hit is not None and hit[1] is b:
+                return hit[0]
+        return None
+
+    def picked(self, v):
+        """(z, labels) when ``v`` is z[i, labels[i]] by rows, (N,)."""
+        v = self.through(v, "reshape")
+        s = self.op(v, "reduce_sum")
+        if s is not None and tuple(s.params.get("axes", ())) == (1,):
+            sel = self.op(s.inputs[0], "select")
+            if sel is None or self.const(sel.inputs[2]) is None or \
+                    np.any(self.const(sel.inputs[2]) != 0):
+                return None
+            hit, z = sel.inputs[0], sel.inputs[1]
+            eq = self.op(hit, "eq")
+            if eq is None:
+                return None
+            lab, ar = eq.inputs
+            c = self.const(ar)
+            v_ = z.aval.shape[1]
+            if c is None or c.shape != (v_,) or np.any(c != np.arange(v_)):
+                return None
+            lab = self.through(lab, "reshape")
+            return (z, lab) if lab.aval.shape == (z.aval.shape[0],) else None
+        ga = self.op(v, "gather")
+        if ga is not None and len(ga.inputs) == 3:
+            z, rows, lab = ga.inputs
+            c = self.const(rows)
+            if c is None or c.reshape(-1).shape != (z.aval.shape[0],) or \
+                    np.any(c.reshape(-1) != np.arange(z.aval.shape[0])):
+                return None
+            return z, lab
+        return None
+
+
+def _logits(m: _Match, z):
+    """(h, W) when ``z`` = h @ W with 2-D operands."""
+    n = m.op(z, "matmul")
+    if n is None or z.aval.ndim != 2 or n.inputs[0].aval.ndim != 2:
+        return None
+    return n.inputs
+
+
+def fuse_linear_ce(g: Graph) -> Graph:
+    """Replace each fused-linear-cross-entropy pattern of ``g`` (module docstring); ``g``
+    itself when there is none or the logits are used elsewhere."""
+    if not any(n.prim.name == "matmul" for n in g.nodes) or \
+            not any(n.prim.name in ("gather", "reduce_max") for n in g.nodes):
+        return g
+    original, g = g, optimize(g)      # constants folded: a raw trace spells them as nodes
+    m = _Match(g)
+    hits: dict = {}       # node to replace -> (z, labels, sign, reshape to)
+    for n in g.nodes:
+        if n.prim.name == "sub":
+            a, b = n.inputs
+            z = m.lse(a)
+            p = m.picked(b) if z is not None else None
+            if p is not None and p[0] is z and n.out.aval.shape == (z.aval.shape[0],):
+                hits[n] = (z, p[1], 1.0)
+        elif n.prim.name == "gather" and len(n.inputs) == 3:
+            ls = m.op(n.inputs[0], "sub")     # log_softmax = (z - shift) - log(sum)
+            if ls is None:
+                continue
+            shifted, logsum = ls.inputs
+            hit = m.log_sum_exp_shifted(logsum)
+            sub = m.op(shifted, "sub")
+            if hit is None or sub is None or sub.inputs[0] is not hit[0] or \
+                    sub.inputs[1] is not hit[1]:
+                continue
+            z = hit[0]
+            fake = Node(n.prim, [z] + n.inputs[1:], n.params, [Var(n.out.aval)], n.source)
+            m.producer[fake.out] = fake
+            p = m.picked(fake.out)
+            if p is not None and n.out.aval.shape in ((z.aval.shape[0],), (z.aval.shape[0], 1)):
+                lab = p[1]
+                hits[n] = (z, lab, -1.0)
+    hits = {n: h for n, h in hits.items() if _logits(m, h[0]) is not None}
+    if not hits:
+        return original
+    nodes: list[Node] = []
+    consts = dict(g.consts)
+    made: dict = {}
+    for n in g.nodes:
+        if n not in hits:
+            nodes.append(n)
+            continue
+        z, lab, sign = hits[n]
+        h, w = _logits(m, z)
+
+        def emit(name, ins, **params):
+            prim = PRIMITIVES[name]
+            out = Var(prim.abstract_eval(*[i.aval for i in ins], **params))
+            nodes.append(Node(prim, ins, params, [out], n.source))
+            return out
+        if lab.aval.shape != (z.aval.shape[0],):
+            lab = emit("reshape", [lab], shape=(z.aval.shape[0],))
+        key = (h, w, lab)
+        if key not in made:
+            outs = [Var(Aval((z.aval.shape[0],), z.aval.dtype)) for _ in range(2)]
+            nodes.append(Node(linear_ce_p, [h, w, lab], {}, outs, n.source))
+            made[key] = outs[0]
+        loss = made[key]
+        if sign < 0:
+            c = Var(Aval((), z.aval.dtype))
+            consts[c] = np.asarray(-1.0, z.aval.dtype)
+            loss = emit("mul", [loss, c])
+        nodes.append(Node(PRIMITIVES["reshape"], [loss], dict(shape=n.out.aval.shape), [n.out],
+                          n.source))
+    out = dce(Graph(g.inputs, nodes, g.outputs, consts, g.in_tree, g.out_tree))
+    if any(n.prim.name == "matmul" and n.out in {h[0] for h in hits.values()}
+           for n in out.nodes):
+        return original   # the logits are used elsewhere: nothing saved
+    return out
+
+
+# ------------------------------------------------------------------ one sweep for training
+def merge_train_steps(g: Graph) -> Graph:
+    """A ``linear_ce`` and its ``linear_ce_bwd`` become one ``linear_ce_train`` when the row
+    cotangents do not depend on the forward's results: the nodes they do depend on move
+    before it (they depend on nothing it computes)."""
+    bwds = [n for n in g.nodes if n.prim is linear_ce_bwd_p]
+    if not bwds:
+        return g
+    producer = {o: n for n in g.nodes for o in n.outs}
+    for b in bwds:
+        h, w, lab, lse, ct = b.inputs
+        f = producer.get(lse)
+        if f is None or f.prim is not linear_ce_p or f.inputs != [h, w, lab]:
+            continue
+        anc, stack = [], [ct]
+        seen: set = set()
+        ok = True
+        while stack:
+            v = stack.pop()
+            n = producer.get(v)
+            if n is None or n in seen:
+                continue
+            seen.add(n)
+            if n is f:
+                ok = False
+                break
+            anc.append(n)
+            stack.extend(n.inputs)
+        if not ok:
+            continue
+        pos = g.nodes.index(f)
+        moved = [n for n in g.nodes[pos + 1:] if n in seen]
+        merged = Node(linear_ce_train_p, [h, w, lab, ct], {}, list(f.outs) + list(b.outs),
+                      f.source)
+        rest = [n for n in g.nodes[pos + 1:] if n not in seen and n is not b]
+        g = Graph(g.inputs, g.nodes[:pos] + moved + [merged] + rest, g.outputs, g.consts,
+                  g.in_tree, g.out_tree)
+        producer = {o: n for n in g.nodes for o in n.outs}
+    return g
+
+
+def unfused() -> without_rewrite:
+    """``with jitgraph.linear_ce.unfused():`` programs traced and compiled inside keep the
+    cross-entropy of a product as written (the full logits): for comparing against the fused
+    kernels."""
+    return without_rewrite(fuse_linear_ce)
+
+
+GRAPH_REWRITES.append(fuse_linear_ce)

@@ -1,0 +1,173 @@
+"""Fused attention: the graph rewrite finds attention however users spell it, the compiled
+tiled kernels (online softmax forward, log-sum-exp backward) give the unfused program's values
+and gradients, and no (T, T) buffer is planned.
+
+T = 100 and 130 take several 64-row blocks with a ragged last one (the kernels' block loop and
+causal block skipping); T = 8 takes one partial block.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitgraph as jg
+import jitgraph.nn as nn
+import jitgraph.numpy as jnp
+from jitgraph.attention import attention_bwd_p, attention_p, fuse_attention
+
+RNG = np.random.default_rng(0)
+B, H, T, D = 2, 2, 100, 8
+Q, K, V = (RNG.standard_normal((B, H, T, D)) for _ in range(3))
+CAUSAL = np.tril(np.ones((T, T), bool))
+PAD = np.ones((B, 1, 1, T), bool)
+PAD[1, ..., 60:] = False
+
+
+def nn_causal(q, k, v):
+    return nn.dot_product_attention(q, k, v, CAUSAL)
+
+
+def nn_padded(q, k, v):
+    return nn.dot_product_attention(q, k, v, PAD)
+
+
+def additive_causal(q, k, v):
+    s = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(D) + jnp.where(CAUSAL, 0.0, -jnp.inf)
+    return nn.softmax(s, axis=-1) @ v
+
+
+def einsum_max_shift(q, k, v):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.3 + jnp.where(CAUSAL, 0.0, -1e9)
+    s = s - jnp.max(s, axis=-1, keepdims=True)
+    e = jnp.exp(s)
+    return jnp.einsum("bhqk,bhkd->bhqd", e / jnp.sum(e, axis=-1, keepdims=True), v)
+
+
+def unmasked_transposed(q, k, v):
+    return nn.softmax((q * 0.5) @ k.transpose(0, 1, 3, 2), axis=-1) @ v
+
+
+SPELLINGS = [nn_causal, nn_padded, additive_causal, einsum_max_shift, unmasked_transposed]
+
+
+def _loss(att):
+    return lambda q, k, v: jnp.sum(jnp.sin(att(q, k, v)) * jnp.cos(q))
+
+
+@pytest.mark.parametrize("att", SPELLINGS, ids=lambda f: f.__name__)
+def test_compiled_fused_equals_unfused(att):
+    vg = jg.value_and_grad(_loss(att), argnums=(0, 1, 2))
+    ref = vg(Q, K, V)                         # eager: the unfused reference
+    fused = jg.jit(vg)
+    lowered = fused.lower(Q, K, V).stages["lowered"]
+    assert lowered.count("attention") == 1 and lowered.count("attention_bwd") == 1
+    assert lowered.count("exp") == 0          # no softmax of scores is left
+    val, grads = fused(Q, K, V)
+    np.testing.assert_allclose(val, ref[0], rtol=1e-12)
+    for g, r in zip(grads, ref[1]):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12)
+    out = jg.jit(att)(Q, K, V)                # forward only: the compiler's own rewrite
+    np.testing.assert_allclose(out, att(Q, K, V), rtol=1e-10, atol=1e-12)
+
+
+def test_float32_cross_attention_other_lengths():
+    q = RNG.standard_normal((3, 130, 16)).astype(np.float32)
+    k, v = (RNG.standard_normal((3, 70, 16)).astype(np.float32) for _ in range(2))
+    loss = _loss(lambda q, k, v: nn.dot_product_attention(q, k, v))
+    ref = jg.grad(loss, argnums=(0, 1, 2))(q, k, v)
+    got = jg.jit(jg.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    for g, r in zip(got, ref):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, r, rtol=2e-4, atol=2e-5)
+
+
+def test_fully_masked_rows_attend_uniformly_as_unfused():
+    mask = np.ones((T, T), bool)
+    mask[5:9] = False                          # rows with no key at all
+    att = lambda q, k, v: nn.dot_product_attention(q, k, v, mask)
+    ref = jg.grad(_loss(att), argnums=(0, 1, 2))(Q, K, V)
+    got = jg.jit(jg.grad(_loss(att), argnums=(0, 1, 2)))(Q, K, V)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12)
+    o = jg.jit(att)(Q, K, V)
+    np.testing.assert_allclose(o[..., 6, :], V.mean(axis=2), rtol=1e-10)
+
+
+def test_no_score_sized_buffer_is_planned():
+    t = 256
+    q, k, v = (RNG.standard_normal((1, 2, t, 16)).astype(np.float32) for _ in range(3))
+    mask = np.tril(np.ones((t, t), bool))
+    step = jg.grad(lambda q, k, v: jnp.sum(nn.dot_product_attention(q, k, v, mask) ** 2),
+                   argnums=(0, 1, 2))
+    fused = jg.jit(step).lower(q, k, v).memory_analysis()
+    scores = t * t * 4
+    assert fused.largest_temp_in_bytes < scores // 4
+    assert fused.constant_size_in_bytes == 0          # the causal mask became a flag
+    with jg.attention.unfused():
+        plain = jg.jit(step).lower(q, k, v).memory_analysis()
+    assert plain.largest_temp_in_bytes >= 2 * scores   # (1, 2, T, T) scores
+    assert fused.peak_memory_in_bytes < plain.peak_memory_in_bytes / 2
+
+
+def test_probabilities_used_elsewhere_are_not_fused():
+    def f(q, k, v):
+        p = nn.softmax(q @ jnp.swapaxes(k, -1, -2), axis=-1)
+        return jnp.sum(p @ v) + jnp.sum(p * p)
+    g = jg.make_graph(jg.grad(f))(Q, K, V)
+    assert g.count("attention") == 0
+    np.testing.assert_allclose(jg.jit(jg.grad(f))(Q, K, V), jg.grad(f)(Q, K, V), rtol=1e-10)
+
+
+def _prim_loss(kind, causal):
+    extra = {0: (), 1: (PAD[:, :, :, :9],), 2: (RNG.standard_normal((9, 9)),)}[kind]
+    params = dict(scale=0.4, causal=causal, kind=kind, fill=-1e30 if kind == 1 else -np.inf)
+
+    def loss(q, k, v):
+        o, _, _ = attention_p(q, k, v, *extra, **params)
+        return jnp.sum(jnp.sin(o))
+    return loss
+
+
+@pytest.mark.parametrize("kind,causal", [(0, True), (1, False), (2, True)])
+def test_primitive_rules_against_central_differences(kind, causal):
+    q, k, v = (x[:, :, :9, :3] for x in (Q, K, V))
+    jg.check_grads(_prim_loss(kind, causal), (q, k, v), order=2)
+
+
+def test_primitive_reference_and_compiled_kernels_agree_with_the_formula():
+    q, k, v = Q[0], K[0], V[0]
+    s = q @ np.swapaxes(k, -1, -2) * 0.4
+    s = np.where(CAUSAL, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    params = dict(scale=0.4, causal=True, kind=0, fill=-np.inf)
+    o, m, tot = attention_p.impl(q, k, v, **params)
+    np.testing.assert_allclose(o, p @ v, rtol=1e-12)
+    np.testing.assert_allclose(m, s.max(-1), rtol=1e-12)
+    np.testing.assert_allclose(tot, np.exp(s - s.max(-1, keepdims=True)).sum(-1), rtol=1e-12)
+    got = jg.jit(lambda q, k, v: attention_p(q, k, v, **params))(q, k, v)
+    np.testing.assert_allclose(got[0], o, rtol=1e-12, atol=1e-14)
+    do = RNG.standard_normal(o.shape)
+    for c, r in zip(got, (o, m, tot)):
+        np.testing.assert_allclose(c, r, rtol=1e-12, atol=1e-14)
+    ref = attention_bwd_p.impl(q, k, v, o, m, tot, do, **params)
+    comp = jg.jit(lambda *a: attention_bwd_p(*a, **params))(q, k, v, o, m, tot, do)
+    for c, r in zip(comp, ref):
+        np.testing.assert_allclose(c, r, rtol=1e-10, atol=1e-13)
+
+
+def test_vmap_of_the_fused_gradient_is_per_example():
+    t = 20
+    mask = np.tril(np.ones((t, t), bool))
+    loss = _loss(lambda q, k, v: nn.dot_product_attention(q, k, v, mask))
+    q, k, v = Q[:, :, :t], K[0, :, :t], V[0, :, :t]       # k, v shared by the examples
+    per = jg.jit(jg.vmap(jg.grad(loss, argnums=(0, 1)), in_axes=(0, None, None)))(q, k, v)
+    for i in range(B):
+        want = jg.grad(loss, argnums=(0, 1))(q[i], k, v)
+        np.testing.assert_allclose(per[0][i], want[0], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(per[1][i], want[1], rtol=1e-9, atol=1e-12)
+
+
+def test_rewrite_leaves_other_graphs_alone():
+    g = jg.make_graph(lambda a, b: jnp.sum(nn.softmax(a @ b, axis=-1)))(Q[0, 0], K[0, 0].T)
+    assert fuse_attention(g) is g
