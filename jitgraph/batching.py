@@ -25,7 +25,7 @@ from .core import PRIMITIVES, Aval, Graph, Trace, Tracer, aval_of, bind
 from .dtypes import concrete_operand
 from .errors import user_frame, where
 from .passes import optimize
-from .tree import registered_flatten, tree_flatten
+from .tree import registered_flatten, sorted_keys, tree_flatten
 
 
 # ------------------------------------------------------------------ helpers for the rules
@@ -244,15 +244,15 @@ def _is_axis(spec) -> bool:
 def _children(tree):
     """(kind, keys, children) of a pytree node, or None for a leaf."""
     t = type(tree)
-    if t is tuple or t is list or (isinstance(tree, tuple) and hasattr(tree, "_fields")):
-        return (t, len(tree), list(tree))
-    if t is dict:
-        keys = tuple(sorted(tree, key=repr))
-        return (t, keys, [tree[k] for k in keys])
-    flatten = registered_flatten(t)
+    flatten = registered_flatten(t)      # the registry first, as tree_flatten
     if flatten is not None:
         children, aux = flatten(tree)
         return (t, aux, list(children))
+    if t is tuple or t is list or (isinstance(tree, tuple) and hasattr(tree, "_fields")):
+        return (t, len(tree), list(tree))
+    if t is dict:
+        keys = sorted_keys(tree)
+        return (t, keys, [tree[k] for k in keys])
     return None
 
 

@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import dtypes
+from . import config, dtypes
+from .arrays import Array
 from .errors import ConcretizationError, LeakedTracerError, ShapeError, user_frame, where
 
 
@@ -72,8 +73,17 @@ def short_dtype(dtype) -> str:
 
 
 _ARRAY_AVALS: dict = {}   # (shape, dtype) -> Aval: arrays of one shape share their Aval
-_WEAK_AVALS = {bool: Aval((), dtypes.bool_, weak=True), int: Aval((), dtypes.int64, weak=True),
-               float: Aval((), dtypes.float64, weak=True)}
+_WEAK_AVALS: dict = {}
+
+
+def _weak_avals() -> None:
+    """Python scalars' avals, for the default dtypes ``jitgraph.config`` sets."""
+    _WEAK_AVALS.update({t: Aval((), dtypes.python_scalar_dtype(t()), weak=True)
+                        for t in (bool, int, float)})
+
+
+_weak_avals()
+config.on_change(_weak_avals)
 
 
 def aval_of(x: Any) -> Aval:
@@ -81,7 +91,7 @@ def aval_of(x: Any) -> Aval:
     t = type(x)
     if t is Tracer:
         return x.gvar.aval
-    if t is np.ndarray:
+    if t is np.ndarray or t is Array:
         key = (x.shape, x.dtype)
         a = _ARRAY_AVALS.get(key)
         if a is None:

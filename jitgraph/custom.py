@@ -302,10 +302,14 @@ def defprimitive(name: str, impl: Callable, abstract_eval: Callable | None = Non
 
 
 def defvjp(prim: Primitive, vjp: Callable) -> Primitive:
+    """Give ``prim`` a reverse-mode rule ``vjp(g, out, *args, **params) -> cotangents``;
+    returns ``prim``."""
     prim.vjp = vjp
     return prim
 
 
 def defjvp(prim: Primitive, jvp: Callable) -> Primitive:
+    """Give ``prim`` a forward-mode rule ``jvp(tangents, out, *args, **params) ->
+    out_tangent``; returns ``prim``."""
     prim.jvp = jvp
     return prim

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from . import config
+
 bool_ = np.dtype(np.bool_)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
@@ -18,7 +20,14 @@ float64 = np.dtype(np.float64)
 
 SUPPORTED = (bool_, int32, int64, float32, float64)
 _KIND_ORDER = {"b": 0, "i": 1, "f": 2}
-_DEFAULT_FOR_KIND = {"b": bool_, "i": int64, "f": float64}
+
+
+def default_for_kind(kind: str) -> np.dtype:
+    """The dtype a weak (Python) value of this kind takes on its own: NumPy's int64/float64
+    unless ``jitgraph.config`` sets 32-bit defaults."""
+    if kind == "f":
+        return config.float_dtype()
+    return config.int_dtype() if kind == "i" else bool_
 
 
 def canonical(dtype) -> np.dtype:
@@ -45,13 +54,12 @@ def is_integer_or_bool(dtype) -> bool:
 def python_scalar_dtype(x) -> np.dtype:
     if isinstance(x, bool):
         return bool_
-    if isinstance(x, int):
-        return int64
-    return float64
+    return default_for_kind("i" if isinstance(x, int) else "f")
 
 
 _RESULT_TYPES: dict = {}   # (dtype, weak) pairs -> result: eager code promotes the same few
 _RESULT_TYPES_MAX = 4096    # combinations over and over; the rule is pure
+config.on_change(_RESULT_TYPES.clear)      # (given the default dtypes)
 
 
 def result_type(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool]:
@@ -72,10 +80,10 @@ def _result_type(items) -> tuple[np.dtype, bool]:
         out = canonical(out)
         top_weak = max((_KIND_ORDER[d.kind] for d in weak), default=-1)
         if top_weak > _KIND_ORDER[out.kind]:
-            out = _DEFAULT_FOR_KIND["f" if top_weak == 2 else "i"]
+            out = default_for_kind("f" if top_weak == 2 else "i")
         return out, False
     kind = max(_KIND_ORDER[d.kind] for d in weak)
-    return _DEFAULT_FOR_KIND["bif"[kind]], True
+    return default_for_kind("bif"[kind]), True
 
 
 def concrete_operand(x: Any, name: str = "argument") -> Any:
@@ -102,6 +110,8 @@ def concrete_operand(x: Any, name: str = "argument") -> Any:
             raise ValueError(f"{name}: cannot make an array from a ragged nested sequence")
         if arr.dtype.kind in "US":
             raise TypeError(f"{name}: strings are not arrays (got {x!r:.60})")
+        if arr.dtype.kind in "if" and arr.dtype.itemsize == 8:     # Python numbers
+            return arr.astype(default_for_kind(arr.dtype.kind))
         return arr.astype(_canonical_for(arr.dtype, name))
     if x is None:
         raise TypeError(f"{name}: None is not an array")

@@ -17,17 +17,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .arrays import Array
 from .compiler import pipeline
 from .compiler.backends.base import CompileOptions
 from .compiler.dynamic import CannotGeneralize
 from .compiler.settings import compile_settings
 from .compiler.state import STATE
+from . import config
 from . import device as device_runtime
 from .core import Graph, Tracer, short_dtype
 from .errors import CompileError, user_frame, where
 from .passes import optimize
 from .transforms import trace_to_graph
-from .tree import tree_flatten
+from .tree import sorted_keys, tree_flatten
 
 @dataclass
 class CacheStats:
@@ -68,6 +70,7 @@ def clear_cache() -> None:
         f._cache.clear()
         f._fast.clear()
         f._patterns.clear()
+        f._by_state.clear()
     _STATS.__init__()
     STATE.compile_stats.update(worker_compiles=0, local_compiles=0)
 
@@ -132,13 +135,14 @@ class _Entry:
     log_line: str = ""
     setup_seconds: float = 0.0
     signature: str = ""     # what the program was compiled for, sizes that vary as symbols
+    single: bool = False    # ``run`` returns one plain array (made an ``Array`` by the caller)
 
 
 def _leaf_sig(x: Any):
     """The signature entry of one argument leaf; TypeError (without the argument's name, which
     the caller adds) for values that are not arrays."""
     t = type(x)
-    if t is np.ndarray:
+    if t is np.ndarray or t is Array:
         return (x.shape, x.dtype.char)
     if t is float or t is int or t is bool:
         return t
@@ -269,7 +273,7 @@ def _fast_node(a, fast: tuple, leaves: list):
             ks.append(k)
         return (t, tuple(ks))
     if t is dict and a:
-        names = sorted(a, key=repr)
+        names = sorted_keys(a)
         ks = []
         for n in names:
             k = _fast_node(a[n], fast, leaves)
@@ -280,27 +284,63 @@ def _fast_node(a, fast: tuple, leaves: list):
     return None
 
 
+def _arrays_key(args: tuple, fast: tuple) -> tuple | None:
+    """The fast-path key of arguments that are all arrays (their shapes and dtypes), else
+    None."""
+    for a in args:
+        if type(a) not in fast:
+            return None
+    return tuple([(a.shape, a.dtype.char) for a in args])
+
+
+def callable_name(fun: Callable) -> str:
+    """A name for any callable, for messages and logs: its ``__name__``, a partial's
+    ``partial(name)``, a callable object's class name."""
+    name = getattr(fun, "__name__", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(fun, functools.partial):
+        return f"partial({callable_name(fun.func)})"
+    return type(fun).__name__
+
+
+class _ArrayResults:
+    """An output structure whose leaves come back as ``Array`` views: the results of a
+    jitted function answer JAX's array API (``.block_until_ready()``, ``.at``)."""
+
+    __slots__ = ("unflatten",)
+
+    def __init__(self, tree):
+        build, view, types = tree.unflatten, np.ndarray.view, (Array,) * tree.num_leaves
+        # (map over a C method: a third of the cost of a comprehension calling .view)
+        self.unflatten = lambda leaves: build(list(map(view, leaves, types)))
+
+
 class JitFunction:
     """A jitted function; call it like the original. See ``jit``."""
 
     def __init__(self, fun: Callable, static_argnums=(), static_argnames=(), donate_argnums=(),
                  device: str = "cpu", fastmath: bool = False, dynamic_dims=None,
                  dynamic: bool | None = None, cuda_graph: bool = True, stream=None):
-        functools.update_wrapper(self, fun)
+        # any callable: a partial or a callable object has no ``__name__`` (messages use one),
+        # and its instance attributes must not shadow this class's
+        plain = inspect.isfunction(fun) or inspect.isbuiltin(fun)
+        functools.update_wrapper(self, fun, updated=("__dict__",) if plain else ())
+        self.__name__ = callable_name(fun)
         self.fun = fun
         self.static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
                                            else set(static_argnums)))
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
         if device in ("cuda", "gpu", "cuda:0"):
-            device_runtime.cuda_api(f"jit({getattr(fun, '__name__', 'f')})")   # clear error if unusable
+            device_runtime.cuda_api(f"jit({callable_name(fun)})")   # clear error if unusable
             device = "cuda"
-            self._fast_types = (np.ndarray, device_runtime.DeviceArray)
+            self._fast_types = (np.ndarray, device_runtime.DeviceArray, Array)
         elif device != "cpu":
             raise ValueError(f"jit: unknown device {device!r}; use 'cpu' or 'cuda' "
                              "(jitgraph.devices() lists what is usable here)")
         else:
-            self._fast_types = (np.ndarray,)
+            self._fast_types = (np.ndarray, Array)
         if stream is not None and device != "cuda":
             raise ValueError("jit: stream= is for device='cuda' programs")
         self.device = device
@@ -311,6 +351,8 @@ class JitFunction:
         self._fast: dict = {}
         self._last_sig: dict = {}
         self._patterns: dict = {}            # shapes reduced to ranks -> _Pattern
+        self._state = config.TRACE_STATE     # the settings the caches above were traced under
+        self._by_state: dict = {}            # settings -> the caches traced under them
         self.dynamic = dynamic
         self.dynamic_dims = _dynamic_dims_spec(dynamic_dims)
         try:
@@ -321,16 +363,28 @@ class JitFunction:
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._state is not config.TRACE_STATE:
+            self._follow_settings()
         if not kwargs and not self.static_argnums:
             fast = self._fast_types
-            for a in args:
-                if type(a) not in fast:
-                    break
-            else:                       # arrays only: the key is their shapes and dtypes
-                entry = self._fast.get(tuple([(a.shape, a.dtype.char) for a in args]))
-                if entry is not None:
+            # arrays only: the key is their shapes and dtypes. One and two arguments are
+            # unrolled: a comprehension's frame costs as much as making the result an Array
+            n = len(args)
+            if n == 2:
+                a, b = args
+                key = ((a.shape, a.dtype.char), (b.shape, b.dtype.char)) \
+                    if type(a) in fast and type(b) in fast else None
+            elif n == 1:
+                a = args[0]
+                key = ((a.shape, a.dtype.char),) if type(a) in fast else None
+            else:
+                key = _arrays_key(args, fast)
+            if key is not None:
+                entry = self._fast.get(key)
+                if entry is not None:   # (it has run once, ``_call_slow``: no first-run work)
                     _STATS.hits += 1
-                    return self._run(entry, args)
+                    out = entry.run(*args)
+                    return out.view(Array) if entry.single else out
                 return self._call_slow(args, kwargs)
             leaves: list = []
             key = self._fast_key(args, leaves)     # nested lists/tuples/dicts of arrays
@@ -338,7 +392,8 @@ class JitFunction:
                 entry = self._fast.get(key)
                 if entry is not None:
                     _STATS.hits += 1
-                    return self._run(entry, leaves)
+                    out = entry.run(*leaves)
+                    return out.view(Array) if entry.single else out
         return self._call_slow(args, kwargs)
 
     def _fast_key(self, args, leaves: list | None = None) -> tuple | None:
@@ -381,8 +436,9 @@ class JitFunction:
             _STATS.compile_seconds += first
             if _log_enabled():   # logged after the first run: Numba compiles lazily
                 print(entry.log_line.format(seconds=entry.setup_seconds + first), file=sys.stderr)
-            return out
-        return entry.run(*leaves)
+        else:
+            out = entry.run(*leaves)
+        return out.view(Array) if entry.single else out
 
     def _split(self, args, kwargs):
         statics = []
@@ -412,15 +468,18 @@ class JitFunction:
             return self.fun(*args, **kwargs)   # inside another transformation: trace through
         if hit:
             _STATS.hits += 1
-        if not kwargs and not self.static_argnums:    # next time: the fast path
+        out = self._run(entry, leaves)
+        if not kwargs and not self.static_argnums:    # next time: the fast path, once it has run
             key = self._fast_key(args)
             if key is not None:
                 self._fast[key] = entry
-        return self._run(entry, leaves)
+        return out
 
     def _entry(self, args, kwargs):
         """``(entry, leaves, hit)`` for this call's signature, compiling on a miss; the entry is
         None when an argument is traced (the call belongs to an enclosing transformation)."""
+        if self._state is not config.TRACE_STATE:
+            self._follow_settings()
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = tree_flatten((dyn_args, dyn_kwargs))
         if any(isinstance(x, Tracer) for x in leaves):
@@ -440,6 +499,15 @@ class JitFunction:
         entry = self._compile(key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves)
         self._cache[key] = entry
         return entry, leaves, False
+
+    def _follow_settings(self) -> None:
+        """A setting that changes traced results (``config.TRACE_STATE``: default dtypes, the
+        random-bit scheme) changed: keep these caches for it, use the new settings' ones (a
+        trace and compile the first time, the old programs when a setting is changed back)."""
+        self._by_state[self._state] = (self._cache, self._fast, self._patterns, self._last_sig)
+        self._state = config.TRACE_STATE
+        self._cache, self._fast, self._patterns, self._last_sig = self._by_state.pop(
+            self._state, ({}, {}, {}, {}))
 
     def _dynamic_positions(self, n_dynamic: int) -> list[int]:
         """Positional indices of the non-static arguments."""
@@ -548,9 +616,12 @@ class JitFunction:
                     f"in {{seconds:.2f}}s "
                     f"[{len(program.kernels)} kernels, {kind}"
                     f"{'loaded from disk cache' if program.was_on_disk else 'new'}]: {reason}")
+        host = self.device == "cpu"
         entry = _Entry(program, out_tree, in_dtypes, donated,
-                       run=program.make_runner(in_dtypes, out_tree), log_line=log_line,
-                       setup_seconds=program.compile_seconds, signature=sig)
+                       run=program.make_runner(in_dtypes,
+                                               _ArrayResults(out_tree) if host else out_tree),
+                       log_line=log_line, setup_seconds=program.compile_seconds,
+                       signature=sig, single=self._options(donated, out_tree).single_output)
         if symbols:
             _STATS.dynamic_compiles += 1
             pattern.programs.append(_DynamicProgram(entry, shapes, symbols))
@@ -688,3 +759,9 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
 
 
 device_runtime.OPERATOR_COMPILER.append(jit)     # DeviceArray arithmetic compiles with jit
+
+
+# ``x.device`` / ``x.devices()`` of host arrays (jitgraph's results), as JAX arrays answer
+_CPU = device_runtime.Device("cpu", 0, "cpu")
+Array.device = property(lambda self: _CPU, doc="The device holding the array: the CPU.")
+Array.devices = lambda self: {_CPU}

@@ -5,9 +5,15 @@ Each call traces the user's functions once, abstractly, on the avals of the oper
 they close over become operands), and records ONE graph node holding the traced sub-graphs
 (``jitgraph.control_flow``). So a 1,000-step scan is one node, differentiates as a scan
 and compiles to a loop around one compiled body, unlike a Python loop, which unrolls.
+
+The array operations of ``jax.lax`` (elementwise names such as ``lax.add`` and ``lax.max``,
+slices, ``dot_general`` and ``Precision``, convolutions and ``reduce_window``) are
+``jitgraph.numpy``'s ``lax_ops`` and ``windows``, re-exported here, so pure-Python JAX
+libraries written on ``jax.numpy`` and ``lax`` run unchanged.
 """
 from __future__ import annotations
 
+import builtins
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -15,16 +21,30 @@ import numpy as np
 from . import dtypes
 from . import numpy as jnp
 from .autodiff import eval_graph
-from .control_flow import closed, cond_p, permuted, scan_p, while_p
+from .control_flow import closed, cond_p, optimization_barrier_p, permuted, scan_p, while_p
 from .core import Aval, Graph, Tracer, Var, aval_of, bind
 from .errors import user_frame, where
 from .passes import optimize
 from .transforms import describe_fn, leaf_operand, trace_flat
 from .tree import TreeDef, tree_flatten
+from .numpy import lax_ops as _lax_ops, windows as _windows
+from .numpy.lax_ops import *  # noqa: F401,F403  (lax's array operations)
+from .numpy.windows import *  # noqa: F401,F403  (convolutions, window reductions)
 
-__all__ = ["cond", "switch", "fori_loop", "while_loop", "scan", "map", "stop_gradient"]
+__all__ = ["cond", "switch", "fori_loop", "while_loop", "scan", "map", "stop_gradient",
+           "optimization_barrier", *_lax_ops.__all__, *_windows.__all__]
 
 stop_gradient = jnp.stop_gradient
+
+
+def optimization_barrier(operand: Any) -> Any:
+    """``operand`` (any pytree) unchanged, as ``jax.lax.optimization_barrier``: no graph
+    simplification looks through it, and a compiled program computes nothing that reads its
+    results before all of its operands exist."""
+    leaves, tree = flatten_operands(operand, "an operand of optimization_barrier")
+    if not leaves:
+        return operand
+    return tree.unflatten(list(optimization_barrier_p(*leaves)))
 
 
 # ------------------------------------------------------------------ tracing user functions
@@ -305,7 +325,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
         def step(carry, _):
             i, v = carry
             return (i + 1, body_fun(i, v)), None
-        (_, val), _ = _scan(step, (start, init_val), None, max(hi - lo, 0),
+        (_, val), _ = _scan(step, (start, init_val), None, builtins.max(hi - lo, 0),
                             False, site, what)
         return val
     lower = _check_index(lower, "fori_loop's lower bound", site)

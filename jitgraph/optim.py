@@ -35,6 +35,7 @@ Schedule = Callable[[Any], Any]
 
 # ------------------------------------------------------------------ schedules
 def constant(value: float) -> Schedule:
+    """A schedule returning ``value`` at every step."""
     return lambda count: value
 
 

@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .arrays import Array
+
 SMALL_ARRAY = 1024          # arrays up to this many elements are keyed by their bytes
 MAX_DEPTH = 8               # functions reached through more calls than this: not keyed
 
@@ -170,7 +172,7 @@ def _value_key(x: Any, depth: int, seen: _Walk) -> Any:
         return (t, repr(x))
     if t is tuple or t is frozenset:
         return (t, tuple(_value_key(e, depth, seen) for e in x))
-    if t is np.ndarray:
+    if t is np.ndarray or t is Array:
         return seen.read(_array_key, x)
     if isinstance(x, np.generic):
         return ("np", x.dtype.str, x.tobytes())

@@ -23,6 +23,7 @@ from . import dtypes
 from . import numpy as jnp
 from .autodiff import (build_jvp, build_vjp, eager_hvp, eager_values, eager_vjp, eval_graph,
                        structure_key, vdot_leaves)
+from .arrays import Array
 from .core import Aval, Graph, Trace, Tracer, aval_of
 from .passes import optimize
 from .tree import TreeDef, tree_flatten
@@ -85,7 +86,8 @@ def _plain_leaves(leaves: Sequence[Any]) -> bool:
     """All leaves are already valid operands (tracers, floats, arrays of supported dtypes), so
     ``leaf_operand`` (and the names it needs for error messages) can be skipped."""
     return all(type(x) is Tracer or type(x) is float
-               or type(x) is np.ndarray and x.dtype in dtypes.SUPPORTED for x in leaves)
+               or (type(x) is np.ndarray or type(x) is Array) and x.dtype in dtypes.SUPPORTED
+               for x in leaves)
 
 
 def leaf_operands(args: Sequence[Any], leaves: list,

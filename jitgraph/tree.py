@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .arrays import Array
 from .core import Tracer
 
 _LEAF = "*"
@@ -97,18 +98,29 @@ def _flatten(x: Any, leaves: list, is_leaf: Callable | None) -> Any:
         return ("tuple" if t is tuple else "list", None,
                 tuple([_flatten(c, leaves, is_leaf) for c in x]))
     if t is dict:
-        keys = tuple(sorted(x, key=repr))
+        keys = sorted_keys(x)
         return ("dict", keys, tuple(_flatten(x[k], leaves, is_leaf) for k in keys))
-    if isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
-        return ("namedtuple", t, tuple(_flatten(c, leaves, is_leaf) for c in x))
-    if x is None:
-        return ("none", None, ())
+    # the registry before any structural test, as JAX: a registered namedtuple (or tuple or
+    # dict subclass) flattens as its registration says
     custom = _CUSTOM.get(t)
     if custom is not None:
         children, aux = custom[0](x)
         return ("custom", (t, aux), tuple(_flatten(c, leaves, is_leaf) for c in children))
+    if x is None:
+        return ("none", None, ())
+    if isinstance(x, tuple) and hasattr(t, "_fields"):  # namedtuple
+        return ("namedtuple", t, tuple(_flatten(c, leaves, is_leaf) for c in x))
     leaves.append(x)
     return _LEAF
+
+
+def sorted_keys(d: dict) -> tuple:
+    """A dict's keys in pytree order: sorted, as JAX sorts them (by ``repr`` where the keys
+    do not compare, e.g. mixed strings and ints)."""
+    try:
+        return tuple(sorted(d))
+    except TypeError:
+        return tuple(sorted(d, key=repr))
 
 
 def _build(node: Any, it) -> Any:
@@ -135,7 +147,16 @@ _CUSTOM: dict[type, tuple[Callable, Callable]] = {}
 def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable) -> None:
     """Make instances of ``cls`` pytree nodes, as JAX's function of the same name:
     ``flatten(x) -> (children, aux)`` with ``aux`` hashable (it is part of jit's cache key),
-    ``unflatten(aux, children) -> x``."""
+    ``unflatten(aux, children) -> x``. The registration wins over the structure a type has
+    otherwise (a registered namedtuple flattens as registered)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_pytree_node: expected a class, got {cls!r}")
+    if cls in (tuple, list, dict, type(None)):
+        raise ValueError(f"register_pytree_node: {cls.__name__} is a built-in pytree node; "
+                         "register a subclass instead")
+    if cls in _CUSTOM:
+        raise ValueError(f"register_pytree_node: {cls.__qualname__} is registered already "
+                         "(as in JAX, a type is registered once)")
     _CUSTOM[cls] = (flatten, unflatten)
 
 
@@ -151,7 +172,7 @@ _LEAF_NONE = ("tuple", None, (_LEAF, ("none", None, ())))
 _LEAF_TREE = TreeDef(_LEAF, 1)
 _ONE_TUPLE_TREE = TreeDef(_ONE_TUPLE, 1)
 _LEAF_NONE_TREE = TreeDef(_LEAF_NONE, 1)
-_PLAIN = frozenset({np.ndarray, float, Tracer})   # leaves for certain (eager code passes them a lot)
+_PLAIN = frozenset({np.ndarray, Array, float, Tracer})   # leaves for certain (eager code passes them a lot)
 
 
 def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, TreeDef]:
@@ -171,14 +192,28 @@ def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, Tree
 
 
 def tree_unflatten(treedef: TreeDef, leaves: list) -> Any:
+    """Rebuild the pytree ``treedef`` describes from ``leaves`` (the inverse of
+    ``tree_flatten``)."""
     return treedef.unflatten(leaves)
 
 
-def tree_map(fn: Callable, tree: Any, *rest: Any) -> Any:
-    leaves, td = tree_flatten(tree)
-    others = [tree_flatten(r)[0] for r in rest]
+def tree_map(fn: Callable, tree: Any, *rest: Any, is_leaf: Callable | None = None) -> Any:
+    """``fn`` applied leaf by leaf to ``tree`` and the trees ``rest`` of the same structure."""
+    leaves, td = tree_flatten(tree, is_leaf)
+    others = [tree_flatten(r, is_leaf)[0] for r in rest]
     return td.unflatten([fn(*xs) for xs in zip(leaves, *others)])
 
 
-def tree_leaves(tree: Any) -> list:
-    return tree_flatten(tree)[0]
+def tree_leaves(tree: Any, is_leaf: Callable | None = None) -> list:
+    """The leaves of a pytree in flattening order (lists, tuples, dicts and registered nodes
+    are walked)."""
+    return tree_flatten(tree, is_leaf)[0]
+
+
+def tree_structure(tree: Any, is_leaf: Callable | None = None) -> TreeDef:
+    return tree_flatten(tree, is_leaf)[1]
+
+
+# ``jax.tree``'s short names (``jax.tree.flatten`` ...), for code written against them
+flatten, unflatten, map, leaves, structure = (tree_flatten, tree_unflatten, tree_map,
+                                              tree_leaves, tree_structure)

@@ -19,6 +19,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda
 
+from jitgraph import config
+
 
 class Tile(NamedTuple):
     bm: int
@@ -188,6 +190,9 @@ class Blas:
             self._create, self._set_stream, self._set_ws, self._set_pm = (
                 f("create"), f("set_stream"), f("set_workspace"), f("set_pointer_mode"))
             host = lib.PointerMode.HOST
+            self._set_math = f("set_math_mode")
+            self._math_modes = {"float32": lib.Math.DEFAULT_MATH,
+                                "tf32": lib.Math.TF32_TENSOR_OP_MATH}
             self._gemm = {"float32": lib.sgemm_strided_batched,
                           "float64": lib.dgemm_strided_batched}
         else:
@@ -195,6 +200,9 @@ class Blas:
             self._create, self._set_stream, self._set_ws, self._set_pm = (
                 lib.create, lib.setStream, getattr(lib, "setWorkspace", None), lib.setPointerMode)
             host = lib.CUBLAS_POINTER_MODE_HOST
+            self._set_math = lib.setMathMode
+            self._math_modes = {"float32": getattr(lib, "CUBLAS_DEFAULT_MATH", 0),
+                                "tf32": getattr(lib, "CUBLAS_TF32_TENSOR_OP_MATH", 3)}
             self._gemm = {"float32": lib.sgemmStridedBatched, "float64": lib.dgemmStridedBatched}
         self.handle = self._create()
         self._set_pm(self.handle, host)          # alpha, beta: host scalars, read at enqueue
@@ -205,6 +213,7 @@ class Blas:
             self._set_ws(self.handle, _ptr(self.workspace), self.WORKSPACE_BYTES)
             self.capture_safe = True
         self._stream = None
+        self._math = None             # the math mode set on the handle (config's precision)
         self._scalars: dict = {}
 
     def scalar(self, value: float, dt: np.dtype) -> np.ndarray:
@@ -218,10 +227,15 @@ class Blas:
     def gemm(self, stream: int, dtype_name: str, call: "BlasCall", al: int, be: int,
              pa: int, sa: int, pb: int, sb: int, pc: int, sc: int, batch: int) -> None:
         """One strided-batched GEMM (``BlasCall``: cuBLAS's A is our B); ``al``/``be``: the
-        addresses of host scalars from ``scalar``."""
+        addresses of host scalars from ``scalar``. The handle's math mode follows
+        ``jitgraph.config``'s ``matmul_precision`` (TF32 tensor-core math for "tf32")."""
         if stream != self._stream:
             self._set_stream(self.handle, stream)
             self._stream = stream
+        precision = config.read("matmul_precision")   # float32 or TF32 tensor-core math
+        if precision != self._math:
+            self._set_math(self.handle, self._math_modes[precision])
+            self._math = precision
         self._gemm[dtype_name](self.handle, self.ops[call.transa], self.ops[call.transb],
                                call.m, call.n, call.k, al, pb, call.lda, sb,
                                pa, call.ldb, sa, be, pc, call.ldc, sc, batch)

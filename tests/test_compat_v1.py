@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 
 import jitgraph.compat.v1 as tf
+from jitgraph.compat import session as session_mod
 
 
 @pytest.fixture(autouse=True)
-def fresh_graph():
+def fresh_graph(monkeypatch):
+    # every run compiled: these tests check the jit path (sessions otherwise start eager)
+    monkeypatch.setattr(session_mod, "JIT_AFTER_S", 0.0)
     tf.reset_default_graph()
     yield
     tf.reset_default_graph()
@@ -24,7 +27,7 @@ def test_constants_15_and_5():
     with tf.Session() as sess:
         out = sess.run({"prod": prod, "sum": total, "res": res})
     assert out == {"prod": 75, "sum": 20, "res": 3.75}
-    assert res.name == "Divide" and a.name == "a"
+    assert res.name == "Divide:0" and res.op.name == "Divide" and a.name == "a:0"   # as TF
 
 
 def test_relu_wx_plus_b_and_gradients():
@@ -153,10 +156,10 @@ def test_errors_name_the_node():
     W = tf.Variable(np.ones((3, 1), np.float32), name="weights")
     out = tf.matmul(x, W)
     with tf.Session() as sess:
-        with pytest.raises(ValueError, match=r"shape \(2, 4\) for Tensor 'inputs', which has "
+        with pytest.raises(ValueError, match=r"shape \(2, 4\) for Tensor 'inputs:0', which has "
                                              r"shape \(\?, 3\)"):
             sess.run(out, {x: np.ones((2, 4))})
-        with pytest.raises(TypeError, match="'labels' of dtype int32"):
+        with pytest.raises(TypeError, match="'labels:0' of dtype int32"):
             sess.run(k, {k: np.array([0.5, 1.0])})
         with pytest.raises(tf.errors.FailedPreconditionError, match="uninitialized value weights"):
             sess.run(out, {x: np.ones((2, 3))})
@@ -168,7 +171,7 @@ def test_errors_name_the_node():
     with other.as_default():
         y = tf.constant(1.0, name="elsewhere")
     with tf.Session() as sess:
-        with pytest.raises(ValueError, match="'elsewhere' is not an element of this graph"):
+        with pytest.raises(ValueError, match="'elsewhere:0' is not an element of this graph"):
             sess.run(y)
     with pytest.raises(RuntimeError, match="closed Session"):
         sess.run(W)

@@ -1,4 +1,5 @@
-"""jitgraph.random: Threefry test vectors, exact regression values, eager == jit, statistics."""
+"""jitgraph.random: exact values, eager == jit, statistics (Threefry's known answers and JAX's
+streams: test_random_jax_values.py)."""
 from __future__ import annotations
 
 import math
@@ -11,31 +12,32 @@ import jitgraph.numpy as jnp
 import jitgraph.random as jr
 
 M = 0xFFFFFFFF
-NORMAL_KEY0 = [0.9926561647877281, 0.9223272726225307]     # normal(key(0), (2,)), float64
-
-
-@pytest.mark.parametrize("key,count,want", [
-    # Random123's known-answer vectors for Threefry-2x32-20 (also in JAX's tests)
-    ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
-    ((M, M), (M, M), (0x1CB996FC, 0xBB002BE7)),
-    ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
-])
-def test_threefry_known_answers(key, count, want):
-    got = jr.threefry2x32(*(np.int64(v) for v in key + count))
-    assert tuple(int(g) for g in got) == want
+# normal(key(0), (2,)), float64: jax.random.normal(jax.random.PRNGKey(0), (2,)) with
+# jax_enable_x64 (JAX 0.10.2), in each threefry scheme
+NORMAL_KEY0 = {False: [1.8160866726679836, -0.7548848444703649],     # original scheme
+               True: [-0.2058421394796434, -0.7847657764467411]}     # partitionable
 
 
 def test_exact_values_of_key_split_fold_in_uniform():
+    """Values from JAX 0.10.2 (``jax.random`` with ``jax_enable_x64``), both threefry schemes."""
     k = jr.key(0)
     np.testing.assert_array_equal(k, [0, 0])
-    # the same words as JAX's legacy threefry: jax.random.split(jax.random.PRNGKey(0))
-    np.testing.assert_array_equal(jr.split(k), [[4146024105, 967050713],
-                                                [2718843009, 1272950319]])
-    np.testing.assert_array_equal(jr.fold_in(k, 1), [928981903, 3453687069])
-    u = jr.uniform(k, (3,), jnp.float32)
-    np.testing.assert_array_equal(u, np.array([0.96532142162323, 0.2251589298248291,
-                                               0.6330299377441406], np.float32))
-    np.testing.assert_allclose(jr.normal(k, (2,)), NORMAL_KEY0, rtol=1e-14)
+    with jitgraph.config.threefry_partitionable(False):
+        np.testing.assert_array_equal(jr.split(k), [[4146024105, 967050713],
+                                                    [2718843009, 1272950319]])
+        np.testing.assert_array_equal(jr.fold_in(k, 1), [928981903, 3453687069])
+        u = jr.uniform(k, (3,), jnp.float32)     # (an odd size: the counter pads with 0)
+        np.testing.assert_array_equal(u, np.array([0.96532142162323, 0.31468164920806885,
+                                                   0.6330299377441406], np.float32))
+        np.testing.assert_allclose(jr.normal(k, (2,)), NORMAL_KEY0[False], rtol=1e-14)
+    with jitgraph.config.threefry_partitionable(True):
+        np.testing.assert_array_equal(jr.split(k), [[1797259609, 2579123966],
+                                                    [928981903, 3453687069]])
+        np.testing.assert_array_equal(jr.fold_in(k, 1), [928981903, 3453687069])
+        u = jr.uniform(k, (3,), jnp.float32)
+        np.testing.assert_array_equal(u, np.array([0.9476670026779175, 0.9785798788070679,
+                                                   0.33229148387908936], np.float32))
+        np.testing.assert_allclose(jr.normal(k, (2,)), NORMAL_KEY0[True], rtol=1e-14)
     np.testing.assert_array_equal(jr.key(2 ** 32 + 5), [1, 5])
 
 
@@ -43,10 +45,13 @@ def test_exact_values_of_key_split_fold_in_uniform():
 def jitted_samplers():
     """One compiled program producing every sampler's output for a key (shared by tests)."""
     # each sampler is one generator instance in the program; together they cover every
-    # way bits become values (float32 and float64 units, Box-Muller, Gumbel, ranks)
+    # way bits become values (float32 and float64 units, erfinv, Gumbel, ranks)
+    # (the eager values are JAX's, test_random_jax_values.py: so are the compiled ones)
     def all_samples(k1, k2, x):
         return {"u32": jr.uniform(k1, (4, 8), jnp.float32), "normal": jr.normal(k2, (2, 3)),
-                "perm": jr.permutation(k2, 7), "drop": jr.dropout(k1, x, 0.25) * 2.0}
+                "perm": jr.permutation(k2, 7), "drop": jr.dropout(k1, x, 0.25) * 2.0,
+                "bits": jr.bits(k2, (5,)), "keys": jr.split(k1, 3),
+                "u_range": jr.uniform(k2, (5,), jnp.float32, -2.0, 3.0)}
     return all_samples, jitgraph.jit(all_samples)
 
 

@@ -1,14 +1,21 @@
-"""``Session.run``: evaluate the subgraph the fetches need, compiled by ``jit``.
+"""``Session.run``: evaluate the subgraph the fetches need, compiled by ``jit`` once it pays.
 
-A run becomes one traced function ``program(feeds, variables, counter) -> (fetched values,
-new variable values)``, evaluated node by node in topological order with jitgraph.numpy. It is
-jitted once per (fetches, fed nodes, variables) combination; ``jit`` then caches one compiled
-program per fed shape. Variables live in the session between runs; initializers and train ops
-return their new values, which the session stores.
+A run becomes one function ``program(feeds, variables, counter) -> (fetched values, new
+variable values)``, evaluated node by node in topological order with jitgraph.numpy; there is
+one per (fetches, fed nodes, variables) combination. It runs eagerly (op by op on NumPy
+arrays) until its runs have taken ``jit_after_s`` seconds in all, then it is jitted (``jit``
+caches one compiled program per fed shape). Why: compiling a training step costs 5-80 s of
+Numba time (2 s or so per fused kernel), while a tutorial's initializer, evaluation or short
+loop runs eagerly in milliseconds; a long training loop gets its compiled step after at most
+10 s of eager steps (``Session(jit_after_s=...)``), so it never pays more than about twice
+the better of the two.
+Variables live in the session between runs; initializers and train ops return their new
+values, which the session stores.
 """
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -16,8 +23,7 @@ from .. import numpy as jnp
 from .. import random as jr
 from ..jit import jit
 from ..transforms import grad
-from .graph import (Constant, Graph, Placeholder, Special, Tensor, Variable,
-                    get_default_graph, topo_order)
+from .graph import Constant, Graph, Placeholder, Special, Tensor, Variable, get_default_graph
 
 
 class OpError(Exception):
@@ -32,7 +38,12 @@ class InvalidArgumentError(OpError, ValueError):
     pass
 
 
+class NotFoundError(OpError):
+    pass
+
+
 _SESSIONS: list["Session"] = []
+JIT_AFTER_S = 10.0      # seconds of eager runs of one fetch set before it is compiled
 
 
 def default_session() -> "Session":
@@ -84,10 +95,10 @@ def _compute(n: Tensor, env: dict, ctx: _Context):
     if isinstance(n, Constant):
         return n.value
     if isinstance(n, Placeholder):
-        raise InvalidArgumentError(f"You must feed a value for placeholder tensor '{n.name}' "
-                                   f"with dtype {n.dtype}")
+        raise InvalidArgumentError(f"You must feed a value for placeholder tensor "
+                                   f"'{n.op_name}' with dtype {n.dtype}")
     if isinstance(n, Variable):
-        raise FailedPreconditionError(f"Attempting to use uninitialized value {n.name}")
+        raise FailedPreconditionError(f"Attempting to use uninitialized value {n.op_name}")
     if not isinstance(n, Special):
         return n.compute(*[env[i] for i in n.inputs])
     kind = n.op_type
@@ -100,13 +111,19 @@ def _compute(n: Tensor, env: dict, ctx: _Context):
     if kind == "NoOp":
         return None
     if kind == "TrainOp":
-        opt, loss, var_list = n.info["optimizer"], n.info["loss"], n.info["var_list"]
-        grads = gradients_of([loss], var_list, env, ctx)
-        opt.apply(var_list, grads, env, ctx)
+        pairs = [(g, v) for g, v in zip(n.info["grads"], n.info["var_list"]) if g is not None]
+        n.info["optimizer"].apply([v for _, v in pairs], [env[g] for g, _ in pairs], env, ctx)
+        step = n.info.get("global_step")
+        if step is not None:
+            ctx.updates[step] = env[step] + np.ones((), step.dtype)
         return None
+    if kind == "Assign":
+        var, value = n.info["var"], env[n.inputs[0]]
+        ctx.updates[var] = jnp.astype(value, var.dtype)
+        return ctx.updates[var]
     if kind == "Random":
         key = jr.fold_in(jr.fold_in(jr.key(ctx.seed), n.info["index"]), ctx.counter)
-        return n.info["sample"](key)
+        return n.info["sample"](key, *[env[i] for i in n.inputs])
     raise TypeError(f"unknown node type {kind}")
 
 
@@ -166,14 +183,62 @@ def _flatten_fetches(fetches):
                     "fetch a tensor or operation, or a list/tuple/dict of them")
 
 
-class Session:
-    """Runs a graph; holds the values of its variables. Use as a context manager."""
+class _Program:
+    """One run's function: called eagerly until those calls have taken ``jit_after_s``
+    seconds, then through ``jit``."""
 
-    def __init__(self, graph: Graph | None = None, seed: int = 0):
+    def __init__(self, fn: Callable, jit_after_s: float):
+        self.fn, self.jit_after_s = fn, jit_after_s
+        self.compiled = jit(fn) if jit_after_s <= 0 else None
+        self.eager_s = 0.0
+
+    def __call__(self, *args):
+        if self.compiled is not None:
+            return self.compiled(*args)
+        t0 = time.perf_counter()
+        out = self.fn(*args)
+        self.eager_s += time.perf_counter() - t0
+        if self.eager_s >= self.jit_after_s:
+            self.compiled = jit(self.fn)
+        return out
+
+
+def _plan(nodes: list) -> tuple[list, list]:
+    """(the nodes the compiled program computes, one ``finish(values) -> fetched`` per fetch):
+    string constants are answered without running, summaries wrap their values, operations
+    (train ops, initializers) fetch as None and scalars as NumPy scalars, as in TensorFlow."""
+    program, finishers = [], []
+    for n in nodes:
+        if isinstance(n, Constant) and n.dtype.kind == "S":
+            parts, finish = [], (lambda vals, v=n.value: v[()] if v.ndim == 0 else v.astype(object))
+        elif getattr(n, "fetch_parts", None) is not None:
+            parts, finish = n.fetch_parts, n.fetch_result
+        elif isinstance(n, Special) and n.is_operation:
+            parts, finish = [n], lambda vals: None
+        else:
+            parts, finish = [n], lambda vals: vals[0][()] if vals[0].ndim == 0 else vals[0]
+        finishers.append((len(program), len(parts), finish))
+        program += parts
+    return program, finishers
+
+
+class Session:
+    """Runs a graph; holds the values of its variables. Use as a context manager.
+
+    ``Session(graph=g)``; ``seed`` (default: the graph's ``tf.set_random_seed``, else 0) seeds
+    the random ops. ``target`` and ``config`` are accepted and ignored (one local device).
+    ``jit_after_s``: a fetch set is compiled once its eager runs have taken this long in all
+    (0: compile at once; ``float("inf")``: never; default ``JIT_AFTER_S``)."""
+
+    def __init__(self, target: Any = "", graph: Graph | None = None, config: Any = None,
+                 seed: int | None = None, jit_after_s: float | None = None):
+        if isinstance(target, Graph):
+            graph = target
         self.graph = graph or get_default_graph()
-        self.seed = seed
+        self.seed = seed if seed is not None else (self.graph.seed or 0)
         self._values: dict[Variable, np.ndarray] = {}
         self._programs: dict = {}
+        self.jit_after_s = JIT_AFTER_S if jit_after_s is None else jit_after_s
         self._runs = 0
         self._closed = False
 
@@ -192,11 +257,12 @@ class Session:
     def run(self, fetches, feed_dict: dict | None = None) -> Any:
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session")
-        nodes, rebuild = _flatten_fetches(fetches)
-        for n in nodes:
+        fetched, rebuild = _flatten_fetches(fetches)
+        for n in fetched:
             if n.graph is not self.graph:
                 raise ValueError(f"Tensor '{n.name}' is not an element of this graph (it was "
                                  "built in another graph than the session's)")
+        nodes, finishers = _plan(fetched)
         feeds = {}
         for k, v in (feed_dict or {}).items():
             if not isinstance(k, Tensor):
@@ -212,30 +278,47 @@ class Session:
         for n in needed:
             if isinstance(n, Placeholder):
                 raise InvalidArgumentError(f"You must feed a value for placeholder tensor "
-                                           f"'{n.name}' with dtype {n.dtype}"
-                                           + ("" if n.shape is None else f" and shape {n.shape}"))
+                                           f"'{n.op_name}' with dtype {n.dtype}" + (
+                                               "" if n._shape is None
+                                               else f" and shape {n.shape.as_list()}"))
         variables = [n for n in needed if isinstance(n, Variable)]
         for v in variables:
             if v not in self._values:
                 raise FailedPreconditionError(
-                    f"Attempting to use uninitialized value {v.name}: run "
+                    f"Attempting to use uninitialized value {v.op_name}: run "
                     "tf.global_variables_initializer() in this session first")
         fed = list(feeds)
         key = (tuple(id(n) for n in nodes), tuple(id(n) for n in fed),
                tuple(id(v) for v in variables))
-        program = self._programs.get(key)
-        if program is None:
-            program = self._programs[key] = self._make_program(nodes, fed, variables)
-        counter = np.array(self._runs, np.int64)
-        self._runs += 1
-        outs, updates = program([feeds[n] for n in fed],
-                                [self._values[v] for v in variables], counter)
-        by_name = {v.name: v for v in self.graph.variables}
-        for name, val in updates.items():
-            self._values[by_name[name]] = np.asarray(val)
-        vals = [None if isinstance(n, Special) and n.op_type in ("Init", "NoOp", "TrainOp")
-                else np.asarray(o) for n, o in zip(nodes, outs)]
-        return rebuild(vals)
+        outs = []
+        if nodes:
+            program = self._programs.get(key)
+            if program is None:
+                program = self._programs[key] = self._make_program(nodes, fed, variables)
+            counter = np.array(self._runs, np.int64)
+            self._runs += 1
+            outs, updates = program([feeds[n] for n in fed],
+                                    [self._values[v] for v in variables], counter)
+            by_name = {v.op_name: v for v in self.graph.variables}
+            for name, val in updates.items():
+                self._values[by_name[name]] = np.asarray(val)
+            outs = [np.asarray(o) for o in outs]
+        return rebuild([finish(outs[i:i + k]) for i, k, finish in finishers])
+
+    def read_variable(self, v: Variable) -> np.ndarray:
+        """The value ``v`` holds in this session (for ``Saver``)."""
+        if v not in self._values:
+            raise FailedPreconditionError(f"Attempting to use uninitialized value {v.op_name}")
+        return self._values[v]
+
+    def write_variable(self, v: Variable, value) -> None:
+        """Set ``v`` in this session (``Saver.restore``, ``Variable.load``); the shape must
+        match the variable's."""
+        arr = np.asarray(value, v.dtype)
+        if v._shape is not None and arr.shape != tuple(v._shape):
+            raise InvalidArgumentError(f"Cannot assign a value of shape {arr.shape} to variable "
+                                       f"{v.op_name} of shape {tuple(v._shape)}")
+        self._values[v] = arr
 
     def _make_program(self, nodes, fed, variables):
         graph, seed = self.graph, self.seed
@@ -246,7 +329,21 @@ class Session:
             ctx = _Context(counter, seed, graph)
             evaluate(nodes, env, ctx)
             outs = [np.zeros((), np.float32) if env[n] is None else env[n] for n in nodes]
-            return outs, {v.name: val for v, val in ctx.updates.items()}
+            return outs, {v.op_name: val for v, val in ctx.updates.items()}
 
-        program.__name__ = "session_run_" + "_".join(n.name for n in nodes)[:60]
-        return jit(program)
+        program.__name__ = "session_run_" + "_".join(
+            n.op_name.replace("/", "_") for n in nodes)[:60]
+        return _Program(program, self.jit_after_s)
+
+
+class InteractiveSession(Session):
+    """A session that makes itself the default on creation (``tensor.eval()`` works)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _SESSIONS.append(self)
+
+    def close(self) -> None:
+        if self in _SESSIONS:
+            _SESSIONS.remove(self)
+        super().close()

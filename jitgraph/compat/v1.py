@@ -10,124 +10,61 @@
 Building the graph computes nothing; ``Session.run`` compiles the part of the graph the fetches
 need (one ``jit`` program per set of fetches, cached per fed shape) and keeps the variables'
 values between runs. ``Operation`` is the base class for user-defined ops with their own
-``forward`` and ``backward``.
+``forward`` and ``backward``. A TensorFlow name this layer does not serve raises an
+``AttributeError`` that names it and says why (docs/compat_v1.md has the coverage table).
 """
 from __future__ import annotations
 
 import types
 from typing import Sequence
 
-import numpy as np
-
 from .. import numpy as jnp
-from .. import random as jr
 from ..core import aval_of
 from ..custom import custom_vjp
 from ..ops.elementwise import unbroadcast
-from ..nn import activations as _act
-from .graph import (Constant, Graph, Placeholder, Special, Tensor, Variable, as_tensor,
-                    get_default_graph, reset_default_graph)
-from .session import FailedPreconditionError, InvalidArgumentError, OpError, Session
+from .array_ops import *  # noqa: F401,F403  (tf.add, tf.reshape, tf.reduce_sum, ...)
+from .array_ops import __all__ as _array_names
+from .graph import (Constant, Graph, Placeholder, Special, Tensor, TensorShape, Variable,
+                    as_tensor, get_default_graph, gradients, reset_default_graph)
+from .namespace import not_served
+from .nn import nn
+from .session import (FailedPreconditionError, InteractiveSession, InvalidArgumentError,
+                      NotFoundError, OpError, Session)
+from .summary import summary
+from .train import train
+from .tf_dtypes import (as_dtype, bool, double, float16, float32, float64, half, int8,  # noqa: A004
+                        int16, int32, int64, string, uint8, uint16, uint32, uint64)
 
-float16 = np.float32     # computed in float32 (jitgraph has no float16)
-float32 = np.float32
-float64 = np.float64
-int32 = np.int32
-int64 = np.int64
-bool = np.bool_          # noqa: A001  (TensorFlow's name)
-
+DType = type(float32)
 errors = types.SimpleNamespace(OpError=OpError, FailedPreconditionError=FailedPreconditionError,
-                               InvalidArgumentError=InvalidArgumentError)
-
-__all__ = ["Graph", "Operation", "Session", "Tensor", "Variable", "add", "constant", "divide",
-           "exp", "get_default_graph", "global_variables_initializer", "gradients", "log",
-           "matmul", "multiply", "nn", "ones", "placeholder", "random_normal",
-           "random_uniform", "reduce_mean", "reduce_sum", "reset_default_graph", "subtract",
-           "train", "zeros"]
+                               InvalidArgumentError=InvalidArgumentError,
+                               NotFoundError=NotFoundError)
+sigmoid = nn.sigmoid
 
 
 def placeholder(dtype, shape=None, name: str | None = None) -> Placeholder:
+    """A value fed at run time; ``"float"`` means float32, as in TensorFlow."""
     return Placeholder(dtype, shape, name)
 
 
-def constant(value, dtype=None, shape=None, name: str | None = None) -> Constant:
-    if shape is not None:
-        value = np.broadcast_to(np.asarray(value, dtype), shape)
-    return Constant(value, dtype, name or "Const")
+def name_scope(name: str | None, default_name: str | None = None, values=None):
+    """``with tf.name_scope("layer1"):`` prefixes the names made inside with ``layer1/``."""
+    return get_default_graph().name_scope(name or default_name)
 
 
-def zeros(shape, dtype=np.float32, name=None) -> Constant:
-    return Constant(np.zeros(shape, dtype), name=name or "zeros")
+def trainable_variables(scope: str | None = None) -> list[Variable]:
+    """The graph's trainable variables (whose names start with ``scope``, if given)."""
+    return [v for v in get_default_graph().variables
+            if v.trainable and (scope is None or v.op_name.startswith(scope))]
 
 
-def ones(shape, dtype=np.float32, name=None) -> Constant:
-    return Constant(np.ones(shape, dtype), name=name or "ones")
+def global_variables(scope: str | None = None) -> list[Variable]:
+    """The graph's variables (those whose name starts with ``scope``, when given)."""
+    return [v for v in get_default_graph().variables
+            if scope is None or v.op_name.startswith(scope)]
 
 
-def _op(fn, op_type):
-    def make(*args, name: str | None = None):
-        return Tensor(list(args), fn, op_type, name)
-    make.__name__ = op_type
-    return make
-
-
-add = _op(jnp.add, "Add")
-subtract = _op(jnp.subtract, "Sub")
-multiply = _op(jnp.multiply, "Mul")
-divide = _op(jnp.divide, "RealDiv")
-matmul = _op(jnp.matmul, "MatMul")
-log = _op(jnp.log, "Log")
-exp = _op(jnp.exp, "Exp")
-square = _op(jnp.square, "Square")
-sqrt = _op(jnp.sqrt, "Sqrt")
-negative = _op(jnp.negative, "Neg")
-maximum = _op(jnp.maximum, "Maximum")
-
-
-def _reduction(fn, op_type):
-    def make(x, axis=None, keepdims: bool = False, name: str | None = None):
-        ax = tuple(axis) if isinstance(axis, list) else axis
-        return Tensor([x], lambda v: fn(v, axis=ax, keepdims=keepdims), op_type, name)
-    make.__name__ = op_type
-    return make
-
-
-reduce_sum = _reduction(jnp.sum, "Sum")
-reduce_mean = _reduction(jnp.mean, "Mean")
-reduce_max = _reduction(jnp.max, "Max")
-
-
-def argmax(x, axis=None, name=None):
-    return Tensor([x], lambda v: jnp.argmax(v, axis=axis), "ArgMax", name)
-
-
-def equal(x, y, name=None):
-    return Tensor([x, y], jnp.equal, "Equal", name)
-
-
-def cast(x, dtype, name=None):
-    return Tensor([x], lambda v: jnp.astype(v, dtype), "Cast", name, dtype=dtype)
-
-
-def _random(shape, dtype, sample, op_type, name):
-    g = get_default_graph()
-    return Special([], "Random", name or op_type, shape, dtype,
-                   index=len(g.nodes), sample=sample)
-
-
-def random_uniform(shape, minval=0.0, maxval=1.0, dtype=np.float32, seed=None, name=None):
-    shape = tuple(shape)
-    return _random(shape, dtype, lambda k: jr.uniform(k, shape, dtype, minval, maxval),
-                   "RandomUniform", name)
-
-
-def random_normal(shape, mean=0.0, stddev=1.0, dtype=np.float32, seed=None, name=None):
-    shape = tuple(shape)
-    return _random(shape, dtype, lambda k: jr.normal(k, shape, dtype) * stddev + mean,
-                   "RandomStandardNormal", name)
-
-
-truncated_normal = random_normal
+all_variables = global_variables
 
 
 def global_variables_initializer() -> Special:
@@ -138,21 +75,39 @@ def global_variables_initializer() -> Special:
 initialize_all_variables = global_variables_initializer
 
 
+def variables_initializer(var_list, name: str = "init") -> Special:
+    """An op that initialises the listed variables."""
+    return group(*[v.assign(v.initial_value) for v in var_list], name=name)
+
+
+def local_variables_initializer() -> Special:
+    """A no-op: there are no local variables (no input queues or metrics)."""
+    return no_op("init_local")
+
+
+def assign(ref: Variable, value, name: str | None = None) -> Special:
+    """An op that sets ``ref`` to ``value`` when run (and gives the new value)."""
+    return ref.assign(value, name)
+
+
+def assign_add(ref: Variable, value, name: str | None = None) -> Special:
+    """An op adding ``value`` to the variable ``ref`` when run."""
+    return ref.assign_add(value, name)
+
+
+def assign_sub(ref: Variable, value, name: str | None = None) -> Special:
+    """An op subtracting ``value`` from the variable ``ref`` when run."""
+    return ref.assign_sub(value, name)
+
+
 def no_op(name=None) -> Special:
+    """An op that does nothing (a placeholder for control dependencies)."""
     return Special([], "NoOp", name)
 
 
 def group(*ops, name=None) -> Special:
+    """An op that runs ``ops`` and returns nothing."""
     return Special([], "NoOp", name or "group", deps=list(ops))
-
-
-def gradients(ys, xs, name: str | None = None) -> list[Tensor]:
-    """Symbolic d(sum of ys)/dx for each x (a list of tensors, as tf.gradients)."""
-    ys = [ys] if isinstance(ys, Tensor) else list(ys)
-    single = isinstance(xs, Tensor)
-    xs = [xs] if single else list(xs)
-    return [Special([], "Gradients", name or f"gradients/{x.name}", x.shape, x.dtype,
-                    ys=ys, xs=xs, index=i, deps=ys + xs) for i, x in enumerate(xs)]
 
 
 # ------------------------------------------------------------------ user-defined operations
@@ -171,6 +126,8 @@ class Operation(Tensor):
     returns one gradient per input (the inputs' values are in ``self.input_values``). Both are
     written with array operators or ``jitgraph.numpy``, so they compile like the rest.
     """
+
+    _strict_shapes = False       # a forward that fails on abstract values is found at run time
 
     def __init__(self, input_nodes: Sequence = (), name: str | None = None):
         self.input_values: tuple = ()
@@ -210,83 +167,44 @@ class Operation(Tensor):
         raise NotImplementedError(f"{type(self).__name__} must define backward(upstream_grad)")
 
 
-# ------------------------------------------------------------------ tf.nn
-def _softmax_xent(labels=None, logits=None, axis=-1, name=None):
-    if labels is None or logits is None:
-        raise TypeError("softmax_cross_entropy_with_logits needs labels= and logits=")
-    return Tensor([labels, logits],
-                  lambda y, z: -jnp.sum(y * _act.log_softmax(z, axis=axis), axis=axis),
-                  "SoftmaxCrossEntropyWithLogits", name)
+
+_NOT_SERVED = {
+    "get_variable": "variable sharing by name is not served; make tf.Variable(...) objects "
+                    "and pass them around",
+    "variable_scope": "variable sharing is not served (tf.name_scope names nodes)",
+    "layers": "tf.layers is not served; write the layer with tf.Variable and tf.matmul / "
+              "tf.nn.conv2d",
+    "contrib": "tf.contrib is not served", "keras": "tf.keras is not served (use jitgraph.nn)",
+    "estimator": "estimators are not served", "data": "tf.data is not served (feed batches "
+                                                      "with feed_dict)",
+    "app": "tf.app is not served (call main() yourself)", "flags": "tf.flags is not served "
+                                                                   "(use argparse)",
+    "while_loop": "graph control flow is not served yet", "cond": "graph control flow is not "
+                                                                  "served yet",
+    "control_dependencies": "control dependencies are not served (fetch the ops together in "
+                            "one Session.run)",
+    "py_func": "py_func is not served: jitgraph compiles the whole run",
+    "complex64": "jitgraph computes real numbers only",
+    "complex128": "jitgraph computes real numbers only",
+    "bfloat16": "NumPy has no bfloat16; use tf.float32",
+    "Print": "tf.Print is not served; fetch the tensor with Session.run",
+    "sparse_placeholder": "sparse tensors are not served",
+}
 
 
-nn = types.SimpleNamespace(
-    relu=_op(_act.relu, "Relu"), sigmoid=_op(_act.sigmoid, "Sigmoid"),
-    tanh=_op(jnp.tanh, "Tanh"), softmax=_op(_act.softmax, "Softmax"),
-    log_softmax=_op(_act.log_softmax, "LogSoftmax"),
-    softmax_cross_entropy_with_logits=_softmax_xent,
-    softmax_cross_entropy_with_logits_v2=_softmax_xent)
-tanh, sigmoid = nn.tanh, nn.sigmoid
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise not_served(f"tf.{name}", _NOT_SERVED.get(name))
 
 
-# ------------------------------------------------------------------ tf.train
-class Optimizer:
-    def minimize(self, loss: Tensor, var_list=None, name: str | None = None) -> Special:
-        var_list = list(var_list) if var_list is not None else [
-            v for v in loss.graph.variables if v.trainable]
-        if not var_list:
-            raise ValueError("minimize: no trainable variables to optimize")
-        slots = self._create_slots(var_list)
-        return Special([], "TrainOp", name or type(self).__name__, optimizer=self, loss=loss,
-                       var_list=var_list, deps=[loss] + var_list + slots)
-
-    def _create_slots(self, var_list) -> list:
-        return []
-
-
-class GradientDescentOptimizer(Optimizer):
-    def __init__(self, learning_rate: float):
-        self.learning_rate = learning_rate
-
-    def apply(self, var_list, grads, env, ctx):
-        for v, g in zip(var_list, grads):
-            ctx.updates[v] = env[v] - self.learning_rate * g
-
-
-class AdamOptimizer(Optimizer):
-    """TensorFlow 1's Adam: lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t), epsilon outside the sqrt."""
-
-    def __init__(self, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8):
-        self.lr, self.b1, self.b2, self.eps = learning_rate, beta1, beta2, epsilon
-        self._slots: dict = {}
-
-    def _create_slots(self, var_list):
-        made = []
-        for v in var_list:
-            shape, dt = v.initial_value.shape, v.initial_value.dtype
-            if shape is None:
-                raise ValueError(f"AdamOptimizer: the shape of variable {v.name} must be known")
-            m = Variable(np.zeros(shape, dt), trainable=False, name=f"{v.name}/Adam")
-            s = Variable(np.zeros(shape, dt), trainable=False, name=f"{v.name}/Adam_1")
-            self._slots[v] = (m, s)
-            made += [m, s]
-        self._t = Variable(np.zeros((), np.float64), trainable=False, name="beta_power_step")
-        return made + [self._t]
-
-    def apply(self, var_list, grads, env, ctx):
-        t = env[self._t] + 1.0
-        ctx.updates[self._t] = t
-        for v, g in zip(var_list, grads):
-            m, s = self._slots[v]
-            mv = self.b1 * env[m] + (1 - self.b1) * g
-            sv = self.b2 * env[s] + (1 - self.b2) * g * g
-            lr_t = jnp.astype(self.lr * jnp.sqrt(1 - self.b2 ** t) / (1 - self.b1 ** t),
-                              env[v].dtype)
-            ctx.updates[m], ctx.updates[s] = mv, sv
-            ctx.updates[v] = env[v] - lr_t * mv / (jnp.sqrt(sv) + self.eps)
-
-
-train = types.SimpleNamespace(GradientDescentOptimizer=GradientDescentOptimizer,
-                              AdamOptimizer=AdamOptimizer, Optimizer=Optimizer)
-
-__all__ += ["Constant", "Placeholder", "as_tensor", "errors"]
+__all__ = list(_array_names) + [
+    "Constant", "DType", "Graph", "InteractiveSession", "Operation", "Placeholder", "Session",
+    "Tensor", "TensorShape", "Variable", "all_variables", "as_dtype", "as_tensor", "assign",
+    "assign_add", "assign_sub", "bool",
+    "double", "errors", "float16", "float32", "float64", "get_default_graph",
+    "global_variables", "global_variables_initializer", "gradients", "group", "half",
+    "initialize_all_variables", "int8", "int16", "int32", "int64", "local_variables_initializer",
+    "name_scope", "nn", "no_op", "placeholder", "reset_default_graph", "sigmoid", "string",
+    "summary", "train", "trainable_variables", "uint8", "uint16", "uint32", "uint64",
+    "variables_initializer"]

@@ -6,7 +6,8 @@ runs eagerly, under ``grad`` and under ``jit`` alike.
 """
 from . import functional, initializers  # noqa: F401
 from .activations import (elu, gelu, leaky_relu, log_sigmoid, log_softmax, logsumexp,  # noqa: F401
-                          one_hot, relu, sigmoid, silu, softmax, softplus, swish)
+                          one_hot, relu, selu, sigmoid, silu, softmax, softplus,
+                          standardize, swish)
 from .functional import (avg_pool2d, conv2d, dot_product_attention, layer_norm,  # noqa: F401
                          max_pool2d)
 from .layers import (Attention, AvgPool2d, Conv2d, Dropout, Embedding, LayerNorm,  # noqa: F401

@@ -10,14 +10,17 @@ from ..scipy.special import logsumexp  # noqa: F401  (re-exported)
 
 
 def relu(x):
+    """Elementwise ``max(x, 0)`` (gradient 0 at 0, as PyTorch and JAX)."""
     return jnp.maximum(x, 0)
 
 
 def sigmoid(x):
+    """Elementwise logistic function ``1 / (1 + exp(-x))``."""
     return special.expit(x)
 
 
 def log_sigmoid(x):
+    """``log(sigmoid(x))``, computed without overflow for large ``|x|``."""
     return -softplus(-x)
 
 
@@ -27,6 +30,7 @@ def softplus(x):
 
 
 def silu(x):
+    """``x * sigmoid(x)`` (also called swish)."""
     return x * sigmoid(x)
 
 
@@ -34,10 +38,37 @@ swish = silu
 
 
 def elu(x, alpha=1.0):
+    """Exponential linear unit: ``x`` above zero, ``alpha * (exp(x) - 1)`` below."""
     return jnp.where(x > 0, x, alpha * jnp.expm1(jnp.minimum(x, 0)))
 
 
+def selu(x):
+    """Scaled ELU (self-normalizing networks), JAX's constants."""
+    return 1.0507009873554804934193349852946 * elu(x, 1.6732632423543772848170429916717)
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
+    """``(x - mean) / sqrt(variance + epsilon)`` over ``axis`` (the statistics computed where
+    not given, over the elements ``where`` selects), as ``jax.nn.standardize``."""
+    x = jnp.asarray(x)
+    if where is None:
+        def _mean(v):
+            return jnp.mean(v, axis=axis, keepdims=True)
+    else:
+        w = jnp.broadcast_to(jnp.asarray(where), jnp.shape(x))
+
+        def _mean(v):
+            return (jnp.sum(jnp.where(w, v, 0), axis=axis, keepdims=True)
+                    / jnp.sum(w, axis=axis, keepdims=True))
+    if mean is None:
+        mean = _mean(x)
+    if variance is None:
+        variance = _mean(jnp.square(x - mean))
+    return (x - mean) / jnp.sqrt(variance + epsilon)
+
+
 def leaky_relu(x, negative_slope=0.01):
+    """``x`` above zero, ``negative_slope * x`` below."""
     return jnp.where(x >= 0, x, negative_slope * x)
 
 
@@ -51,10 +82,12 @@ def gelu(x, approximate: bool = True):
 
 
 def log_softmax(x, axis=-1):
+    """``x - logsumexp(x, axis)``: log-probabilities, computed stably."""
     return special.log_softmax(x, axis=axis)
 
 
 def softmax(x, axis=-1):
+    """``exp(x)`` normalised to sum to one along ``axis``, computed stably."""
     return special.softmax(x, axis=axis)
 
 

@@ -146,6 +146,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, layout: str = "NHWC"):
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, axis=-1):
+    """Normalise ``x`` over ``axis`` to zero mean and unit variance, then scale by ``weight``
+    and shift by ``bias``."""
     mean = jnp.mean(x, axis=axis, keepdims=True)
     xc = x - mean
     var = jnp.mean(xc * xc, axis=axis, keepdims=True)

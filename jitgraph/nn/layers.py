@@ -27,6 +27,8 @@ def _keys(key, n: int):
 
 
 class Linear(Module):
+    """``x @ W + b`` with ``W`` of shape ``(in_features, out_features)`` drawn by
+    ``weight_init``."""
     def __init__(self, in_features: int, out_features: int, *, key, bias: bool = True,
                  dtype=np.float32, weight_init: Callable = init.glorot_uniform):
         kw, = _keys(key, 1)
@@ -76,6 +78,7 @@ class MLP(Module):
 
 
 class Embedding(Module):
+    """A table of ``num_embeddings`` vectors of size ``dim``, indexed by integer arrays."""
     def __init__(self, num_embeddings: int, dim: int, *, key, dtype=np.float32):
         kw, = _keys(key, 1)
         self.weight = np.asarray(jr.normal(kw, (num_embeddings, dim), dtype))
@@ -86,6 +89,7 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
+    """Layer normalisation over the last axis with a learned scale and shift."""
     def __init__(self, dim: int, eps: float = 1e-5, dtype=np.float32):
         self.weight = np.ones(dim, dtype)
         self.bias = np.zeros(dim, dtype)
@@ -96,6 +100,8 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
+    """Zero each element with probability ``rate`` and scale the rest by ``1/(1-rate)``; call
+    with ``key=`` when training, ``deterministic=True`` to turn it off."""
     def __init__(self, rate: float):
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"Dropout rate must be in [0, 1), got {rate}")
@@ -132,6 +138,7 @@ class Conv2d(Module):
 
 
 class MaxPool2d(Module):
+    """Max pooling over ``kernel_size`` windows (NHWC or NCHW); a module with no parameters."""
     def __init__(self, kernel_size, stride=None, padding=0, layout: str = "NHWC"):
         self.kernel_size, self.stride, self.padding, self.layout = \
             kernel_size, stride, padding, layout
@@ -141,6 +148,7 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(MaxPool2d):
+    """Average pooling over ``kernel_size`` windows (NHWC or NCHW); a module with no parameters."""
     def __call__(self, x):
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.layout)
 

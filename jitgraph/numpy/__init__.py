@@ -7,9 +7,12 @@
 One module per family: ``math`` (elementwise), ``manipulation`` (shapes), ``reductions``
 (also cumulative and NaN-ignoring), ``indexing`` (also diagonals/triangles), ``products``
 (matmul, dot, einsum, convolve), ``creation``, ``sorting``, ``statistics``, ``index_update``
-(``x.at[...]``) and ``linalg`` (``jnp.linalg``); ``methods`` installs the ndarray-like
-operators on traced values. Every public function raises errors that name the
-function and the user's source line (``_base._located``).
+(``x.at[...]``) and ``linalg`` (``jnp.linalg``); ``lax_ops`` and ``windows`` hold
+``jax.lax``'s array operations and convolutions (``jitgraph.lax`` re-exports them);
+``methods`` installs the ndarray-like operators on traced values. Every public function
+raises errors that name the function and the user's source line (``_base._located``), and
+returns its eager results as ``jitgraph.arrays.Array`` (NumPy arrays that also answer JAX's
+array methods).
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
+from ..arrays import Array as _Result, as_array as _as_array
 from ..core import Tracer, aval_of, bind
 from ..errors import ConcretizationError, ShapeError
 
@@ -92,6 +93,7 @@ def _promote(*xs, float_only: bool = False):
 
 
 _PLAIN_SCALARS = (float, int, bool)
+_ndarray = np.ndarray
 
 
 def _plain_operands(xs) -> bool:
@@ -100,7 +102,7 @@ def _plain_operands(xs) -> bool:
     for x in xs:
         t = type(x)
         if not (t is Tracer or t in _PLAIN_SCALARS
-                or t is np.ndarray and x.dtype in dtypes.SUPPORTED):
+                or (t is np.ndarray or t is _Result) and x.dtype in dtypes.SUPPORTED):
             return False
     return True
 
@@ -119,6 +121,7 @@ array = asarray
 
 
 def astype(x, dtype):
+    """``x`` cast to ``dtype`` (traced values too); the derivative passes through float casts."""
     return _cast(_operand(x), dtypes.canonical(dtype))
 
 
@@ -191,15 +194,19 @@ def _keep(x, r, axes, keepdims):
 
 
 # ------------------------------------------------------------------ error locations
-def _located(fn, name: str):
-    """Errors from a jnp function name the function and the user's source line.
+def _located(fn, name: str, prefix: str = "jnp."):
+    """Errors from a jnp function name the function (``prefix + name``) and the user's
+    source line.
+
+    Results that are plain NumPy arrays (or tuples and lists of them) come back as
+    ``arrays.Array`` views, so eager code can call JAX's array methods on them.
 
     Errors raised by ``bind`` already carry both (and name the primitive); the others (bad axes,
     bad indices, bad operands, ...) get them here, once, at the outermost user-facing call."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            r = fn(*args, **kwargs)
         except (ShapeError, IndexError, TypeError, ValueError) as err:
             if isinstance(err, ConcretizationError) or getattr(err, "_jg_located", False):
                 raise
@@ -207,23 +214,28 @@ def _located(fn, name: str):
             loc = _here()
             if loc not in msg:      # (bind's errors already name the primitive and the line)
                 msg = f"{msg}\n  at {loc}"
-                if not msg.startswith(name + ":"):
-                    msg = f"jnp.{name}: {msg}"
+                if not msg.startswith((name + ":", prefix + name + ":")):
+                    msg = f"{prefix}{name}: {msg}"
                 err.args = (msg,)
             try:
                 err._jg_located = True
             except AttributeError:  # pragma: no cover  (exceptions without a __dict__)
                 pass
             raise
+        # eager results answer JAX's array API (``.at``, ``block_until_ready``)
+        t = r.__class__
+        if t is _ndarray:
+            return r.view(_Result)
+        return _as_array(r) if t is tuple or t is list else r
     return wrapper
 
 
-def _locate_module(namespace: dict, module: str) -> None:
+def _locate_module(namespace: dict, module: str, prefix: str = "jnp.") -> None:
     """Wrap every public function defined in ``module`` with ``_located`` (in place)."""
     for name, obj in list(namespace.items()):
         if (not name.startswith("_") and isinstance(obj, types.FunctionType)
                 and obj.__module__ == module):
-            namespace[name] = _located(obj, name)
+            namespace[name] = _located(obj, name, prefix)
 
 
 # ------------------------------------------------------------------ scalar types and ndarray

@@ -1,47 +1,84 @@
-"""Array creation: constants (zeros, ones, full, arange, eye, linspace) and *_like."""
+"""Array creation: constants (zeros, ones, full, empty, arange, eye, linspace) and *_like.
+
+Without a dtype, floats are ``jitgraph.config``'s default float (float64, NumPy's, unless set
+to float32) and integers from Python ints its default int; ``*_like`` keep their argument's."""
 from __future__ import annotations
 
 import builtins
 
 import numpy as np
 
-from .. import dtypes
+from .. import config, dtypes
 from ..core import Tracer, aval_of
-from ._base import _operand, astype, float64, _locate_module
+from ._base import _operand, astype, _locate_module
 from .manipulation import broadcast_to
 
 
 # ------------------------------------------------------------------ creation (constants)
-def _dt(dtype, default=float64):
-    return dtypes.canonical(dtype) if dtype is not None else default
+def _dt(dtype, default=None):
+    if dtype is not None:
+        return dtypes.canonical(dtype)
+    return default if default is not None else config.float_dtype()
+
+
+def _python_numbers(*values) -> bool:
+    return all(isinstance(v, (bool, int, float)) and not isinstance(v, np.generic)
+               for v in values if v is not None)
+
+
+def _default_of(r: np.ndarray, *values) -> np.dtype:
+    """The dtype of a value NumPy made from ``values``: the default of its kind when they are
+    Python numbers (NumPy would say int64/float64), else NumPy's, made supported."""
+    if r.dtype.kind in "if" and _python_numbers(*values):
+        return dtypes.default_for_kind(r.dtype.kind)
+    return dtypes.canonical(r.dtype)
 
 
 def zeros(shape, dtype=None):
+    """An array of ``shape`` filled with zeros (the default float dtype, float64 unless
+    ``jitgraph.config`` says float32, when no ``dtype`` is given)."""
     return np.zeros(shape, _dt(dtype))
 
 
 def ones(shape, dtype=None):
+    """An array of ``shape`` filled with ones (the default float dtype, float64 unless
+    ``jitgraph.config`` says float32, when no ``dtype`` is given)."""
     return np.ones(shape, _dt(dtype))
 
 
 def full(shape, fill_value, dtype=None):
+    """An array of ``shape`` filled with ``fill_value``."""
     if isinstance(fill_value, Tracer):
         return broadcast_to(astype(fill_value, dtype) if dtype else fill_value, shape)
-    d = _dt(dtype, dtypes.canonical(np.asarray(fill_value).dtype))
+    d = _dt(dtype, _default_of(np.asarray(fill_value), fill_value))
     return np.full(shape, fill_value, d)
 
 
+def empty(shape, dtype=None):
+    """Zeros (as JAX's ``empty``: a traced program has no uninitialized memory to give)."""
+    return zeros(shape, dtype)
+
+
+def empty_like(x, dtype=None):
+    """An array of ``x``'s shape and dtype (or ``dtype``); here filled with zeros, so never
+    uninitialised."""
+    return zeros_like(x, dtype)
+
+
 def zeros_like(x, dtype=None):
+    """An array of ``x``'s shape and dtype (or ``dtype``) filled with zeros."""
     a = aval_of(_operand(x))
     return np.zeros(a.shape, _dt(dtype, a.dtype))
 
 
 def ones_like(x, dtype=None):
+    """An array of ``x``'s shape and dtype (or ``dtype``) filled with ones."""
     a = aval_of(_operand(x))
     return np.ones(a.shape, _dt(dtype, a.dtype))
 
 
 def full_like(x, fill_value, dtype=None):
+    """An array of ``x``'s shape (and dtype unless given) filled with ``fill_value``."""
     a = aval_of(_operand(x))
     return full(a.shape, fill_value, _dt(dtype, a.dtype))
 
@@ -53,7 +90,7 @@ def arange(start, stop=None, step=1, dtype=None):
     if any(isinstance(v, Tracer) for v in (start, stop, step)):
         return _traced_arange(start, stop, step, dtype)
     r = np.arange(start, stop, step) if stop is not None else np.arange(start)
-    return r.astype(_dt(dtype, dtypes.canonical(r.dtype)))
+    return r.astype(_dt(dtype, _default_of(r, start, stop, step)))
 
 
 def _concrete_value(v, what):
@@ -104,10 +141,12 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
 
 
 def eye(N, M=None, k=0, dtype=None):
+    """An ``N`` x ``M`` array with ones on the ``k``-th diagonal."""
     return np.eye(N, M, k, dtype=_dt(dtype))
 
 
 def identity(n, dtype=None):
+    """The ``n`` x ``n`` identity matrix."""
     return eye(n, dtype=dtype)
 
 

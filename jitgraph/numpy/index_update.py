@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import Array
 from ..core import Tracer, aval_of, bind
 from ._base import _P, _cast, _operand, asarray, int64, _locate_module
 from .indexing import getitem, take
@@ -134,4 +135,5 @@ def at(x) -> _IndexUpdateHelper:
 
 
 Tracer.at = property(lambda self: _IndexUpdateHelper(self))
+Array.at = property(lambda self: _IndexUpdateHelper(self))   # eager results, as JAX arrays
 _locate_module(globals(), __name__)

@@ -129,6 +129,8 @@ def _getitem_int(x, i: int):
 
 
 def take(x, indices, axis=None):
+    """Elements of ``x`` at ``indices`` along ``axis``; out-of-range indices are clamped, as
+    JAX does."""
     x = _operand(x)
     if axis is None:
         x, axis = ravel(x), 0
@@ -145,6 +147,8 @@ def take(x, indices, axis=None):
 
 
 def take_along_axis(arr, indices, axis):
+    """Elements of ``arr`` picked by ``indices`` along ``axis`` (one per position), as
+    ``numpy.take_along_axis``."""
     arr = _operand(arr)
     indices = _operand(indices)
     shp = aval_of(arr).shape
@@ -204,10 +208,12 @@ def diag(v, k=0):
 
 
 def diagflat(v, k=0):
+    """A 2-D array with the flattened ``v`` on its ``k``-th diagonal."""
     return diag(ravel(v), k)
 
 
 def trace(x, offset=0, axis1=0, axis2=1):
+    """Sum along the ``offset`` diagonal of ``axis1`` and ``axis2``."""
     from .reductions import sum
     return sum(diagonal(x, offset, axis1, axis2), axis=-1)
 
@@ -218,6 +224,7 @@ def _tri_mask(shape, k, lower):
 
 
 def tril(x, k=0):
+    """``x`` with the elements above the ``k``-th diagonal set to zero."""
     from .math import where
     x = _operand(x)
     if aval_of(x).ndim < 2:
@@ -226,6 +233,7 @@ def tril(x, k=0):
 
 
 def triu(x, k=0):
+    """``x`` with the elements below the ``k``-th diagonal set to zero."""
     from .math import where
     x = _operand(x)
     if aval_of(x).ndim < 2:

@@ -54,6 +54,7 @@ def _matrix(a, name, square=True):
 
 
 def inv(a):
+    """Inverse of a square matrix (or a stack of them), differentiable."""
     return bind(_P.inv, _matrix(a, "inv"))
 
 
@@ -74,14 +75,18 @@ def solve(a, b):
 
 
 def det(a):
+    """Determinant of a square matrix (or a stack of them), differentiable."""
     return bind(_P.det, _matrix(a, "det"))
 
 
 def slogdet(a):
+    """Sign and log of the absolute determinant, stable where ``det`` over- or underflows."""
     return SlogdetResult(*bind(_P.slogdet, _matrix(a, "slogdet")))
 
 
 def cholesky(a, upper=False):
+    """Lower (or ``upper=True``: upper) Cholesky factor of a symmetric positive-definite matrix
+    (a host step when compiled)."""
     L = bind(_P.cholesky, _matrix(a, "cholesky"))
     return swapaxes(L, -1, -2) if upper else L
 
@@ -95,6 +100,7 @@ def eigh(a, UPLO="L"):
 
 
 def eigvalsh(a, UPLO="L"):
+    """Eigenvalues of a symmetric (Hermitian) matrix, ascending."""
     return eigh(a, UPLO)[0]
 
 
@@ -111,10 +117,12 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
 
 
 def svdvals(a):
+    """Singular values, descending, as ``numpy.linalg.svdvals``."""
     return svd(a, full_matrices=False, compute_uv=False)
 
 
 def qr(a, mode="reduced"):
+    """QR decomposition (``mode="reduced"``, ``"complete"`` or ``"r"``), as ``numpy.linalg.qr``."""
     if mode not in ("reduced", "r"):
         raise NotImplementedError(f"linalg.qr: mode {mode!r} is not supported ('reduced', 'r')")
     q, r = bind(_P.qr, _matrix(a, "qr", square=False))
@@ -135,6 +143,7 @@ def pinv(a, rcond=None, hermitian=False, rtol=None):
 
 
 def matrix_power(a, n):
+    """The square matrix ``a`` raised to the integer power ``n`` (negative ``n`` inverts)."""
     a = _matrix(a, "matrix_power")
     n = int(n)
     if n < 0:
@@ -154,6 +163,7 @@ def matrix_power(a, n):
 
 
 def multi_dot(arrays):
+    """The product of a chain of matrices, multiplied left to right."""
     out = arrays[0]
     for a in arrays[1:]:
         out = matmul(out, a)
@@ -161,6 +171,8 @@ def multi_dot(arrays):
 
 
 def matrix_rank(a, tol=None):
+    """Number of singular values above ``tol`` (by default the largest times ``max(m, n) *
+    eps``), as NumPy."""
     s = svdvals(a)
     if tol is None:
         m, n = aval_of(_operand(a)).shape[-2:]
@@ -169,6 +181,7 @@ def matrix_rank(a, tol=None):
 
 
 def cond(x, p=None):
+    """Condition number of ``x`` in the norm ``p`` (2-norm by default)."""
     if p is None or p == 2:
         s = svdvals(x)
         return true_divide(max(s, axis=-1), min(s, axis=-1))
@@ -244,6 +257,8 @@ def norm(x, ord=None, axis=None, keepdims=False):
 
 
 def vector_norm(x, ord=2, axis=None, keepdims=False):
+    """Vector ``ord``-norm over ``axis`` (all elements by default), as
+    ``numpy.linalg.vector_norm``."""
     x = _operand(x)
     axes = _axes(x, axis, "vector_norm")
     return _vector_norm(x if dtypes.is_float(aval_of(x).dtype) else astype(x, float64),
@@ -251,10 +266,12 @@ def vector_norm(x, ord=2, axis=None, keepdims=False):
 
 
 def matrix_norm(x, ord="fro", keepdims=False):
+    """Matrix norm (``"fro"``, ``"nuc"``, 1, 2, inf and their negatives) over the last two axes."""
     return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
 
 
 def tensorsolve(a, b, axes=None):
+    """Solve ``tensordot(a, x, x.ndim) == b`` for ``x``, as ``numpy.linalg.tensorsolve``."""
     raise NotImplementedError("linalg.tensorsolve is not supported; reshape to a matrix and "
                               "use linalg.solve")
 

@@ -12,14 +12,27 @@ from ._base import _P, _axes, _axis1, _here, _operand, _promote, asarray, _locat
 
 # ------------------------------------------------------------------ shapes
 def shape(x):
+    """The shape of ``x`` (a tuple of Python ints, also for traced values)."""
     return aval_of(_operand(x)).shape
 
 
 def ndim(x):
+    """The number of dimensions of ``x`` (a Python int, also for traced values)."""
     return aval_of(_operand(x)).ndim
 
 
+def isscalar(element) -> bool:
+    """Whether ``element`` is a scalar: a Python or NumPy scalar, or an array (also a traced
+    one) with no dimensions; as ``jax.numpy.isscalar``, so the answer is the same under jit."""
+    if np.isscalar(element):
+        return True
+    if isinstance(element, (np.ndarray, Tracer)):
+        return aval_of(element).ndim == 0
+    return False
+
+
 def size(x):
+    """The number of elements of ``x`` (a Python int, also for traced values)."""
     return aval_of(_operand(x)).size
 
 
@@ -41,6 +54,8 @@ def _resolve_shape(newshape, size_: int) -> tuple[int, ...]:
 
 
 def reshape(x, newshape, *more):
+    """``x`` with a new shape of the same size (one dimension may be -1); ``reshape(x, 2, 3)``
+    also works."""
     x = _operand(x)
     if more:
         newshape = (newshape,) + more
@@ -52,10 +67,12 @@ def reshape(x, newshape, *more):
 
 
 def ravel(x):
+    """``x`` flattened to 1-D in C order."""
     return reshape(x, (-1,))
 
 
 def transpose(x, axes=None):
+    """``x`` with its axes reversed or permuted by ``axes``."""
     x = _operand(x)
     nd = aval_of(x).ndim
     if axes is None:
@@ -71,6 +88,7 @@ def transpose(x, axes=None):
 
 
 def swapaxes(x, axis1, axis2):
+    """``x`` with ``axis1`` and ``axis2`` exchanged."""
     x = _operand(x)
     nd = aval_of(x).ndim
     perm = list(range(nd))
@@ -96,6 +114,7 @@ def moveaxis(x, source, destination):
 
 
 def expand_dims(x, axis):
+    """``x`` with a new axis of length 1 at ``axis`` (an int or a tuple)."""
     x = _operand(x)
     shp = list(aval_of(x).shape)
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
@@ -109,6 +128,7 @@ def expand_dims(x, axis):
 
 
 def squeeze(x, axis=None):
+    """``x`` without its length-1 axes (or only those in ``axis``)."""
     x = _operand(x)
     shp = aval_of(x).shape
     if axis is None:
@@ -123,6 +143,7 @@ def squeeze(x, axis=None):
 
 
 def broadcast_to(x, shape):
+    """``x`` broadcast to ``shape``; its gradient sums over the broadcast axes."""
     x = _operand(x)
     shape = tuple(int(d) for d in ((shape,) if isinstance(shape, int) else shape))
     a = aval_of(x)
@@ -134,6 +155,7 @@ def broadcast_to(x, shape):
 
 
 def broadcast_arrays(*xs):
+    """The arguments broadcast against each other to one shape, as ``numpy.broadcast_arrays``."""
     from ..ops.elementwise import broadcast_shapes
     xs = [_operand(x) for x in xs]
     shp = broadcast_shapes(*(aval_of(x).shape for x in xs))
@@ -141,6 +163,7 @@ def broadcast_arrays(*xs):
 
 
 def concatenate(arrays, axis=0):
+    """The arrays joined along an existing ``axis``."""
     if isinstance(arrays, Tracer) or not len(arrays):
         raise ValueError("need a non-empty sequence of arrays to concatenate")
     xs = _promote(*arrays)
@@ -153,6 +176,7 @@ def concatenate(arrays, axis=0):
 
 
 def stack(arrays, axis=0):
+    """The arrays joined along a new ``axis``."""
     xs = [_operand(x) for x in arrays]
     if not xs:
         raise ValueError("need at least one array to stack")
@@ -165,6 +189,7 @@ def stack(arrays, axis=0):
 
 
 def flip(x, axis=None):
+    """``x`` with the order of elements reversed along ``axis`` (all axes by default)."""
     x = _operand(x)
     shp = aval_of(x).shape
     axes = _axes(x, axis, "flip")
@@ -190,10 +215,12 @@ def _atleast(nd, xs):
 
 
 def atleast_1d(*xs):
+    """Each argument viewed with at least one dimension, as ``numpy.atleast_1d``."""
     return _atleast(1, xs)
 
 
 def atleast_2d(*xs):
+    """Each argument viewed with at least two dimensions, as ``numpy.atleast_2d``."""
     return _atleast(2, xs)
 
 
@@ -239,6 +266,8 @@ def array_split(x, indices_or_sections, axis=0):
 
 
 def split(x, indices_or_sections, axis=0):
+    """``x`` split along ``axis`` into equal sections or at the given indices, as
+    ``numpy.split``."""
     x = _operand(x)
     if isinstance(indices_or_sections, (int, np.integer)):
         n = aval_of(x).shape[_axis1(x, axis, "split")]
@@ -249,23 +278,28 @@ def split(x, indices_or_sections, axis=0):
 
 
 def hsplit(x, s):
+    """``x`` split along its second axis (the first for 1-D arrays), as ``numpy.hsplit``."""
     return split(x, s, axis=1 if ndim(x) > 1 else 0)
 
 
 def vsplit(x, s):
+    """``x`` split along its first axis, as ``numpy.vsplit``."""
     return split(x, s, axis=0)
 
 
 def dsplit(x, s):
+    """``x`` split along its third axis, as ``numpy.dsplit``."""
     return split(x, s, axis=2)
 
 
 def hstack(xs):
+    """The arrays joined along the second axis (the first for 1-D arrays), as ``numpy.hstack``."""
     xs = [atleast_1d(x) for x in xs]
     return concatenate(xs, axis=0 if aval_of(xs[0]).ndim == 1 else 1)
 
 
 def vstack(xs):
+    """The arrays stacked as rows (1-D arrays become rows of a 2-D array), as ``numpy.vstack``."""
     return concatenate([atleast_2d(x) for x in xs], axis=0)
 
 
@@ -273,10 +307,13 @@ row_stack = vstack
 
 
 def dstack(xs):
+    """The arrays stacked along a third axis, as ``numpy.dstack``."""
     return concatenate([atleast_3d(x) for x in xs], axis=2)
 
 
 def column_stack(xs):
+    """1-D arrays as the columns of a 2-D array (2-D ones stacked as they are), as
+    ``numpy.column_stack``."""
     cols = []
     for x in xs:
         x = _operand(x)
@@ -285,6 +322,8 @@ def column_stack(xs):
 
 
 def append(x, values, axis=None):
+    """``values`` appended to ``x`` along ``axis`` (flattened when ``axis`` is None), as
+    ``numpy.append``."""
     if axis is None:
         return concatenate([ravel(x), ravel(values)])
     return concatenate([x, values], axis=axis)
@@ -364,6 +403,7 @@ def roll(x, shift, axis=None):
 
 
 def rollaxis(x, axis, start=0):
+    """``x`` with ``axis`` moved to position ``start``, as ``numpy.rollaxis``."""
     nd = ndim(x)
     a = _axis1(x, axis, "rollaxis")
     start = start + nd if start < 0 else start
@@ -373,6 +413,7 @@ def rollaxis(x, axis, start=0):
 
 
 def rot90(x, k=1, axes=(0, 1)):
+    """``x`` rotated by 90 degrees ``k`` times in the plane of ``axes``."""
     x = _operand(x)
     k %= 4
     a0, a1 = axes
@@ -386,10 +427,12 @@ def rot90(x, k=1, axes=(0, 1)):
 
 
 def fliplr(x):
+    """``x`` reversed along axis 1."""
     return flip(x, 1)
 
 
 def flipud(x):
+    """``x`` reversed along axis 0."""
     return flip(x, 0)
 
 
@@ -447,6 +490,8 @@ def pad(x, pad_width, mode="constant", constant_values=0):
 
 
 def meshgrid(*xs, indexing="xy", sparse=False, copy=True):
+    """Coordinate arrays from 1-D coordinate vectors, as ``numpy.meshgrid`` (``indexing="xy"``
+    or ``"ij"``)."""
     xs = [ravel(x) for x in xs]
     n = len(xs)
     shapes = []

@@ -47,32 +47,34 @@ stop_gradient = _unary("stop_gradient", float_only=False,
                        doc="Identity whose gradient is zero.")
 
 
-def _binary(pname: str, float_only: bool = False):
+def _binary(pname: str, float_only: bool = False, doc: str = ""):
     def fn(x, y):
         x, y = _promote(x, y, float_only=float_only)
         return bind(getattr(_P, pname), x, y)
     fn.__name__ = pname
+    fn.__doc__ = doc or f"Elementwise {pname} of ``x`` and ``y``, broadcast together."
     return fn
 
 
-add = _binary("add")
-subtract = _binary("sub")
-multiply = _binary("mul")
-true_divide = _binary("div", float_only=True)
+add = _binary("add", doc="Elementwise ``x + y``, broadcast together.")
+subtract = _binary("sub", doc="Elementwise ``x - y``, broadcast together.")
+multiply = _binary("mul", doc="Elementwise ``x * y``, broadcast together.")
+true_divide = _binary("div", float_only=True, doc="Elementwise ``x / y``, broadcast together; always a float result.")
 divide = true_divide
-maximum = _binary("max")
-minimum = _binary("min")
-greater = _binary("gt")
-greater_equal = _binary("ge")
-less = _binary("lt")
-less_equal = _binary("le")
-equal = _binary("eq")
-not_equal = _binary("ne")
-mod = _binary("mod")
+maximum = _binary("max", doc="Elementwise maximum of ``x`` and ``y``; at ties each gets half the gradient.")
+minimum = _binary("min", doc="Elementwise minimum of ``x`` and ``y``; at ties each gets half the gradient.")
+greater = _binary("gt", doc="Elementwise ``x > y`` (boolean).")
+greater_equal = _binary("ge", doc="Elementwise ``x >= y`` (boolean).")
+less = _binary("lt", doc="Elementwise ``x < y`` (boolean).")
+less_equal = _binary("le", doc="Elementwise ``x <= y`` (boolean).")
+equal = _binary("eq", doc="Elementwise ``x == y`` (boolean).")
+not_equal = _binary("ne", doc="Elementwise ``x != y`` (boolean).")
+mod = _binary("mod", doc="Elementwise ``x % y`` with the sign of ``y``, as ``numpy.mod``.")
 remainder = mod
 
 
 def floor_divide(x, y):
+    """Elementwise ``x // y`` (rounded towards minus infinity); no derivative."""
     x, y = _promote(x, y)
     if dtypes.is_float(_dtype_weak(x)[0]):
         return floor(x / y)
@@ -80,14 +82,17 @@ def floor_divide(x, y):
 
 
 def logical_and(x, y):
+    """Elementwise truth of ``x and y`` (boolean)."""
     return bind(_P.logical_and, _as_bool(x), _as_bool(y))
 
 
 def logical_or(x, y):
+    """Elementwise truth of ``x or y`` (boolean)."""
     return bind(_P.logical_or, _as_bool(x), _as_bool(y))
 
 
 def logical_not(x):
+    """Elementwise truth of ``not x`` (boolean)."""
     return bind(_P.logical_not, _as_bool(x))
 
 
@@ -120,10 +125,12 @@ def power(x, y):
 
 
 def square(x):
+    """Elementwise ``x * x``."""
     return multiply(x, x)
 
 
 def reciprocal(x):
+    """Elementwise ``1 / x``."""
     return true_divide(1.0, x)
 
 
@@ -138,6 +145,8 @@ def where(condition, x=None, y=None):
 
 
 def clip(x, a_min=None, a_max=None):
+    """``x`` limited to ``[a_min, a_max]`` (either may be None); the gradient is zero where
+    clipped."""
     if a_min is not None:
         x = maximum(x, a_min)
     if a_max is not None:
@@ -146,14 +155,17 @@ def clip(x, a_min=None, a_max=None):
 
 
 def isnan(x):
+    """Elementwise: NaN (boolean, no derivative)."""
     return not_equal(x, x)
 
 
 def isinf(x):
+    """Elementwise: positive or negative infinity (boolean, no derivative)."""
     return equal(abs(x), inf)
 
 
 def isfinite(x):
+    """Elementwise: neither infinite nor NaN (boolean, no derivative)."""
     return logical_not(logical_or(isnan(x), isinf(x)))
 
 
@@ -169,8 +181,8 @@ arctanh = _unary("arctanh")
 log2 = _unary("log2")
 log10 = _unary("log10")
 exp2 = _unary("exp2")
-arctan2 = _binary("arctan2", float_only=True)
-hypot = _binary("hypot", float_only=True)
+arctan2 = _binary("arctan2", float_only=True, doc="Elementwise ``arctan(x / y)`` in the quadrant of the point ``(y, x)``, as ``numpy.arctan2``.")
+hypot = _binary("hypot", float_only=True, doc="Elementwise ``sqrt(x**2 + y**2)``, as ``numpy.hypot``.")
 asin, acos, atan, asinh, acosh, atanh, atan2 = (arcsin, arccos, arctan, arcsinh, arccosh,
                                                   arctanh, arctan2)
 _LN2 = float(np.log(2.0))
@@ -271,10 +283,12 @@ around = round_ = round
 
 
 def deg2rad(x):
+    """Elementwise degrees to radians."""
     return multiply(_float(x), np.pi / 180.0)
 
 
 def rad2deg(x):
+    """Elementwise radians to degrees."""
     return multiply(_float(x), 180.0 / np.pi)
 
 
@@ -325,31 +339,37 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def heaviside(x, h0):
+    """Elementwise step function: 0 below zero, ``h0`` at zero, 1 above."""
     x, h0 = _promote(x, h0, float_only=True)
     return where(less(x, 0), 0.0, where(greater(x, 0), 1.0, h0))
 
 
 def copysign(x, y):
+    """Elementwise ``abs(x)`` with the sign of ``y``."""
     x, y = _promote(x, y, float_only=True)
     neg = logical_or(less(y, 0), logical_and(equal(y, 0), less(true_divide(1.0, y), 0)))
     return where(neg, negative(abs(x)), abs(x))
 
 
 def logical_xor(x, y):
+    """Elementwise truth of ``x != y`` as booleans."""
     return not_equal(_as_bool(x), _as_bool(y))
 
 
 def signbit(x):
+    """Elementwise: the sign bit is set (true for -0.0 and negative values)."""
     x = _float(x)
     return logical_or(less(x, 0), logical_and(equal(x, 0), less(true_divide(1.0, x), 0)))
 
 
 def float_power(x, y):
+    """Elementwise ``x ** y`` computed in float64, as ``numpy.float_power``."""
     x, y = _promote(x, y, float_only=True)
     return power(astype(x, float64), astype(y, float64))
 
 
 def cbrt(x):
+    """Elementwise real cube root (negative inputs give negative roots)."""
     x = _float(x)
     return multiply(sign(x), power(abs(x), 1.0 / 3.0))
 

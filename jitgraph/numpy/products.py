@@ -1,19 +1,74 @@
-"""Products and contractions: matmul, dot, vdot, inner, outer, tensordot, einsum."""
+"""Products and contractions: matmul, dot, vdot, inner, outer, tensordot, einsum.
+
+Each takes JAX's ``precision=`` (checked; on the CPU every product is computed in its
+operands' dtype, so it changes nothing) and ``preferred_element_type=`` (the result's dtype).
+"""
 from __future__ import annotations
 
 import builtins
+import enum as _enum
+import functools
+from typing import Any
 
 import numpy as np
 
 from ..core import aval_of, bind
 from ..errors import ShapeError
-from ._base import _P, _promote, _locate_module
+from ._base import _P, _promote, _locate_module, astype
 from .math import multiply
 from .reductions import sum
 from .manipulation import broadcast_to, moveaxis, ravel, reshape, transpose
 
 
+# ------------------------------------------------------------------ precision
+class Precision(_enum.Enum):
+    """``lax.Precision``: how many passes an accelerator's product takes. Every value is
+    accepted; none changes a CPU result (products run in the operands' own dtype)."""
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+    @classmethod
+    def _missing_(cls, value):
+        names = {"default": cls.DEFAULT, "bfloat16": cls.DEFAULT, "fastest": cls.DEFAULT,
+                 "high": cls.HIGH, "bfloat16_3x": cls.HIGH, "tensorfloat32": cls.HIGH,
+                 "highest": cls.HIGHEST, "float32": cls.HIGHEST}
+        return names.get(str(value).lower())
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def check(precision: Any, fn: str) -> None:
+        """Accept what JAX accepts for ``precision=`` (None, a ``Precision``, its string
+        names, or a pair of them); raise naming ``fn`` otherwise."""
+        if precision is None or isinstance(precision, Precision):
+            return
+        if isinstance(precision, (tuple, list)) and len(precision) == 2:
+            for p in precision:
+                Precision.check(p, fn)
+            return
+        try:
+            Precision(precision)
+        except ValueError:
+            raise ValueError(f"{fn}: precision must be None, a lax.Precision, one of "
+                             "'default', 'high', 'highest' (or 'bfloat16', 'tensorfloat32', "
+                             f"'float32'), or a pair of them; got {precision!r}") from None
+
+
+def _precision_args(fn):
+    """``fn`` taking JAX's keyword-only ``precision`` and ``preferred_element_type``."""
+    @functools.wraps(fn)
+    def wrapper(*args, precision=None, preferred_element_type=None, **kwargs):
+        if precision is not None:
+            Precision.check(precision, f"jnp.{fn.__name__}")
+        r = fn(*args, **kwargs)
+        return r if preferred_element_type is None else astype(r, preferred_element_type)
+    return wrapper
+
+
 # ------------------------------------------------------------------ linear algebra
+@_precision_args
 def matmul(a, b):
     """NumPy matmul: 1-d operands are promoted and squeezed, batch dims broadcast."""
     return _matmul(*_promote(a, b))
@@ -46,7 +101,10 @@ def _matmul(a, b):
     return reshape(out, oshape)
 
 
+@_precision_args
 def dot(a, b):
+    """``numpy.dot``: products of vectors and matrices, sums over the last/second-to-last axes
+    beyond."""
     a, b = _promote(a, b)
     sa, sb = aval_of(a).shape, aval_of(b).shape
     if len(sa) == 0 or len(sb) == 0:
@@ -62,11 +120,15 @@ def dot(a, b):
     return reshape(r, sa[:-1] + rest_b)
 
 
+@_precision_args
 def vdot(a, b):
+    """Dot product of the flattened ``a`` and ``b``."""
     return sum(multiply(ravel(a), ravel(b)))
 
 
+@_precision_args
 def inner(a, b):
+    """Sum of products over the last axes of ``a`` and ``b``, as ``numpy.inner``."""
     a, b = _promote(a, b)
     if aval_of(a).ndim == 0 or aval_of(b).ndim == 0:
         return multiply(a, b)
@@ -74,11 +136,14 @@ def inner(a, b):
 
 
 def outer(a, b):
+    """The outer product of the flattened ``a`` and ``b``."""
     a, b = ravel(a), ravel(b)
     return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
+@_precision_args
 def tensordot(a, b, axes=2):
+    """Sum of products over ``axes`` (a count or two lists of axes), as ``numpy.tensordot``."""
     a, b = _promote(a, b)
     sa, sb = aval_of(a).shape, aval_of(b).shape
     if isinstance(axes, int):
@@ -98,7 +163,8 @@ def tensordot(a, b, axes=2):
     return reshape(matmul(at, bt), tuple(sa[i] for i in free_a) + tuple(sb[i] for i in free_b))
 
 
-def einsum(subscripts: str, *operands, optimize="greedy", precision=None):
+@_precision_args
+def einsum(subscripts: str, *operands, optimize="greedy"):
     """einsum with any number of operands, ellipses and repeated indices, contracted pairwise
     (an order chosen over the index sizes) as matmuls; see ``jitgraph.numpy._einsum``."""
     from ._einsum import einsum as _einsum

@@ -22,6 +22,7 @@ def _reduce(pname, x, axis, keepdims):
 
 
 def sum(x, axis=None, dtype=None, keepdims=False):
+    """Sum over ``axis`` (all axes by default), as ``numpy.sum``."""
     x = _operand(x)
     d = aval_of(x).dtype
     if dtype is not None:
@@ -32,6 +33,7 @@ def sum(x, axis=None, dtype=None, keepdims=False):
 
 
 def prod(x, axis=None, keepdims=False):
+    """Product over ``axis`` (all axes by default); booleans and int32 multiply in int64."""
     x = _operand(x)
     if aval_of(x).dtype in (bool_, int32):
         x = astype(x, int64)
@@ -39,10 +41,12 @@ def prod(x, axis=None, keepdims=False):
 
 
 def max(x, axis=None, keepdims=False):
+    """Maximum over ``axis`` (all axes by default); ties share the gradient, as in JAX."""
     return _reduce("reduce_max", x, axis, keepdims)
 
 
 def min(x, axis=None, keepdims=False):
+    """Minimum over ``axis`` (all axes by default); ties share the gradient, as in JAX."""
     return _reduce("reduce_min", x, axis, keepdims)
 
 
@@ -55,6 +59,7 @@ def _count(x, axes) -> int:
 
 
 def mean(x, axis=None, keepdims=False):
+    """Arithmetic mean over ``axis`` (all axes by default); integers give float64."""
     x = _operand(x)
     if not dtypes.is_float(aval_of(x).dtype):
         x = astype(x, float64)
@@ -63,6 +68,7 @@ def mean(x, axis=None, keepdims=False):
 
 
 def var(x, axis=None, ddof=0, keepdims=False):
+    """Variance over ``axis`` with ``ddof`` delta degrees of freedom."""
     x = _operand(x)
     if not dtypes.is_float(aval_of(x).dtype):
         x = astype(x, float64)
@@ -92,10 +98,14 @@ def _arg(pname, x, axis, keepdims):
 
 
 def argmax(x, axis=None, keepdims=False):
+    """Index of the maximum along ``axis`` (of the flattened array by default); integer, no
+    derivative."""
     return _arg("argmax", x, axis, keepdims)
 
 
 def argmin(x, axis=None, keepdims=False):
+    """Index of the minimum along ``axis`` (of the flattened array by default); integer, no
+    derivative."""
     return _arg("argmin", x, axis, keepdims)
 
 
@@ -108,16 +118,21 @@ def any(x, axis=None, keepdims=False):
 
 
 def all(x, axis=None, keepdims=False):
+    """Whether every element (along ``axis``) is true, as ``numpy.all``; the result has no
+    derivative."""
     from .math import equal, logical_not
     return equal(sum(astype(logical_not(_as_bool(x)), int64), axis=axis, keepdims=keepdims), 0)
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether ``a`` and ``b`` agree elementwise within ``atol + rtol * abs(b)``, as
+    ``numpy.allclose``."""
     from .math import isclose
     return all(isclose(a, b, rtol, atol, equal_nan))
 
 
 def array_equal(a, b, equal_nan=False):
+    """Whether ``a`` and ``b`` have the same shape and elements, as ``numpy.array_equal``."""
     from .math import equal, isnan, logical_and, logical_or
     a, b = _operand(a), _operand(b)
     if aval_of(a).shape != aval_of(b).shape:
@@ -129,6 +144,7 @@ def array_equal(a, b, equal_nan=False):
 
 
 def ptp(x, axis=None, keepdims=False):
+    """Range (maximum minus minimum) over ``axis``."""
     from .math import subtract
     return subtract(max(x, axis, keepdims), min(x, axis, keepdims))
 
@@ -165,18 +181,21 @@ def _cumulative(x, axis, dtype, name):
 
 
 def cumsum(x, axis=None, dtype=None):
+    """Running sum along ``axis`` (of the flattened array by default), as ``numpy.cumsum``."""
     from .math import add
     x, ax = _cumulative(x, axis, dtype, "cumsum")
     return _scan(x, ax, add, 0)
 
 
 def cumprod(x, axis=None, dtype=None):
+    """Running product along ``axis`` (of the flattened array by default), as ``numpy.cumprod``."""
     from .math import multiply
     x, ax = _cumulative(x, axis, dtype, "cumprod")
     return _scan(x, ax, multiply, 1)
 
 
 def cummax(x, axis=None):
+    """Running maximum along ``axis`` (of the flattened array by default)."""
     from .math import maximum
     x, ax = _cumulative(x, axis, None, "cummax")
     return _scan(x, ax, maximum, -np.inf if dtypes.is_float(aval_of(x).dtype)
@@ -184,6 +203,7 @@ def cummax(x, axis=None):
 
 
 def cummin(x, axis=None):
+    """Running minimum along ``axis`` (of the flattened array by default)."""
     from .math import minimum
     x, ax = _cumulative(x, axis, None, "cummin")
     return _scan(x, ax, minimum, np.inf if dtypes.is_float(aval_of(x).dtype)
@@ -255,18 +275,22 @@ def _nan_filled(x, fill):
 
 
 def nansum(x, axis=None, dtype=None, keepdims=False):
+    """``sum`` with NaNs counted as zero."""
     return sum(_nan_filled(x, 0.0), axis, dtype, keepdims)
 
 
 def nanprod(x, axis=None, keepdims=False):
+    """``prod`` with NaNs counted as one."""
     return prod(_nan_filled(x, 1.0), axis, keepdims)
 
 
 def nanmax(x, axis=None, keepdims=False):
+    """``max`` ignoring NaNs."""
     return max(_nan_filled(x, -np.inf), axis, keepdims)
 
 
 def nanmin(x, axis=None, keepdims=False):
+    """``min`` ignoring NaNs."""
     return min(_nan_filled(x, np.inf), axis, keepdims)
 
 
@@ -276,6 +300,7 @@ def _nan_count(x, axis, keepdims):
 
 
 def nanmean(x, axis=None, keepdims=False):
+    """``mean`` of the non-NaN elements."""
     x = _operand(x)
     if not dtypes.is_float(aval_of(x).dtype):
         x = astype(x, float64)
@@ -284,6 +309,7 @@ def nanmean(x, axis=None, keepdims=False):
 
 
 def nanvar(x, axis=None, ddof=0, keepdims=False):
+    """``var`` of the non-NaN elements."""
     from .math import isnan, subtract, where
     x = _operand(x)
     if not dtypes.is_float(aval_of(x).dtype):
@@ -295,22 +321,27 @@ def nanvar(x, axis=None, ddof=0, keepdims=False):
 
 
 def nanstd(x, axis=None, ddof=0, keepdims=False):
+    """``std`` of the non-NaN elements."""
     return sqrt(nanvar(x, axis, ddof, keepdims))
 
 
 def nanargmax(x, axis=None, keepdims=False):
+    """``argmax`` ignoring NaNs."""
     return argmax(_nan_filled(x, -np.inf), axis, keepdims)
 
 
 def nanargmin(x, axis=None, keepdims=False):
+    """``argmin`` ignoring NaNs."""
     return argmin(_nan_filled(x, np.inf), axis, keepdims)
 
 
 def nancumsum(x, axis=None, dtype=None):
+    """``cumsum`` with NaNs counted as zero."""
     return cumsum(_nan_filled(x, 0.0), axis, dtype)
 
 
 def nancumprod(x, axis=None, dtype=None):
+    """``cumprod`` with NaNs counted as one."""
     return cumprod(_nan_filled(x, 1.0), axis, dtype)
 
 

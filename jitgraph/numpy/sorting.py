@@ -43,6 +43,8 @@ def partition(x, kth, axis=-1):
 
 
 def argpartition(x, kth, axis=-1):
+    """Indices that partition ``x`` around ``kth``: here the full ``argsort``, which is a valid
+    partition."""
     return argsort(x, axis)
 
 

@@ -24,6 +24,8 @@ def _floats(x):
 
 
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
+    """Weighted mean over ``axis``, as ``numpy.average`` (``returned=True`` also gives the
+    weights' sum)."""
     a = _floats(a)
     if weights is None:
         avg = mean(a, axis, keepdims=keepdims)
@@ -80,16 +82,20 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
 
 
 def percentile(a, q, axis=None, keepdims=False, method="linear"):
+    """The ``q``-th percentile(s) over ``axis``; ``q`` must be static (it decides which
+    elements are read)."""
     if isinstance(q, Tracer):
         raise TypeError("percentile: q must be static (it decides which elements are read)")
     return quantile(a, np.asarray(q, dtype=np.float64) / 100.0, axis, keepdims, method)
 
 
 def median(a, axis=None, keepdims=False):
+    """Median over ``axis`` (``quantile(a, 0.5)``)."""
     return quantile(a, 0.5, axis, keepdims)
 
 
 def nanmedian(a, axis=None, keepdims=False):
+    """``median`` of the non-NaN elements (eager only)."""
     _concrete("nanmedian", a)
     return np.nanmedian(np.asarray(a), axis=axis, keepdims=keepdims)
 
@@ -113,6 +119,8 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None):
 
 
 def corrcoef(x, y=None, rowvar=True):
+    """Pearson correlation coefficients of the rows (``rowvar=True``) or columns, as
+    ``numpy.corrcoef``."""
     from .indexing import diagonal
     c = cov(x, y, rowvar)
     if aval_of(c).ndim == 0:
@@ -130,6 +138,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
 
 
 def histogram_bin_edges(a, bins=10, range=None, weights=None):
+    """The ``bins + 1`` edges ``numpy.histogram`` would use (eager only: they depend on the
+    data)."""
     _concrete("histogram_bin_edges", a)
     return np.histogram_bin_edges(np.asarray(a), bins=bins, range=range)
 

@@ -19,7 +19,7 @@ MASK32 = 0xFFFFFFFF
 
 def _word_aval(*avals, **_):
     for a in avals:
-        if a.dtype != dtypes.int64:
+        if a.dtype != dtypes.int64 and not (a.weak and a.dtype.kind == "i"):   # (a Python int)
             raise TypeError(f"32-bit word operations take int64 operands holding values in "
                             f"[0, 2**32), got {a.dtype} (use jnp.astype(x, jnp.int64))")
     return Aval(broadcast_shapes(*(a.shape for a in avals)), dtypes.int64,

@@ -35,10 +35,12 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
 
 
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
+    """Cholesky factor of ``a`` and its ``lower`` flag, for ``cho_solve`` (as SciPy)."""
     return cholesky(a, lower=lower), lower
 
 
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
+    """Solve ``A x = b`` from ``cho_factor(A)``'s result, by two triangular solves."""
     c, lower = c_and_lower
     if lower:
         y = solve_triangular(c, b, lower=True)

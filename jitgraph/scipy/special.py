@@ -29,6 +29,7 @@ def expit(x):
 
 
 def erf(x):
+    """The error function, elementwise."""
     (x,) = jnp._promote(x, float_only=True)
     return jnp.bind(jnp._P.erf, x)
 
@@ -44,6 +45,7 @@ def _prim1(name, x):
 
 
 def erfc(x):
+    """``1 - erf(x)``, accurate where ``erf(x)`` is close to one."""
     return _prim1("erfc", x)
 
 
@@ -84,15 +86,18 @@ def polygamma(n, x):
 
 
 def betaln(a, b):
+    """``log(abs(beta(a, b)))``, computed through ``gammaln``."""
     a, b = jnp._promote(a, b, float_only=True)
     return gammaln(a) + gammaln(b) - gammaln(a + b)
 
 
 def beta(a, b):
+    """The beta function ``gamma(a) gamma(b) / gamma(a + b)``."""
     return jnp.exp(betaln(a, b))
 
 
 def logit(p):
+    """``log(p / (1 - p))``, the inverse of the logistic sigmoid."""
     p = _f(p)
     return jnp.log(p) - jnp.log1p(-p)
 
@@ -165,6 +170,7 @@ def log_ndtr(x):
 
 
 def multigammaln(a, d):
+    """Log of the multivariate gamma function of dimension ``d``."""
     d = int(d)
     a = _f(a)
     out = 0.25 * d * (d - 1) * 1.1447298858494002     # log(pi)

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ...arrays import Array
 from ...core import Graph
 from .. import compile_pool, native
 from ..disk_cache import (MODULE_PREFIX, DiskCache, load_helpers_without_refresh,
@@ -73,7 +74,7 @@ class CpuProgram:
     def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
         """A call path specialised to this program: checks, allocation and the driver call as
         straight-line Python (the per-call overhead of a cached ``jit`` call is this function)."""
-        ns: dict = {"ndarray": np.ndarray, "empty": np.empty, "conv": _conv,
+        ns: dict = {"ndarray": np.ndarray, "Array": Array, "empty": np.empty, "conv": _conv,
                     "pools": self._scratch_pools, "pool": self._scratch_pools.setdefault((), []),
                     "driver": self.driver, "unflatten": out_tree.unflatten,
                     "overlaps": _overlaps}
@@ -135,7 +136,11 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
     xs = [f"x{i}" for i in range(n_in)]
     lines = [f"def run({', '.join(xs)}):"]
     for i in range(n_in):
-        lines.append(f"    if x{i}.__class__ is not ndarray or x{i}.dtype is not D{i} or "
+        # jitgraph's own results (arrays.Array) reach the driver as plain arrays: Numba
+        # dispatches ndarray subclasses through a slow path
+        lines.append(f"    if x{i}.__class__ is not ndarray: "
+                     f"x{i} = x{i}.view(ndarray) if x{i}.__class__ is Array else conv(x{i}, D{i})")
+        lines.append(f"    if x{i}.dtype is not D{i} or "
                      f"not x{i}.flags.c_contiguous or not x{i}.flags.writeable: "
                      f"x{i} = conv(x{i}, D{i})")
     donated = sorted(set(info["donated"].values()))

@@ -1,0 +1,216 @@
+"""``tf.nn`` of TensorFlow 1: activations, losses, convolution, pooling and dropout as graph
+nodes computed with ``jitgraph.nn`` (convolution is its im2col + matmul ``conv2d``)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import numpy as jnp
+from .. import random as jr
+from ..core import aval_of
+from ..errors import ShapeError
+from ..nn import activations as _act
+from ..nn import functional as _F
+from .graph import Special, Tensor, get_default_graph
+from .namespace import Namespace
+
+
+def _op(fn, op_type):
+    def make(*args, name: str | None = None):
+        return Tensor(list(args), fn, op_type, name)
+    make.__name__ = op_type
+    make.__doc__ = f"A graph tensor computing ``{fn.__name__}`` of the arguments (TF's ``{op_type}``)."
+    return make
+
+
+def _xent(labels=None, logits=None, axis=-1, name=None, dim=None):
+    if labels is None or logits is None:
+        raise TypeError("softmax_cross_entropy_with_logits needs labels= and logits= "
+                        "(keywords, as TensorFlow requires)")
+    ax = axis if dim is None else dim
+    return Tensor([labels, logits],
+                  lambda y, z: -jnp.sum(y * _act.log_softmax(z, axis=ax), axis=ax),
+                  "SoftmaxCrossEntropyWithLogits", name)
+
+
+def _sparse_xent(labels=None, logits=None, name=None):
+    if labels is None or logits is None:
+        raise TypeError("sparse_softmax_cross_entropy_with_logits needs labels= and logits=")
+
+    def f(y, z):
+        k = jnp.arange(_shape_of(z)[-1])
+        return -jnp.sum(jnp.where(y[..., None] == k, _act.log_softmax(z, axis=-1), 0.0),
+                        axis=-1)
+    return Tensor([labels, logits], f, "SparseSoftmaxCrossEntropyWithLogits", name)
+
+
+def _sigmoid_xent(labels=None, logits=None, name=None):
+    """max(z, 0) - z * y + log(1 + exp(-|z|)): TensorFlow's overflow-free formula."""
+    if labels is None or logits is None:
+        raise TypeError("sigmoid_cross_entropy_with_logits needs labels= and logits=")
+    return Tensor([labels, logits], lambda y, z: jnp.maximum(z, 0.0) - z * y
+                  + jnp.log1p(jnp.exp(-jnp.abs(z))), "SigmoidCrossEntropyWithLogits", name)
+
+
+def _shape_of(v) -> tuple:
+    return aval_of(v).shape
+
+
+def _nhwc_pair(v, what: str, fn: str) -> tuple[int, int]:
+    """TF's [1, h, w, 1] strides / ksize as (h, w); batch and channel entries must be 1."""
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    v = [int(x) for x in v]
+    if len(v) == 2:
+        return v[0], v[1]
+    if len(v) != 4 or v[0] != 1 or v[3] != 1:
+        raise ValueError(f"tf.nn.{fn}: {what} must be [1, h, w, 1] for NHWC data, got {v} "
+                         "(striding over the batch or channels is not served)")
+    return v[1], v[2]
+
+
+def _check_format(data_format: str, fn: str) -> None:
+    if data_format != "NHWC":
+        raise ValueError(f"tf.nn.{fn}: data_format {data_format!r} is not served; only 'NHWC' "
+                         "(TensorFlow's default). Transpose the input with tf.transpose")
+
+
+def _check_padding(padding: Any, fn: str) -> str:
+    if not isinstance(padding, str) or padding.upper() not in ("SAME", "VALID"):
+        raise ValueError(f"tf.nn.{fn}: padding must be 'SAME' or 'VALID', got {padding!r}")
+    return padding.upper()
+
+
+def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True,
+           data_format: str = "NHWC", dilations=None, name: str | None = None,
+           filters=None) -> Tensor:
+    """2-d cross-correlation: input (N, H, W, C), filter (kh, kw, C, out), strides [1,s,s,1]."""
+    w = filter if filter is not None else filters
+    if w is None or strides is None or padding is None:
+        raise TypeError("tf.nn.conv2d needs input, filter, strides and padding")
+    _check_format(data_format, "conv2d")
+    if dilations is not None and any(int(d) != 1 for d in np.ravel(dilations)):
+        raise ValueError("tf.nn.conv2d: dilations other than 1 are not served")
+    stride = _nhwc_pair(strides, "strides", "conv2d")
+    pad = _check_padding(padding, "conv2d")
+    return Tensor([input, w], lambda x, k: _F.conv2d(x, k, stride=stride, padding=pad),
+                  "Conv2D", name)
+
+
+def _pool(fn, op_type, combine):
+    def pool(value, ksize, strides, padding, data_format: str = "NHWC",
+             name: str | None = None, input=None) -> Tensor:
+        value = value if input is None else input
+        _check_format(data_format, fn)
+        k = _nhwc_pair(ksize, "ksize", fn)
+        s = _nhwc_pair(strides, "strides", fn)
+        pad = _check_padding(padding, fn)
+        return Tensor([value], lambda x: combine(x, k, s, pad), op_type, name)
+    pool.__name__ = fn
+    return pool
+
+
+def _same_pads(k: tuple, s: tuple, hw: tuple) -> list[tuple[int, int]]:
+    """TF's SAME padding: the output has ceil(n / stride) entries; the extra goes after."""
+    pads = []
+    for kk, ss, n in zip(k, s, hw):
+        total = max((-(-n // ss) - 1) * ss + kk - n, 0)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def _max(x, k, s, pad):
+    """Max over windows; on ties the gradient goes to the first maximum in the window (in
+    row-major order), as TensorFlow's MaxPoolGrad, not split between them."""
+    a = aval_of(x)
+    (ph, pw) = _same_pads(k, s, a.shape[1:3]) if pad == "SAME" else [(0, 0), (0, 0)]
+    x = _F.pad2d(x, ph, pw, -np.inf)
+    h, w = a.shape[1] + sum(ph), a.shape[2] + sum(pw)
+    ho, wo = (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1
+    if ho <= 0 or wo <= 0:
+        raise ShapeError(f"max_pool: window {k} does not fit the input {a.shape[1:3]}")
+    out = None
+    for i in range(k[0]):
+        for j in range(k[1]):
+            v = x[:, i:i + s[0] * (ho - 1) + 1:s[0], j:j + s[1] * (wo - 1) + 1:s[1], :]
+            out = v if out is None else jnp.where(v > out, v, out)
+    return out
+
+
+def relu(v):
+    """max(v, 0) with TensorFlow's gradient: 0 at 0 (ReluGrad passes where v > 0)."""
+    return jnp.where(v > 0, v, jnp.zeros((), aval_of(v).dtype))
+
+
+def _avg(x, k, s, pad):
+    """TF's SAME average divides by the number of real (unpadded) entries in each window:
+    the padded-with-zeros mean of x over the padded-with-zeros mean of ones."""
+    mean = _F.avg_pool2d(x, k, s, pad)
+    if pad == "VALID":
+        return mean
+    a = aval_of(x)
+    return mean / _F.avg_pool2d(jnp.ones(a.shape[:3] + (1,), a.dtype), k, s, pad)
+
+
+max_pool = _pool("max_pool", "MaxPool", _max)
+avg_pool = _pool("avg_pool", "AvgPool", _avg)
+
+
+def bias_add(value, bias, data_format: str | None = None, name: str | None = None) -> Tensor:
+    """value + bias along the last axis (NHWC / N...C); bias must be 1-d."""
+    if data_format not in (None, "NHWC", "N...C"):
+        raise ValueError(f"tf.nn.bias_add: data_format {data_format!r} is not served; only "
+                         "channels-last ('NHWC')")
+
+    def f(x, b):
+        if len(_shape_of(b)) != 1 or _shape_of(b)[0] != _shape_of(x)[-1]:
+            raise ShapeError(f"bias_add: bias of shape {_shape_of(b)} must be 1-d with the size "
+                             f"of the last axis of value {_shape_of(x)}")
+        return x + b
+    return Tensor([value, bias], f, "BiasAdd", name)
+
+
+def dropout(x, keep_prob=None, noise_shape=None, seed=None, name: str | None = None,
+            rate=None) -> Tensor:
+    """Keep each entry with probability ``keep_prob`` (a number or a fed tensor) and scale the
+    kept ones by 1/keep_prob, as TF: with keep_prob 1 the value passes unchanged."""
+    if (keep_prob is None) == (rate is None):
+        raise TypeError("tf.nn.dropout needs exactly one of keep_prob= and rate=")
+    if noise_shape is not None:
+        raise ValueError("tf.nn.dropout: noise_shape is not served (one mask entry per entry)")
+    keep = keep_prob if rate is None else 1 - rate
+    g = get_default_graph()
+
+    def sample(k, v, p):
+        a = aval_of(v)
+        return jnp.where(jr.uniform(k, a.shape, a.dtype) < p, v / p, jnp.zeros((), a.dtype))
+    x = x if isinstance(x, Tensor) else Tensor([x], lambda v: v, "Identity")
+    return Special([x, keep], "Random", name or "dropout", x._shape, x._dtype,
+                   index=len(g.nodes) if seed is None else int(seed), sample=sample)
+
+
+def l2_loss(t, name: str | None = None) -> Tensor:
+    """sum(t ** 2) / 2."""
+    return Tensor([t], lambda v: jnp.sum(v * v) / 2, "L2Loss", name)
+
+
+nn = Namespace("tf.nn", dict(
+    relu=_op(relu, "Relu"), relu6=_op(lambda v: jnp.clip(v, 0.0, 6.0), "Relu6"),
+    elu=_op(_act.elu, "Elu"), softplus=_op(_act.softplus, "Softplus"),
+    leaky_relu=_op(lambda v, alpha=0.2: _act.leaky_relu(v, alpha), "LeakyRelu"),
+    sigmoid=_op(_act.sigmoid, "Sigmoid"), tanh=_op(jnp.tanh, "Tanh"),
+    softmax=_op(_act.softmax, "Softmax"), log_softmax=_op(_act.log_softmax, "LogSoftmax"),
+    softmax_cross_entropy_with_logits=_xent, softmax_cross_entropy_with_logits_v2=_xent,
+    sparse_softmax_cross_entropy_with_logits=_sparse_xent,
+    sigmoid_cross_entropy_with_logits=_sigmoid_xent,
+    conv2d=conv2d, max_pool=max_pool, avg_pool=avg_pool, bias_add=bias_add, dropout=dropout,
+    l2_loss=l2_loss,
+), not_served={
+    "conv2d_transpose": "transposed convolution has no jitgraph primitive yet",
+    "batch_normalization": "not served yet; write it with tf.reduce_mean and arithmetic",
+    "moments": "not served yet; write it with tf.reduce_mean",
+    "rnn_cell": "RNN cells are not served", "dynamic_rnn": "RNNs are not served",
+    "embedding_lookup": "not served yet; use tf.gather",
+    "lrn": "local response normalisation is not served",
+})

@@ -1,0 +1,150 @@
+"""The classic TensorFlow 1 tutorials of ``tf1_tutorials.py`` on jitgraph.compat.v1, against
+the numbers TensorFlow's ``tf.compat.v1`` gives for the same programs.
+
+The ``TF_*`` literals are what each program function returned when ``tf1_tutorials.py`` was run
+with its import line replaced by ``import tensorflow.compat.v1 as tf; tf.disable_v2_behavior()``
+(TensorFlow 2.21, CPU). The exact programs (initial values from NumPy) must agree to 1e-5; the
+GAN draws its initial weights with ``tf.random_normal``, whose stream differs from TensorFlow's,
+so its losses are compared with TensorFlow's spread over seeds 0-9.
+
+The sessions run eagerly here (``JIT_AFTER_S`` = inf): a compiled CNN step costs over a minute
+of Numba time on two cores; the compiled path runs the linear regression below and the
+lecture's tests in tests/test_compat_v1.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tf1_tutorials as tut
+
+
+@pytest.fixture(autouse=True)
+def eager_sessions(monkeypatch):
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", float("inf"))
+
+
+TF_LINEAR = {"costs": [0.48621636629104614, 0.3050627112388611, 0.23096871376037598,
+                       0.20016618072986603, 0.1870242804288864, 0.18118329346179962,
+                       0.17841988801956177, 0.17698973417282104, 0.17615874111652374,
+                       0.17560958862304688],
+             "W": 0.42306962609291077, "b": -0.45946943759918213, "one": 0.3866698145866394,
+             "one_shape": (), "names": ["weight:0", "bias:0"], "dtype": "float32"}
+
+
+def _check_linear(got):
+    np.testing.assert_allclose(got["costs"], TF_LINEAR["costs"], rtol=1e-5)
+    np.testing.assert_allclose([got["W"], got["b"], got["one"]],
+                               [TF_LINEAR["W"], TF_LINEAR["b"], TF_LINEAR["one"]], rtol=1e-5)
+    assert got["one_shape"] == () and got["names"] == TF_LINEAR["names"]
+    assert got["dtype"] == "float32"
+
+
+def test_linear_regression():
+    _check_linear(tut.linear_regression())
+
+
+def test_linear_regression_compiled(monkeypatch):
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", 0.0)     # every run through jit
+    _check_linear(tut.linear_regression())
+
+
+TF_LOGISTIC = {"costs": [1.9412246942520142, 1.3319348096847534, 0.9928351640701294,
+                         0.7940533757209778, 0.6672295331954956],
+               "accuracy": 0.9449999928474426, "W_sum": 106.35963439941406,
+               "W_0_0": 0.14122584462165833}
+
+
+@pytest.mark.filterwarnings("ignore:tf.summary.FileWriter")   # no writer library installed
+def test_logistic_regression_with_summaries(tmp_path):
+    got = tut.logistic_regression(logdir=str(tmp_path))
+    np.testing.assert_allclose(got["costs"], TF_LOGISTIC["costs"], rtol=1e-5)
+    np.testing.assert_allclose([got["W_sum"], got["W_0_0"]],
+                               [TF_LOGISTIC["W_sum"], TF_LOGISTIC["W_0_0"]], rtol=1e-5)
+    assert got["accuracy"] == pytest.approx(TF_LOGISTIC["accuracy"], abs=1e-6)
+
+
+TF_NEAREST = {"found": [461, 4, 464, 281, 45, 344, 455, 262, 442, 283, 358, 14, 270, 94, 22, 378,
+                        437, 372, 285, 368, 425, 373, 375, 260, 459, 305, 264, 455, 332, 0, 248,
+                        313, 359, 124, 15, 136, 94, 284, 220, 434],
+              "accuracy": 0.9000000000000005}
+
+
+def test_nearest_neighbor():
+    got = tut.nearest_neighbor()
+    assert got["found"] == TF_NEAREST["found"]           # ties go to the first, as tf.arg_min
+    assert got["accuracy"] == pytest.approx(TF_NEAREST["accuracy"])
+
+
+TF_MLP = {"losses": [2.2994816303253174, 2.158363103866577, 1.7084077596664429,
+                     1.3219696283340454, 1.052603840827942, 0.6563562750816345],
+          "accuracy": 0.8299999833106995, "logits_sum": 6648.7587890625}
+
+
+def test_mlp():
+    got = tut.mlp()
+    np.testing.assert_allclose(got["losses"], TF_MLP["losses"], rtol=1e-5)
+    np.testing.assert_allclose(got["logits_sum"], TF_MLP["logits_sum"], rtol=1e-5)
+    assert got["accuracy"] == pytest.approx(TF_MLP["accuracy"], abs=1e-6)
+
+
+TF_CNN = {"shape": [None, 2, 2, 16], "n_grads": 8,
+          "losses": [2.321394920349121, 2.232862949371338, 2.0155646800994873,
+                     1.5934224128723145, 1.2659980058670044],
+          "accuracy": 0.8899999856948853}
+
+
+def test_cnn():
+    got = tut.cnn()
+    assert got["shape"] == TF_CNN["shape"] and got["n_grads"] == TF_CNN["n_grads"]
+    np.testing.assert_allclose(got["losses"], TF_CNN["losses"], rtol=1e-5)
+    assert got["accuracy"] == pytest.approx(TF_CNN["accuracy"], abs=1e-6)
+
+
+TF_AUTOENCODER = {"names": ["encoder/w1:0", "encoder/b1:0", "encoder/w2:0", "encoder/b2:0",
+                            "decoder/w1:0", "decoder/b1:0", "decoder/w2:0", "decoder/b2:0"],
+                  "losses": [0.18116351962089539, 0.1774004101753235, 0.18077920377254486,
+                             0.18071173131465912, 0.17343227565288544],
+                  "test_loss": 0.17265945672988892}
+
+
+def test_autoencoder():
+    got = tut.autoencoder()
+    assert got["names"] == TF_AUTOENCODER["names"]
+    np.testing.assert_allclose(got["losses"] + [got["test_loss"]],
+                               TF_AUTOENCODER["losses"] + [TF_AUTOENCODER["test_loss"]],
+                               rtol=1e-5)
+
+
+# tut.gan(seed) under TensorFlow for seeds 0-9: (init_std, gen_loss, disc_loss)
+TF_GAN = [(0.24664932489395142, 1.9338865280151367, 0.4285867214202881),
+          (0.2493198662996292, 2.384014368057251, 0.4282337427139282),
+          (0.25312918424606323, 2.415602922439575, 0.5137872695922852),
+          (0.25425219535827637, 1.9294445514678955, 0.4698145389556885),
+          (0.24589993059635162, 1.901784062385559, 0.6063968539237976),
+          (0.2450764775276184, 1.8952909708023071, 0.47872525453567505),
+          (0.24460184574127197, 2.089280605316162, 0.49268898367881775),
+          (0.2569611668586731, 2.1846585273742676, 0.38367027044296265),
+          (0.2517588436603546, 2.146669387817383, 0.3908032476902008),
+          (0.25018635392189026, 2.262010335922241, 0.3246302008628845)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gan_within_tensorflows_spread_over_seeds(seed):
+    got = tut.gan(seed)
+    ref = np.array(TF_GAN)
+    mean, std = ref.mean(0), ref.std(0, ddof=1)
+    for k, key in enumerate(["init_std", "gen_loss", "disc_loss"]):
+        assert abs(got[key] - mean[k]) < 3 * std[k], (key, got[key], mean[k], std[k])
+
+
+TF_SAVE_RESTORE = {"same_path": True, "acc_saved": 0.8100000023841858,
+                   "acc_restored": 0.8100000023841858, "step_restored": 5,
+                   "acc_continued": 0.8450000286102295, "acc_after": 0.8450000286102295}
+
+
+def test_save_restore(tmp_path):
+    got = tut.save_restore(str(tmp_path / "model.ckpt"))
+    assert got["same_path"] and got["step_restored"] == TF_SAVE_RESTORE["step_restored"]
+    for key in ("acc_saved", "acc_restored", "acc_continued", "acc_after"):
+        assert got[key] == pytest.approx(TF_SAVE_RESTORE[key], abs=1e-6), key
