@@ -21,7 +21,7 @@ import jitgraph.nn as nn
 import jitgraph.numpy as jnp
 import jitgraph.optim as optim
 import jitgraph.random as jr
-from example_utils import plot_history, progress
+from example_utils import add_plot_argument, finish, progress
 
 
 def load_text() -> str:
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--plot", default=None)
+    add_plot_argument(ap, "char_transformer.png")
     args = ap.parse_args(argv)
     steps = args.steps or (20 if args.smoke else 600)
     context = args.context or (32 if args.smoke else 64)
@@ -142,9 +142,9 @@ def main(argv=None) -> int:
         out.append(chars[nxt])
         ctx.append(nxt)
     print("sample:\n" + "".join(out))
-    if args.plot:
-        every = max(1, len(losses) // 50)
-        print(plot_history(args.plot, {"train loss": losses[::every]}, "char transformer"))
+    every = max(1, len(losses) // 100)
+    finish(args.plot, {"training loss (nats/char)": losses[::every]}, "char transformer",
+           xlabel="step", xs=range(1, len(losses) + 1, every))
     assert np.mean(losses[-5:]) < np.mean(losses[:5]), "the loss did not go down"
     if not args.smoke:
         assert val_loss < unigram, (val_loss, unigram)

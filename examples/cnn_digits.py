@@ -2,7 +2,7 @@
 
     python examples/cnn_digits.py                 # 30 epochs, asserts test accuracy >= 98 %
     python examples/cnn_digits.py --smoke         # 2 epochs, for CI
-    python examples/cnn_digits.py --plot cnn.png  # loss/accuracy plot (needs matplotlib)
+    python examples/cnn_digits.py --plot cnn.png  # the plot's path (default cnn_digits.png)
 
 Convolutions are im2col + one BLAS matmul each (``jitgraph.nn.conv2d``); the whole training
 step (forward, backward, Adam update) is one ``jitgraph.train_step`` program.
@@ -20,7 +20,7 @@ import jitgraph.nn as nn
 import jitgraph.numpy as jnp
 import jitgraph.optim as optim
 import jitgraph.random as jr
-from example_utils import plot_history, progress
+from example_utils import add_plot_argument, finish, progress
 
 EVAL_CHUNK = 120
 
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--plot", default=None)
+    add_plot_argument(ap, "cnn_digits.png")
     args = ap.parse_args(argv)
     epochs = args.epochs or (2 if args.smoke else 30)
 
@@ -114,9 +114,8 @@ def main(argv=None) -> int:
     print(f"final test accuracy: {100 * history[-1][1]:.2f}% after {epochs} epochs "
           f"({steps} steps) in {time.perf_counter() - t_start:.1f}s, "
           f"compile {info['compile_seconds']:.1f}s")
-    if args.plot:
-        print(plot_history(args.plot, {"loss": [h[0] for h in history],
-                                       "test accuracy": [h[1] for h in history]}, "CNN digits"))
+    finish(args.plot, {"training loss": [h[0] for h in history],
+                       "test accuracy": [h[1] for h in history]}, "CNN on digits")
     threshold = 0.5 if args.smoke else 0.98
     assert history[-1][1] >= threshold, f"test accuracy {history[-1][1]:.4f} < {threshold}"
     return 0

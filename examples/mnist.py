@@ -24,6 +24,7 @@ import jitgraph.nn as nn
 import jitgraph.numpy as jnp
 import jitgraph.optim as optim
 import jitgraph.random as jr
+from example_utils import add_plot_argument, finish, progress
 
 # IDX element types: code -> big-endian NumPy dtype
 IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -113,23 +114,26 @@ def write_digits_as_idx(directory: str) -> None:
     write_idx(os.path.join(directory, FILES["test_labels"]), y[1400:].astype(np.uint8))
 
 
-def train(data, epochs: int, batch: int = 64, hidden: int = 128, seed: int = 0) -> float:
+def train(data, epochs: int, batch: int = 64, hidden: int = 128, seed: int = 0) -> list:
+    """Adam on an MLP; returns ``[(mean loss, test accuracy)]`` per epoch."""
     X_tr, y_tr, X_te, y_te = data
     model = nn.MLP([X_tr.shape[1], hidden, 10], key=jr.key(seed))
     opt = optim.adam(1e-3)
     state = opt.init(model)
     step = jitgraph.train_step(lambda m, x, y: nn.cross_entropy(m(x), y), opt)
     rng = np.random.default_rng(seed)
+    history = []
     for epoch in range(1, epochs + 1):
         perm = rng.permutation(len(X_tr))
         losses = []
-        for i in range(len(X_tr) // batch):
+        for i in progress(range(len(X_tr) // batch), desc=f"epoch {epoch}"):
             idx = perm[i * batch:(i + 1) * batch]
             model, state, loss = step(model, state, X_tr[idx], y_tr[idx])
             losses.append(float(loss))
         acc = float(np.mean(np.argmax(model(X_te), axis=1) == y_te))
         print(f"epoch {epoch}: loss {np.mean(losses):.4f}, test accuracy {100 * acc:.2f}%")
-    return acc
+        history.append((float(np.mean(losses)), acc))
+    return history
 
 
 def main(argv=None) -> int:
@@ -137,6 +141,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--epochs", type=int, default=None)
+    add_plot_argument(ap, "mnist.png")
     args = ap.parse_args(argv)
     if args.smoke or args.data_dir is None:
         if not args.smoke:
@@ -148,7 +153,10 @@ def main(argv=None) -> int:
         data = load_mnist(args.data_dir)
     print(f"loaded {len(data[0])} training and {len(data[2])} test images of "
           f"{data[0].shape[1]} pixels")
-    acc = train(data, args.epochs or (2 if args.smoke else 10))
+    history = train(data, args.epochs or (2 if args.smoke else 10))
+    finish(args.plot, {"training loss": [h[0] for h in history],
+                       "test accuracy": [h[1] for h in history]}, "MLP on MNIST-format data")
+    acc = history[-1][1]
     assert acc > 0.5, acc
     return 0
 

@@ -41,6 +41,7 @@ def _source_tree_kernels() -> None:
 
 _source_tree_kernels()
 
+from . import config  # noqa: F401  (settings: default precision, random streams)
 from . import ops  # noqa: F401  (registers the primitives)
 from . import numpy  # noqa: F401
 from . import nn, scipy  # noqa: F401
@@ -76,10 +77,12 @@ from .serialization import load, save  # noqa: E402,F401
 from .train import train_step  # noqa: E402,F401
 from .tree import register_pytree_node  # noqa: E402,F401
 
-__all__ += ["load", "optim", "random", "register_pytree_node", "save", "train_step"]
+__all__ += ["config", "load", "optim", "random", "register_pytree_node", "save", "train_step"]
 
 # control flow, rematerialisation, forward mode
 from . import control_flow  # noqa: E402,F401  (registers cond, scan, while, remat)
+from . import attention  # noqa: E402,F401  (fused attention: primitives, graph rewrite)
+from . import linear_ce  # noqa: E402,F401  (fused linear cross-entropy: primitives, rewrite)
 from . import lax  # noqa: E402,F401
 from .remat import checkpoint, checkpoint_name, checkpoint_policies, remat  # noqa: E402,F401
 from .transforms import linearize  # noqa: E402,F401
@@ -90,3 +93,8 @@ __all__ += ["checkpoint", "checkpoint_name", "checkpoint_policies", "lax", "line
 from .batching import vmap  # noqa: E402
 
 __all__ += ["vmap"]
+
+# the environment report bug reports ask for (also: python -m jitgraph info)
+from .environment import environment_info, print_environment_info  # noqa: E402
+
+__all__ += ["environment_info", "print_environment_info"]

@@ -24,7 +24,7 @@ def run_smoke(cache_dir: pathlib.Path) -> tuple[str, float]:
     env["JITGRAPH_CACHE_DIR"] = str(cache_dir)
     env.pop("JITGRAPH_LOG", None)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, str(EXAMPLE), "--smoke"], cwd=ROOT, env=env,
+    p = subprocess.run([sys.executable, str(EXAMPLE), "--smoke", "--no-plot"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - t0
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"

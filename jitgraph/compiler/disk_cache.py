@@ -43,8 +43,13 @@ Design points (each one is covered by ``tests/test_disk_cache.py``):
   explicit signatures, which compile while the module body runs, are covered.
   These wrappers need Numba's internals (``numba_patches.py``): on a Numba
   version they were not checked on, they are off and Numba's own caching applies.
-* Limits: entries are never evicted (delete the directory to clear it); only
-  the cache directory and the files in it are checked, not the parents; a
+* Size: the entries are kept under ``$JITGRAPH_CACHE_MAX_BYTES`` (default 4 GiB) by
+  evicting the least recently used ones whole (``cache_limit.py``). A store adds its bytes
+  to the size recorded in ``<cache>/.usage`` and prunes when that passes the limit (only
+  then is the directory scanned); a process never evicts an entry it has loaded, and one
+  that another process evicted keeps running from the code it loaded. ``python -m jitgraph
+  cache info|clear|prune`` does it by hand (tested in ``tests/test_cache_eviction.py``).
+* Limits: only the cache directory and the files in it are checked, not the parents; a
   generated module can only be imported through :meth:`DiskCache.load_module`
   (pickling a dispatcher to another process that did not load it fails).
 """
@@ -66,11 +71,12 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import types
 import warnings
 from typing import Any
 
-from . import numba_patches
+from . import cache_limit, numba_patches
 from .state import STATE
 
 __all__ = [
@@ -190,9 +196,13 @@ def load_helpers_without_refresh(module: types.ModuleType) -> None:
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write *data* to *path* via a private temp file in the same directory and os.replace."""
+    """Write *data* to *path* via a private temp file in the same directory and os.replace.
+    A file of the disk cache in use (a native bundle) counts towards its size limit."""
     path = os.fspath(path)
     directory, base = os.path.split(path)
+    cache = STATE.disk_cache
+    if cache is not None and base.endswith(".native") and directory == str(cache.directory):
+        cache._note_store(len(data))
     fd, tmp = tempfile.mkstemp(prefix="." + base[:24] + ".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -339,11 +349,19 @@ class DiskCache:
     ``.py`` entries, unsafe directories, unreadable Numba cache entries),
     ``writes`` (entries written) and ``memory_hits`` (module already imported
     in this process).
+
+    ``max_bytes`` limits the size of the entries (None: ``$JITGRAPH_CACHE_MAX_BYTES``, else
+    4 GiB; 0 there means no limit): see :meth:`prune`.
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike | None = None,
+                 max_bytes: int | None = None) -> None:
         self.directory = pathlib.Path(directory) if directory is not None else default_cache_dir()
         self.directory = self.directory.expanduser().absolute()
+        self.max_bytes = max_bytes
+        self._pending = 0      # bytes stored and not yet added to the usage record
+        self._floor = 0        # what the last prune could not evict (entries in use), plus slack
+        self._pinned: set[str] = set()      # entries run from a native bundle by this process
         self.stats: dict[str, int] = {
             "disk_hits": 0,
             "disk_misses": 0,
@@ -355,6 +373,102 @@ class DiskCache:
 
     def __repr__(self) -> str:
         return f"DiskCache({str(self.directory)!r})"
+
+    # -- size limit ----------------------------------------------------------
+
+    def limit(self) -> int | None:
+        """The limit in force in bytes (None: no limit)."""
+        if self.max_bytes is not None:
+            return self.max_bytes if self.max_bytes > 0 else None
+        return cache_limit.max_bytes_from_env()
+
+    def entries(self) -> list[cache_limit.CacheEntry]:
+        """The entries on disk, least recently used first."""
+        return cache_limit.scan(self.directory)
+
+    def usage(self, exact: bool = True) -> dict[str, Any]:
+        """``directory``, ``bytes`` and ``entries`` on disk now, and the ``limit`` in force.
+        ``exact=False`` reads the recorded size instead of scanning (``entries``: None)."""
+        recorded = None if exact else cache_limit.recorded_usage(self.directory)
+        if recorded is not None:
+            return {"directory": str(self.directory), "bytes": recorded, "entries": None,
+                    "limit": self.limit()}
+        entries = self.entries()
+        return {"directory": str(self.directory), "bytes": sum(e.size for e in entries),
+                "entries": len(entries), "limit": self.limit()}
+
+    def in_use(self) -> set[str]:
+        """Digests of the entries this process loaded (imported modules, native bundles run):
+        this process never evicts them."""
+        n = len(MODULE_PREFIX)
+        return {name[n:] for name in list(sys.modules) if name.startswith(MODULE_PREFIX)} | self._pinned
+
+    def prune(self, max_bytes: int | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        """Evict least recently used entries until the rest fit in 90 % of the limit
+        (*max_bytes*, else :meth:`limit`), never one :meth:`in_use`. Waits up to *timeout* s
+        for another pruner or loader; ``busy`` in the result says it gave up, ``unsafe`` why
+        a directory that is not safe to use was left alone."""
+        limit = max_bytes if max_bytes is not None else self.limit()
+        result = {"evicted": 0, "freed": 0, "busy": False, "unsafe": None}
+        try:
+            st = os.stat(self.directory)
+        except FileNotFoundError:
+            return {**result, "bytes": 0, "entries": 0, "limit": limit}
+        result["unsafe"] = (_unsafe_reason(st, f"cache directory {str(self.directory)!r}")
+                            if stat.S_ISDIR(st.st_mode) else "it is not a directory")
+        if result["unsafe"]:
+            return {**result, "bytes": 0, "entries": 0, "limit": limit}
+        with cache_limit.DirectoryLock(self.directory, exclusive=True) as lock:
+            if not lock.acquire(timeout):
+                return {**result, "busy": True, "bytes": None, "entries": None, "limit": limit}
+            entries = cache_limit.scan(self.directory, remove_stale_temps=True)
+            victims = [] if limit is None else cache_limit.select_victims(entries, limit, self.in_use())
+            for e in victims:
+                result["freed"] += cache_limit.evict(e)
+            result["evicted"] = len(victims)
+            left = sum(e.size for e in entries) - sum(e.size for e in victims)
+            cache_limit.set_usage(self.directory, left)
+        with self._stats_lock:
+            # entries in use may keep the cache over its limit: prune again only after
+            # another tenth of the limit was stored, not at every store
+            target = int(limit * cache_limit.LOW_WATER) if limit else 0
+            self._floor = left + (limit - target) if limit and left > target else 0
+        return {**result, "bytes": left, "entries": len(entries) - len(victims), "limit": limit}
+
+    def clear(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Evict every entry (except those :meth:`in_use`): like :meth:`prune` with limit 0."""
+        return self.prune(max_bytes=0, timeout=timeout)
+
+    def _touch(self, path: pathlib.Path) -> None:
+        """Mark an entry used: its access time now, its modification time unchanged (Numba's
+        index records it)."""
+        try:
+            st = os.stat(path)
+            os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
+        except OSError:
+            pass
+
+    def _note_store(self, nbytes: int) -> None:
+        """Count bytes this process wrote into the cache directory (see :meth:`_maybe_prune`)."""
+        with self._stats_lock:
+            self._pending += nbytes
+
+    def _maybe_prune(self) -> None:
+        """Add what was stored to the usage record; prune, without waiting, where that takes
+        it over the limit or there is no record yet."""
+        limit = self.limit()
+        with self._stats_lock:
+            pending, self._pending = self._pending, 0
+        if not pending or limit is None:
+            return
+        try:
+            total = cache_limit.add_usage(self.directory, pending)
+            if total is None or total > max(limit, self._floor):
+                self.prune(timeout=0.0)   # busy: the next store tries again
+        except Exception as exc:          # a full disk, a removed directory: compiling goes on
+            warnings.warn(CacheWarning(f"cannot keep the cache {str(self.directory)!r} under "
+                                       f"its size limit ({type(exc).__name__}: {exc})"),
+                          stacklevel=3)
 
     # -- public API -------------------------------------------------------
 
@@ -381,7 +495,10 @@ class DiskCache:
                 self.stats["memory_hits"] += 1
                 file = getattr(module, "__file__", None)
                 return module, bool(file) and pathlib.Path(file).parent == self.directory
-            return self._load_from_disk(modname, digest, data)
+            loaded = self._load_from_disk(modname, digest, data)
+        if not loaded[1]:
+            self._maybe_prune()
+        return loaded
 
     # -- internals ----------------------------------------------------------
 
@@ -426,8 +543,14 @@ class DiskCache:
     def entry_status(self, digest: str) -> str:
         """``"ok"`` where the entry ``digest`` is on disk, safe and intact; else ``"missing"``,
         ``"corrupt"`` or ``"unsafe"`` (nothing is warned, written or imported). The directory
-        itself is checked by :meth:`read_trusted` and :meth:`load_module`."""
-        return self._read_entry(self.directory / f"{digest}.py", digest)[0]
+        itself is checked by :meth:`read_trusted` and :meth:`load_module`. An intact entry
+        counts as used by this process (it is run from a native bundle): see :meth:`in_use`."""
+        path = self.directory / f"{digest}.py"
+        status = self._read_entry(path, digest)[0]
+        if status == "ok":
+            self._pinned.add(digest)
+            self._touch(path)
+        return status
 
     def read_trusted(self, path: pathlib.Path) -> bytes | None:
         """The bytes of a file of this cache (a native bundle) where the directory and the
@@ -436,6 +559,9 @@ class DiskCache:
         status, data, why = ("unsafe", None, reason) if reason else self._read_file(path)
         if status == "unsafe":
             self._warn(f"{why}; not using it")
+        if data is not None:
+            self._pinned.add(path.name.split(".", 1)[0])
+            self._touch(path)
         return data
 
     def _read_file(self, path: pathlib.Path) -> tuple[str, bytes | None, str]:
@@ -483,6 +609,8 @@ class DiskCache:
         """Atomically write *data* to *path*: private temp file in the same dir, then os.replace."""
         atomic_write(path, data)
         self.stats["writes"] += 1
+        if path.parent == self.directory:
+            self._note_store(len(data))
 
     def _load_from_disk(self, modname: str, digest: str, data: bytes) -> tuple[types.ModuleType, bool]:
         reason = self._ensure_directory()
@@ -490,7 +618,13 @@ class DiskCache:
             self.stats["disk_misses"] += 1
             self._warn(f"{reason}; compiling {modname} in a private temporary directory instead")
             return self._load_private(modname, digest, data), False
+        # shared with other loaders, exclusive for pruners: the entry cannot vanish between
+        # being read and Numba locating its file (a stuck pruner costs at most 30 s)
+        with cache_limit.DirectoryLock(self.directory, exclusive=False) as lock:
+            lock.acquire(timeout=30.0)
+            return self._load_entry(modname, digest, data)
 
+    def _load_entry(self, modname: str, digest: str, data: bytes) -> tuple[types.ModuleType, bool]:
         path = self.directory / f"{digest}.py"
         status, verified, why = self._read_entry(path, digest)
         if status == "unsafe":
@@ -508,6 +642,7 @@ class DiskCache:
         if status == "ok":
             assert verified is not None
             self.stats["disk_hits"] += 1
+            self._touch(path)
             return self._import(modname, path, verified), True
 
         self.stats["disk_misses"] += 1
@@ -605,8 +740,11 @@ class DiskCache:
 
         def write_checksum(path: str) -> None:
             with open(path, "rb") as f:
-                digest = hashlib.sha256(f.read()).hexdigest()
+                data = f.read()
+            digest = hashlib.sha256(data).hexdigest()
             atomic_write(path + ".sha256", digest.encode() + b"\n")
+            if os.path.dirname(os.path.dirname(path)) == str(owner.directory):
+                owner._note_store(len(data) + 2048)  # with the sidecar and index, roughly
 
         def load_overload(load: Any, sig: Any, target_context: Any) -> Any:
             try:
@@ -646,5 +784,6 @@ class DiskCache:
                     ),
                     stacklevel=3,
                 )
+            owner._maybe_prune()
 
         numba_patches.guard_cache(cache, check_data, write_checksum, load_overload, save_overload)
