@@ -22,6 +22,7 @@ import numpy as np
 
 from . import numpy as jnp
 from .autodiff import GRAPH_REWRITES, build_jvp, build_vjp, eval_graph, without_rewrite
+from .batching import batch_eval, move_batch_axis
 from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, register
 from .errors import ShapeError
 from .passes import dce, optimize
@@ -88,21 +89,71 @@ def _train_impl(h, w, labels, ct):
 
 
 def _composite(h, w, labels):
-    """The row losses written with jnp: what the higher-order rules differentiate."""
+    """The row losses and log-sum-exps written with jnp: what the higher-order and batching
+    rules evaluate."""
     z = jnp.matmul(h, w)
     m = jnp.stop_gradient(jnp.max(z, axis=1, keepdims=True))
     lse = jnp.log(jnp.sum(jnp.exp(z - m), axis=1)) + m[:, 0]
     v = z.shape[1]
     hit = jnp.reshape(labels, (-1, 1)) == np.arange(v)
-    return lse - jnp.sum(jnp.where(hit, z, jnp.zeros((), z.dtype)), axis=1)
+    return lse - jnp.sum(jnp.where(hit, z, jnp.zeros((), z.dtype)), axis=1), lse
 
 
-def _composite_graph(avals, with_ct: bool) -> Graph:
+def _composite_graph(avals, with_ct: bool, with_lse: bool = False) -> Graph:
+    """(h, W, labels) -> the losses (and lse), or with ``with_ct`` (h, W, labels, ct) ->
+    (dh, dW) of the losses."""
     with unfused():
-        g, caps = trace_flat(lambda h, w, y: [_composite(h, w, y)], avals, "linear_ce")
+        outs = (lambda h, w, y: list(_composite(h, w, y))) if with_lse else \
+            (lambda h, w, y: [_composite(h, w, y)[0]])
+        g, caps = trace_flat(outs, avals, "linear_ce")
         assert not caps
         g = optimize(g)
         return optimize(build_vjp(g, [0, 1])) if with_ct else g
+
+
+def _batched_composite(args, dims, graph: Graph):
+    outs, out_dims = batch_eval(graph, list(args), list(dims))
+    return [o if d == 0 or d is None else jnp.moveaxis(o, d, 0) for o, d in zip(outs, out_dims)], \
+        [0 if d is not None else None for d in out_dims]
+
+
+def _fwd_batch(args, dims):
+    """W shared: the examples' rows are one longer batch of rows (one fused call); else the
+    composite, batched."""
+    h, w, labels = args
+    dh, dw, dl = dims
+    if dw is None and (dh is not None or dl is not None):
+        size = int(h.shape[dh] if dh is not None else labels.shape[dl])
+        hb = move_batch_axis(h, dh, 0) if dh is not None else \
+            jnp.broadcast_to(h, (size,) + tuple(h.shape))
+        lb = move_batch_axis(labels, dl, 0) if dl is not None else \
+            jnp.broadcast_to(labels, (size,) + tuple(labels.shape))
+        n = hb.shape[1]
+        loss, lse = linear_ce_p(jnp.reshape(hb, (size * n, hb.shape[2])), w,
+                                jnp.reshape(lb, (size * n,)))
+        return [jnp.reshape(loss, (size, n)), jnp.reshape(lse, (size, n))], [0, 0]
+    return _batched_composite(args, dims, _composite_graph(_avals(*_unbatched(args, dims)),
+                                                           False, True))
+
+
+def _unbatched(args, dims):
+    """One example's operands (for the avals of the composite)."""
+    return [x if d is None else jnp.take(x, 0, axis=d) for x, d in zip(args, dims)]
+
+
+def _bwd_batch(args, dims):
+    h, w, labels, lse, ct = args
+    hd, wd, ld, _, cd = dims
+    one = _unbatched([h, w, labels], [hd, wd, ld])
+    return _batched_composite([h, w, labels, ct], [hd, wd, ld, cd],
+                              _composite_graph(_avals(*one), True))
+
+
+def _train_batch(args, dims):
+    h, w, labels, ct = args
+    stats, sd = _fwd_batch([h, w, labels], dims[:3])
+    grads, gd = _bwd_batch([h, w, labels, None, ct], list(dims[:3]) + [None, dims[3]])
+    return stats + grads, sd + gd
 
 
 def _avals(*xs):
@@ -152,14 +203,14 @@ def _bwd_jvp(ts, outs, h, w, labels, lse, ct):
 
 linear_ce_p = register(Primitive(
     "linear_ce", kind="opaque", abstract_eval=_fwd_aval, impl=_fwd_impl, vjp=_fwd_vjp,
-    jvp=_fwd_jvp, multiple_results=True))
+    jvp=_fwd_jvp, multiple_results=True, batch=_fwd_batch))
 linear_ce_bwd_p = register(Primitive(
     "linear_ce_bwd", kind="opaque", abstract_eval=_bwd_aval, impl=_bwd_impl, vjp=_bwd_vjp,
-    jvp=_bwd_jvp, multiple_results=True))
+    jvp=_bwd_jvp, multiple_results=True, batch=_bwd_batch))
 # made by the compiler only, after differentiation
 linear_ce_train_p = register(Primitive(
     "linear_ce_train", kind="opaque", abstract_eval=_train_aval, impl=_train_impl,
-    multiple_results=True, differentiable=False))
+    multiple_results=True, differentiable=False, batch=_train_batch))
 
 
 # ------------------------------------------------------------------ the rewrite

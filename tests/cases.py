@@ -1150,6 +1150,9 @@ case("linear_ce", lambda h: jitgraph.linear_ce.linear_ce_p(h, _ce_w, _ce_y)[0], 
 case("linear_ce_bwd", lambda h, ct: jitgraph.linear_ce.linear_ce_bwd_p(
     h, _ce_w, _ce_y, jitgraph.linear_ce.linear_ce_p(h, _ce_w, _ce_y)[1], ct)[0],
      rn(5, 3), rn(5), argnums=(0, 1), rtol=1e-5, expect=lambda h, ct: _np_linear_ce_dh(h, ct))
+case("linear_ce_train", lambda h, ct: jitgraph.linear_ce.linear_ce_train_p(
+    h, _ce_w, _ce_y, ct)[2], rn(5, 3), rn(5), argnums=(0, 1), grad=False,
+     expect=lambda h, ct: _np_linear_ce_dh(h, ct))
 
 CASES_BY_NAME = {c.name: c for c in CASES}
 GRAD_CASES = [c for c in CASES if c.grad]
