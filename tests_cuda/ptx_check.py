@@ -350,17 +350,17 @@ def library_kernels(cc=(9, 0)) -> int:
             cuda.compile_ptx(k.py_func, (arr, i, i, i, arr, i, i, i, arr, arr, dt, dt, i, i, i),
                              cc=cc)
         n += 2 + 2
-    return n
+    return n + len(attention_kernels(cc))
 
 
-def attention_kernels(cc=(9, 0)) -> list[dict]:
+def attention_kernels(cc=(9, 0), dtypes=("float32", "float64")) -> list[dict]:
     """Records (``analyse``) of the fused-attention kernels of kernels/cuda_attention.py, per
     float dtype: they are library kernels no generated program contains."""
     from numba import cuda, types
 
     from jitgraph.kernels import cuda_attention
     out = []
-    for name in ("float32", "float64"):
+    for name in dtypes:
         dt = getattr(types, name)
         a3, a2 = types.Array(dt, 3, "C"), types.Array(dt, 2, "C")
         head = (a3, a3, a3, a3, types.Array(types.int64, 1, "C"), types.int64, types.boolean,
