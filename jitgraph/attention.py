@@ -31,7 +31,7 @@ from . import dtypes
 from . import numpy as jnp
 from .autodiff import GRAPH_REWRITES, build_jvp, build_vjp, eval_graph, without_rewrite
 from .batching import move_batch_axis
-from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, bind, register
+from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, bind, register
 from .errors import ShapeError
 from .passes import dce, optimize, uniform_value
 from .transforms import trace_flat
@@ -122,7 +122,7 @@ def _composite(q, k, v, extra, scale, causal, kind, fill):
     return jnp.matmul(e / jnp.sum(e, axis=-1, keepdims=True), v)
 
 
-def _composite_graph(avals, n_extra, params, with_ct: bool) -> Graph:
+def _composite_graph(avals, params, with_ct: bool) -> Graph:
     """(q, k, v, *extra[, ct]) -> the composite's output, or with ``ct`` its VJP's
     (dq, dk, dv)."""
     def fwd(q, k, v, *extra):
@@ -137,9 +137,8 @@ def _composite_graph(avals, n_extra, params, with_ct: bool) -> Graph:
 def _attention_jvp(ts, outs, q, k, v, *extra, **params):
     if all(t is None for t in ts[:3]):
         return [None, None]
-    avals = [x.aval if hasattr(x, "aval") else Aval(np.shape(x), np.asarray(x).dtype)
-             for x in (q, k, v, *extra)]
-    g = optimize(build_jvp(_composite_graph(avals, len(extra), params, False), [0, 1, 2]))
+    avals = [aval_of(x) for x in (q, k, v, *extra)]
+    g = optimize(build_jvp(_composite_graph(avals, params, False), [0, 1, 2]))
     tans = [t if t is not None else jnp.zeros_like(x) for t, x in zip(ts[:3], (q, k, v))]
     res = eval_graph(g, [q, k, v, *extra] + tans)
     return [res[1], None, None]
@@ -160,9 +159,8 @@ def _bwd_vjp(cts, outs, q, k, v, *rest, **params):
     """Second order: the VJP of the composite's VJP (dq, dk, dv as functions of q, k, v and
     the cotangent; o and the row statistics are functions of q, k, v, so they get none)."""
     extra, do = rest[:-4], rest[-1]
-    avals = [x.aval if hasattr(x, "aval") else Aval(np.shape(x), np.asarray(x).dtype)
-             for x in (q, k, v, *extra)]
-    first = _composite_graph(avals, len(extra), params, True)
+    avals = [aval_of(x) for x in (q, k, v, *extra)]
+    first = _composite_graph(avals, params, True)
     with unfused():
         second = optimize(build_vjp(first, [0, 1, 2, len(first.inputs) - 1]))
     zs = [c if c is not None else jnp.zeros_like(x) for c, x in zip(cts, (q, k, v))]
@@ -177,9 +175,8 @@ def _bwd_jvp(ts, outs, q, k, v, *rest, **params):
     tans = list(ts[:3]) + [ts[-1]]
     if all(t is None for t in tans):
         return [None, None, None]
-    avals = [x.aval if hasattr(x, "aval") else Aval(np.shape(x), np.asarray(x).dtype)
-             for x in (q, k, v, *extra)]
-    first = _composite_graph(avals, len(extra), params, True)
+    avals = [aval_of(x) for x in (q, k, v, *extra)]
+    first = _composite_graph(avals, params, True)
     with unfused():
         g = optimize(build_jvp(first, [0, 1, 2, len(first.inputs) - 1]))
     zs = [t if t is not None else jnp.zeros_like(x) for t, x in zip(tans, (q, k, v, do))]

@@ -415,12 +415,17 @@ def saving_backward(bwd: Graph, n_in: int, policy: Callable | None, barrier: boo
     env = {v: Var(v.aval) for v in bwd.inputs}
     nodes: list = []
     saved: list = []
-    for n in bwd.nodes:
-        if n.outs[0] in backward:
-            continue
+
+    def copy(n, env):
+        """``n`` again on ``env``'s values (its new results recorded there)."""
         outs = [Var(o.aval) for o in n.outs]
         nodes.append(Node(n.prim, [env.get(i, i) for i in n.inputs], n.params, outs, n.source))
         env.update(zip(n.outs, outs))
+
+    for n in bwd.nodes:
+        if n.outs[0] in backward:
+            continue
+        copy(n, env)
         if policy is not None and policy(n.prim, *[i.aval for i in n.inputs], **n.params):
             saved.extend(n.outs)
     through = list(ins) + saved + list(cts)
@@ -431,11 +436,8 @@ def saving_backward(bwd: Graph, n_in: int, policy: Callable | None, barrier: boo
         post.update(zip(through, outs))
     kept = set(saved)
     for n in bwd.nodes:
-        if n.outs[0] in kept:
-            continue
-        outs = [Var(o.aval) for o in n.outs]
-        nodes.append(Node(n.prim, [post.get(i, i) for i in n.inputs], n.params, outs, n.source))
-        post.update(zip(n.outs, outs))
+        if n.outs[0] not in kept:
+            copy(n, post)
     outs = [post.get(v, v) for v in bwd.outputs]
     return dce(Graph([env[v] for v in bwd.inputs], nodes, outs, dict(bwd.consts)))
 

@@ -23,7 +23,7 @@ import numpy as np
 from . import numpy as jnp
 from .autodiff import GRAPH_REWRITES, build_jvp, build_vjp, eval_graph, without_rewrite
 from .batching import batch_eval, move_batch_axis
-from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, register
+from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, register
 from .errors import ShapeError
 from .passes import dce, optimize
 from .transforms import trace_flat
@@ -157,8 +157,7 @@ def _train_batch(args, dims):
 
 
 def _avals(*xs):
-    return [x.aval if hasattr(x, "aval") else Aval(np.shape(x), np.asarray(x).dtype)
-            for x in xs]
+    return [aval_of(x) for x in xs]
 
 
 def _fwd_vjp(cts, outs, h, w, labels):

@@ -78,13 +78,18 @@ def _exp_shifted(s, r, n, shift, mul):
 
 
 @njit(cache=True, nogil=True)
+def _work_item(t, n):
+    """(batch, first row, end row) of work item ``t``: the blocks of ``n`` rows of each batch."""
+    blocks = (n + BLOCK - 1) // BLOCK
+    r0 = (t % blocks) * BLOCK
+    return t // blocks, r0, min(r0 + BLOCK, n)
+
+
+@njit(cache=True, nogil=True)
 def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, t):
     """Work item ``t``: one block of query rows of one batch, over the key blocks."""
     tq, tk, dv = q.shape[1], k.shape[1], v.shape[2]
-    nqb = (tq + BLOCK - 1) // BLOCK
-    b = t // nqb
-    i0 = (t % nqb) * BLOCK
-    i1 = min(i0 + BLOCK, tq)
+    b, i0, i1 = _work_item(t, tq)
     rows = i1 - i0
     m = np.full(rows, -np.inf, q.dtype)
     ssum = np.zeros(rows, q.dtype)
@@ -147,10 +152,7 @@ def _key_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta
                dk, dv, t):
     """dk, dv of one key block of one batch, over the query blocks."""
     tq, tk = q.shape[1], k.shape[1]
-    nkb = (tk + BLOCK - 1) // BLOCK
-    b = t // nkb
-    j0 = (t % nkb) * BLOCK
-    j1 = min(j0 + BLOCK, tk)
+    b, j0, j1 = _work_item(t, tk)
     gk = dk[b, j0:j1]
     gv = dv[b, j0:j1]
     gk[:] = 0.0
@@ -168,10 +170,7 @@ def _key_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta
 def _query_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dq, t):
     """dq of one query block of one batch, over the key blocks."""
     tq, tk = q.shape[1], k.shape[1]
-    nqb = (tq + BLOCK - 1) // BLOCK
-    b = t // nqb
-    i0 = (t % nqb) * BLOCK
-    i1 = min(i0 + BLOCK, tq)
+    b, i0, i1 = _work_item(t, tq)
     gq = dq[b, i0:i1]
     gq[:] = 0.0
     jend = min(tk, i1) if causal else tk
