@@ -2,8 +2,9 @@
 tiled kernels (online softmax forward, log-sum-exp backward) give the unfused program's values
 and gradients, and no (T, T) buffer is planned.
 
-T = 100 and 130 take several 64-row blocks with a ragged last one (the kernels' block loop and
-causal block skipping); T = 8 takes one partial block.
+The kernels' tiles are 128 rows: T = 100 is one partial tile; T = 130 (cross-attention) and
+T = 300 (causal: whole tiles skipped above the diagonal, the diagonal tiles cut per element,
+the backward's key sweep starting at the diagonal) take several, the last one ragged.
 """
 from __future__ import annotations
 
@@ -68,6 +69,21 @@ def test_compiled_fused_equals_unfused(att):
         np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12)
     out = jg.jit(att)(Q, K, V)                # forward only: the compiler's own rewrite
     np.testing.assert_allclose(out, att(Q, K, V), rtol=1e-10, atol=1e-12)
+
+
+def test_causal_over_several_tiles():
+    t = 300
+    q, k, v = (RNG.standard_normal((1, 2, t, 4)) for _ in range(3))
+    mask = np.tril(np.ones((t, t), bool))
+    vg = jg.value_and_grad(_loss(lambda q, k, v: nn.dot_product_attention(q, k, v, mask)),
+                           argnums=(0, 1, 2))
+    ref = vg(q, k, v)
+    f = jg.jit(vg)
+    assert f.lower(q, k, v).stages["lowered"].count("attention_bwd") == 1
+    val, grads = f(q, k, v)
+    np.testing.assert_allclose(val, ref[0], rtol=1e-12)
+    for g, r in zip(grads, ref[1]):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12)
 
 
 def test_float32_cross_attention_other_lengths():
