@@ -18,8 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import dtypes
-from .core import (Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, aval_of, bind, params_key,
-                   top_trace)
+from .core import (KEEP_SOURCES, Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, aval_of,
+                   bind, params_key, top_trace)
 from .errors import user_frame, where
 from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
@@ -56,8 +56,17 @@ def _replay(graph: Graph, trace: Trace, env: dict) -> None:
         outs = bind(n.prim, *[env[v] for v in n.inputs], **n.params)
         if not n.prim.multiple_results:
             outs = (outs,)
+        if KEEP_SOURCES[0] and n.source is not None:
+            _keep_source(trace, outs[0], n.source)
         for v, o in zip(n.outs, outs):
             env[v] = o
+
+
+def _keep_source(trace: Trace, out: Any, source) -> None:
+    """The node just emitted for ``out`` gets the replayed node's line (``keeping_sources``)."""
+    if type(out) is Tracer and out.trace is trace and trace.nodes \
+            and trace.nodes[-1].outs[0] is out.gvar:
+        trace.nodes[-1].source = source
 
 
 def _node_location(n: Node) -> str:

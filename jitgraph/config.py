@@ -6,7 +6,10 @@ initializers float32 when no dtype is given; ``with jitgraph.config.default_floa
 does it for a block, and ``JITGRAPH_DEFAULT_FLOAT=float32`` for a process. The default stays
 NumPy's float64 (autograd-compatible numbers). ``matmul_precision`` selects float32 or TF32
 cuBLAS math on the GPU (``jax_default_matmul_precision``); ``jax_threefry_partitionable``
-selects JAX's random-bit scheme. ``docs/precision.md`` describes each setting.
+selects JAX's random-bit scheme. ``debug_nans`` (``jax_debug_nans``) makes every ``jit`` call
+check its outputs for NaN and name the operation and source line that made one
+(``jitgraph/debug_nans.py``); ``debug_infs`` does the same for inf. ``docs/precision.md``
+describes each setting.
 
 This module sits below everything (it imports nothing of jitgraph), so ``dtypes``, ``numpy``,
 ``random`` and ``nn`` read it. ``TRACE_STATE`` is the tuple of the settings that change traced
@@ -22,7 +25,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 __all__ = ["update", "read", "values", "default_float", "default_int", "enable_x64",
-           "matmul_precision", "threefry_partitionable", "float_dtype", "int_dtype"]
+           "matmul_precision", "threefry_partitionable", "debug_nans", "debug_infs",
+           "float_dtype", "int_dtype"]
 
 _FLOATS = {"float32": "float32", "float64": "float64", "f32": "float32", "f64": "float64"}
 _INTS = {"int32": "int32", "int64": "int64", "i32": "int32", "i64": "int64"}
@@ -63,9 +67,13 @@ _OPTIONS: dict[str, tuple[Callable[[Any], Any], Any, str]] = {
     # JAX's default since 0.5 (True in the JAX these streams were checked against)
     "threefry_partitionable": (_flag("threefry_partitionable"), True,
                                "JITGRAPH_THREEFRY_PARTITIONABLE"),
+    # check jit outputs (not traced: the same programs run, the calls check what they return)
+    "debug_nans": (_flag("debug_nans"), False, "JITGRAPH_DEBUG_NANS"),
+    "debug_infs": (_flag("debug_infs"), False, "JITGRAPH_DEBUG_INFS"),
 }
 _ALIASES = {"jax_default_matmul_precision": "matmul_precision",
-            "jax_threefry_partitionable": "threefry_partitionable"}
+            "jax_threefry_partitionable": "threefry_partitionable",
+            "jax_debug_nans": "debug_nans", "jax_debug_infs": "debug_infs"}
 _TRACED = ("default_float", "default_int", "threefry_partitionable")
 
 _values: dict[str, Any] = {}
@@ -181,6 +189,17 @@ def matmul_precision(precision: str) -> contextlib.AbstractContextManager:
 def threefry_partitionable(enabled: bool) -> contextlib.AbstractContextManager:
     """``with config.threefry_partitionable(False):`` JAX's original random-bit scheme."""
     return _setting(threefry_partitionable=enabled)
+
+
+def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager:
+    """``with config.debug_nans():`` jit calls inside the block raise ``FloatingPointError``
+    naming the operation that made a NaN (as ``jax.debug_nans``)."""
+    return _setting(debug_nans=enabled)
+
+
+def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager:
+    """``with config.debug_infs():`` the same for an infinite value."""
+    return _setting(debug_infs=enabled)
 
 
 def float_dtype() -> np.dtype:

@@ -334,6 +334,23 @@ def register(prim: Primitive) -> Primitive:
 
 
 # --------------------------------------------------------------------------- tracing
+# Set by ``keeping_sources``: the nodes a transform traces inside ``jit`` (``grad``'s forward
+# pass) record the user's line too, and graphs re-emitted into a trace keep their nodes' lines
+# (``autodiff._replay``), so ``debug_nans``' re-trace of a training step names the line in the
+# loss function rather than the call of the step. Off, tracing does exactly what it did.
+KEEP_SOURCES = [False]
+
+
+class keeping_sources:
+    """``with keeping_sources():`` every traced node records the user's line (see above)."""
+
+    def __enter__(self):
+        self.old, KEEP_SOURCES[0] = KEEP_SOURCES[0], True
+
+    def __exit__(self, *exc):
+        KEEP_SOURCES[0] = self.old
+
+
 class _TraceStack(threading.local):
     """The nesting of active traces, per thread (tracing in two threads must not interleave)."""
 
@@ -446,10 +463,13 @@ class Trace:
             # the stack walk (an error about a node names where it was differentiated).
             self.nodes.append(Node(prim, in_vars, params, outs, user_frame(3)))
             return [Tracer(self, o) for o in outs]
-        self.nodes.append(Node(prim, in_vars, params, outs))
         if not known:
+            # (under jit: a transform's trace of abstract values; see ``keeping_sources``)
+            self.nodes.append(Node(prim, in_vars, params, outs,
+                                   user_frame(3) if KEEP_SOURCES[0] else None))
             self.concrete = False
             return [Tracer(self, o) for o in outs]
+        self.nodes.append(Node(prim, in_vars, params, outs))
         vals = run_impl(prim, in_vals, params, out_avals)
         if len(outs) == 1:
             o, v = outs[0], vals[0]

@@ -24,6 +24,7 @@ from .compiler.dynamic import CannotGeneralize
 from .compiler.settings import compile_settings
 from .compiler.state import STATE
 from . import config
+from . import debug_nans
 from . import device as device_runtime
 from .core import Graph, Tracer, short_dtype
 from .errors import CompileError, user_frame, where
@@ -73,6 +74,28 @@ def clear_cache() -> None:
         f._by_state.clear()
     _STATS.__init__()
     STATE.compile_stats.update(worker_compiles=0, local_compiles=0)
+
+
+# What every call checks its outputs for while ``debug_nans`` / ``debug_infs`` is on ("nan",
+# "inf"). Off (empty), the call path is what it always was: the fast path never looks here.
+_CHECK_KINDS: tuple = ()
+
+
+def _follow_debug_settings() -> None:
+    """``debug_nans`` or ``debug_infs`` changed. While one is on every call checks its outputs,
+    so the fast path (which does not) is emptied, and ``_call_slow`` does not fill it."""
+    global _CHECK_KINDS
+    kinds = tuple(k for k in ("nan", "inf") if config.read(f"debug_{k}s"))
+    if kinds and not _CHECK_KINDS:
+        for f in list(_ALL):
+            f._fast.clear()
+            for caches in f._by_state.values():
+                caches[1].clear()
+    _CHECK_KINDS = kinds
+
+
+config.on_change(_follow_debug_settings)
+_follow_debug_settings()
 
 
 def _log_enabled() -> bool:
@@ -468,12 +491,48 @@ class JitFunction:
             return self.fun(*args, **kwargs)   # inside another transformation: trace through
         if hit:
             _STATS.hits += 1
+        if _CHECK_KINDS:
+            return self._run_checked(entry, leaves, args, kwargs)
         out = self._run(entry, leaves)
         if not kwargs and not self.static_argnums:    # next time: the fast path, once it has run
             key = self._fast_key(args)
             if key is not None:
                 self._fast[key] = entry
         return out
+
+    def _run_checked(self, entry: _Entry, leaves: list, args: tuple, kwargs: dict) -> Any:
+        """``_run`` under ``debug_nans`` / ``debug_infs``: on a NaN (inf) in the outputs, re-run
+        the function op by op (``debug_nans.diagnose``) and raise ``FloatingPointError`` saying
+        which operation made it. Donated arguments are copied before the call, for the re-run,
+        and written back before raising, so the caller's arrays hold what they held."""
+        host = device_runtime.device_get
+        kept = {i: np.array(host(leaves[i]), copy=True) for i in entry.donated}
+        out = self._run(entry, leaves)
+        outs = tree_flatten(out)[0]
+        found = debug_nans.first_bad_output([host(x) for x in outs], _CHECK_KINDS)
+        if found is None:
+            return out
+        kind, k = found
+        restored = 0
+        for i, x in kept.items():
+            if isinstance(leaves[i], np.ndarray) and leaves[i].flags.writeable:
+                np.copyto(leaves[i], x)
+                restored += 1
+        statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        _, treedef = tree_flatten((dyn_args, dyn_kwargs))
+        d_args, d_kwargs = treedef.unflatten([kept[i] if i in kept else host(x)
+                                              for i, x in enumerate(leaves)])
+        fun = self._with_statics(args, statics)
+        names = debug_nans.argument_names(self.fun, len(args))
+        diagnosis = debug_nans.diagnose(lambda *a, **kw: fun(a, kw), d_args, d_kwargs,
+                                        kind=kind, names=[names[i] for i in
+                                                          self._dynamic_positions(len(dyn_args))])
+        path = debug_nans.leaf_paths(out)[k]
+        what = f"output {path}" if path else "the output"
+        note = ("\n(The donated arguments hold their values from before the call again.)"
+                if kept and restored == len(kept) else "")
+        raise FloatingPointError(f"jit({self.__name__}): {what} holds {debug_nans.WORDS[kind]} "
+                                 f"(debug_{kind}s); {diagnosis}{note}")
 
     def _entry(self, args, kwargs):
         """``(entry, leaves, hit)`` for this call's signature, compiling on a miss; the entry is
@@ -533,15 +592,7 @@ class JitFunction:
                 self._signature.bind(*args, **kwargs)
             except TypeError as e:
                 raise TypeError(f"jit({self.__name__}): {e} (called at {where(user_frame(3))})") from None
-        static_pos = {k: v for kind, k, v in statics if kind == "arg"}
-        static_kw = {k: v for kind, k, v in statics if kind == "kw"}
-        n_total = len(args)
-
-        def f(dargs, dkwargs):
-            it = iter(dargs)
-            full = [static_pos[i] if i in static_pos else next(it) for i in range(n_total)]
-            return self.fun(*full, **dkwargs, **static_kw)
-
+        f = self._with_statics(args, statics)
         t0 = time.perf_counter()
         graph, captured, leaves, _, out_tree = trace_to_graph(
             f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})")
@@ -555,6 +606,18 @@ class JitFunction:
             _STATS.traces += 1
         _STATS.trace_seconds += time.perf_counter() - t0
         return graph, out_tree
+
+    def _with_statics(self, args, statics) -> Callable:
+        """``f(dyn_args, dyn_kwargs)``: the function with the static arguments put back."""
+        static_pos = {k: v for kind, k, v in statics if kind == "arg"}
+        static_kw = {k: v for kind, k, v in statics if kind == "kw"}
+        n_total = len(args)
+
+        def f(dargs, dkwargs):
+            it = iter(dargs)
+            full = [static_pos[i] if i in static_pos else next(it) for i in range(n_total)]
+            return self.fun(*full, **dkwargs, **static_kw)
+        return f
 
     def _donated_leaves(self, dyn_args) -> set[int]:
         donated, pos = set(), 0

@@ -5,8 +5,10 @@ The returned step is ``step(params, opt_state, *batch) -> (params, opt_state, lo
 state donated: their buffers are overwritten with the new values, so rebind both on every call
 (``params, state, loss = step(params, state, x, y)``), as in JAX. ``step.lower(...)`` shows the
 fused kernels. ``check_nan=True`` checks each step's loss and, on a NaN or inf, re-runs that
-step's forward pass op by op to name the operation that produced it (it keeps a copy of the
-parameters for that, so the caller's arrays stay valid; it does not change the compiled step).
+step's forward pass op by op to name the operation that produced it, the labels out of range,
+or the argument that held it already (``debug_nans.diagnose``, the report the ``debug_nans``
+setting gives; it keeps a copy of the parameters for that, so the caller's arrays stay valid;
+it does not change the compiled step).
 
 ``distributed=True`` makes the step data-parallel over MPI ranks (``jitgraph.distributed``,
 launched with ``mpiexec``): each rank passes its shard of the global batch, the gradients are
@@ -20,39 +22,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .core import run_impl
 from .data_parallel import DataParallelStep
+from .debug_nans import argument_names, diagnose
 from .distributed import DEFAULT_BUCKET_BYTES
-from .errors import where
 from .jit import jit
 from .optim import GradientTransformation, apply_updates
-from .transforms import make_graph, value_and_grad
-from .tree import tree_flatten, tree_map
+from .transforms import value_and_grad
+from .tree import tree_map
 
 
 class NonFiniteLossError(FloatingPointError):
     """A training step produced a NaN or infinite loss."""
-
-
-def _first_nonfinite_op(loss_fn: Callable, params, batch) -> str:
-    """Run the loss graph node by node with the NumPy reference; describe the first node whose
-    output is non-finite while its inputs are finite."""
-    graph = make_graph(loss_fn)(params, *batch)
-    leaves = tree_flatten((params, *batch))[0]
-    env = dict(graph.consts)
-    for v, x in zip(graph.inputs, leaves):
-        env[v] = np.asarray(x)
-    for node in graph.nodes:
-        ins = [env[v] for v in node.inputs]
-        outs = run_impl(node.prim, ins, node.params, [o.aval for o in node.outs])
-        for o, val in zip(node.outs, outs):
-            env[o] = val
-        bad_out = any(o.dtype.kind == "f" and not np.all(np.isfinite(o)) for o in outs)
-        bad_in = any(np.asarray(i).dtype.kind == "f" and not np.all(np.isfinite(i)) for i in ins)
-        if bad_out and not bad_in:
-            shapes = ", ".join(str(v.aval) for v in node.inputs)
-            return f"{node.prim.name}({shapes}) at {where(node.source)}"
-    return "no single operation (the inputs already hold NaN or inf)"
 
 
 class TrainStep:
@@ -93,11 +73,12 @@ class TrainStep:
         out = self._jitted(params, opt_state, *batch)
         self.steps += 1
         if self.check_nan and not np.all(np.isfinite(out[2])):
-            op = _first_nonfinite_op((lambda p, *b: self.loss_fn(p, *b)[0]) if self.has_aux
-                                     else self.loss_fn, kept, batch)
+            found = diagnose((lambda p, *b: self.loss_fn(p, *b)[0]) if self.has_aux
+                             else self.loss_fn, (kept, *batch), kind="nonfinite",
+                             names=argument_names(self.loss_fn, 1 + len(batch)))
             raise NonFiniteLossError(
-                f"train_step: the loss is {out[2]} at step {self.steps}; first non-finite "
-                f"value from {op}. The parameters passed to this step are unchanged.")
+                f"train_step: the loss is {out[2]} at step {self.steps}; {found}\n"
+                "(The parameters passed to this step are unchanged.)")
         return out
 
     def lower(self, params, opt_state, *batch):

@@ -23,6 +23,7 @@ extra batch row of batch ``b`` (broadcasting without copies).
 from __future__ import annotations
 
 import numpy as np
+from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit
 
 from .fastmath import fast_exp

@@ -116,6 +116,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
+from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit, types
 from numba.extending import intrinsic, overload
 

@@ -16,6 +16,7 @@ products, and at most an eighth of the rows, so the tile stays well below the lo
 from __future__ import annotations
 
 import numpy as np
+from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit
 
 from .fastmath import fast_exp, fast_log

@@ -10,6 +10,7 @@ does not do, use a cache-friendly i-k-j loop.
 from __future__ import annotations
 
 import numpy as np
+from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit
 
 

@@ -4,6 +4,7 @@ fixed, so results are deterministic."""
 from __future__ import annotations
 
 import numpy as np
+from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit
 
 

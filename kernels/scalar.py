@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit
 
 _inline = njit(inline="always", error_model="numpy", cache=True)

@@ -2,6 +2,7 @@
 cores (McCalpin's STREAM, the usual measure of attainable memory bandwidth)."""
 from __future__ import annotations
 
+from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit, prange
 
 

@@ -50,3 +50,18 @@ def pytest_unconfigure(config):
 def jit_cache_dir() -> str:
     """The session's jit disk-cache directory (also in ``os.environ['JITGRAPH_CACHE_DIR']``)."""
     return _SESSION_CACHE["path"]
+
+
+_STRESS = os.path.join(_TESTS, "stress")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Leave the stress tier (``tests/stress``: minutes of subprocesses) out of the default run;
+    it runs when named: ``python -m pytest tests/stress`` (or a file or test in it)."""
+    if str(collection_path) != _STRESS:
+        return None
+    for arg in config.args:
+        target = os.path.abspath(os.path.join(str(config.invocation_params.dir), arg.split("::")[0]))
+        if target == _STRESS or target.startswith(_STRESS + os.sep):
+            return None
+    return True

@@ -40,8 +40,8 @@ except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENV_MAX_BYTES", "CacheEntry", "DirectoryLock", "add_usage",
-           "evict", "max_bytes_from_env", "parse_size", "recorded_usage", "scan",
-           "select_victims", "set_usage"]
+           "evict", "max_bytes_from_env", "parse_size", "recorded_usage", "remove_old_helpers",
+           "scan", "select_victims", "set_usage"]
 
 #: The default limit of the cache directory's entries: 4 GiB.
 DEFAULT_MAX_BYTES = 4 << 30
@@ -51,6 +51,10 @@ LOW_WATER = 0.9
 #: A writer's temporary file (``.<name>.<random>.tmp``) older than this is left over from
 #: a killed process and is removed by a prune.
 STALE_TEMP_SECONDS = 3600.0
+#: The kernels' helpers of another version of jitgraph's code (``helpers/<fingerprint>``)
+#: unused for this long are removed by a prune (by any clear).
+STALE_HELPERS_SECONDS = 86400.0
+HELPERS_NAME = "helpers"
 LOCK_NAME = ".lock"
 USAGE_NAME = ".usage"
 _FALLBACK_LOCK = ".prune.lock"
@@ -139,6 +143,32 @@ def select_victims(entries: list[CacheEntry], limit: int, keep: Iterable[str] = 
         victims.append(e)
         total -= e.size
     return victims
+
+
+def remove_old_helpers(directory: str | os.PathLike, current: str | None,
+                       older_than: float) -> int:
+    """Remove the helpers' folders (``helpers/<fingerprint>``, see ``helper_cache``) of code
+    versions other than *current* whose newest file is older than *older_than* seconds;
+    returns the bytes freed. A process still running such a version recompiles what it
+    misses (a missing file only means "not cached")."""
+    import shutil
+    root = os.path.join(os.fspath(directory), HELPERS_NAME)
+    freed, now = 0, time.time()
+    for d in _files(root):
+        if d.name == current or not d.is_dir(follow_symlinks=False):
+            continue
+        newest, size = 0.0, 0
+        for folder, _, files in os.walk(d.path):
+            for name in files:
+                try:
+                    st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                newest, size = max(newest, st.st_atime, st.st_mtime), size + st.st_size
+        if now - newest >= older_than:
+            shutil.rmtree(d.path, ignore_errors=True)
+            freed += size
+    return freed
 
 
 def evict(entry: CacheEntry) -> int:

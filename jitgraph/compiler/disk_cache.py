@@ -126,7 +126,7 @@ def _current_uid() -> int | None:
     return getuid() if getuid is not None else None
 
 
-def _unsafe_reason(st: os.stat_result, what: str) -> str | None:
+def unsafe_reason(st: os.stat_result, what: str) -> str | None:
     """Why a file/directory with stat *st* must not be trusted, or None if it is fine."""
     uid = _current_uid()
     if uid is not None and st.st_uid != uid:
@@ -139,8 +139,9 @@ def _unsafe_reason(st: os.stat_result, what: str) -> str | None:
 def _numba_target_setting(name: str) -> str:
     """``str(numba.core.config.<name>)`` for CPU_NAME / CPU_FEATURES, read from the environment
     as Numba reads it (unset: ``None``), so computing a key needs no Numba import."""
-    if "numba.core.config" in sys.modules:
-        return str(getattr(sys.modules["numba.core.config"], name))
+    config = sys.modules.get("numba.core.config")
+    if config is not None and hasattr(config, name):   # not while another thread imports it
+        return str(getattr(config, name))
     return str(os.environ.get("NUMBA_" + name) or None)
 
 
@@ -184,15 +185,6 @@ def _entry_bytes(source: str, key_extra: str) -> bytes:
 
 class _CorruptNumbaEntry(Exception):
     """A Numba cache data file failed jitgraph's checks."""
-
-
-def load_helpers_without_refresh(module: types.ModuleType) -> None:
-    """Let the cached ``@njit(cache=True)`` helpers of *module* (``kernels/``) load without
-    Numba's context refresh; see :func:`numba_patches.load_without_refresh`."""
-    for disp in _iter_dispatchers(module):
-        cache = numba_patches.dispatcher_cache(disp)
-        if cache is not None:
-            numba_patches.skip_refresh(cache)
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
@@ -261,7 +253,7 @@ def _import_verified(modname: str, path: pathlib.Path, data: bytes) -> types.Mod
     return module
 
 
-def _on_enable_caching(disp: Any) -> None:
+def on_enable_caching(disp: Any) -> None:
     """Run the guard of the generated module *disp* belongs to, while that module executes.
 
     Why: ``@njit(signature, cache=True)`` loads from Numba's cache inside the
@@ -270,6 +262,8 @@ def _on_enable_caching(disp: Any) -> None:
     hook = STATE.caching_hooks.get(getattr(disp.py_func, "__module__", None))
     if hook is not None:
         hook(disp)
+    elif STATE.helper_guard is not None:     # the kernels' helpers (``helper_cache``)
+        STATE.helper_guard(disp)
 
 
 def _iter_dispatchers(module: types.ModuleType):
@@ -308,7 +302,7 @@ def _check_numba_dir(cache_path: str | os.PathLike, stem: str) -> str | None:
         st = os.stat(cache_path)
     except FileNotFoundError:
         return None
-    reason = _unsafe_reason(st, f"Numba cache directory {os.fspath(cache_path)!r}")
+    reason = unsafe_reason(st, f"Numba cache directory {os.fspath(cache_path)!r}")
     if reason:
         return reason
     prefix = stem + "."
@@ -325,7 +319,7 @@ def _check_numba_dir(cache_path: str | os.PathLike, stem: str) -> str | None:
             continue
         if not stat.S_ISREG(est.st_mode):
             return f"Numba cache file {entry.path!r} is not a regular file"
-        reason = _unsafe_reason(est, f"Numba cache file {entry.path!r}")
+        reason = unsafe_reason(est, f"Numba cache file {entry.path!r}")
         if reason:
             return reason
     return None
@@ -414,7 +408,7 @@ class DiskCache:
             st = os.stat(self.directory)
         except FileNotFoundError:
             return {**result, "bytes": 0, "entries": 0, "limit": limit}
-        result["unsafe"] = (_unsafe_reason(st, f"cache directory {str(self.directory)!r}")
+        result["unsafe"] = (unsafe_reason(st, f"cache directory {str(self.directory)!r}")
                             if stat.S_ISDIR(st.st_mode) else "it is not a directory")
         if result["unsafe"]:
             return {**result, "bytes": 0, "entries": 0, "limit": limit}
@@ -425,6 +419,9 @@ class DiskCache:
             victims = [] if limit is None else cache_limit.select_victims(entries, limit, self.in_use())
             for e in victims:
                 result["freed"] += cache_limit.evict(e)
+            result["freed"] += cache_limit.remove_old_helpers(
+                self.directory, STATE.fingerprint,
+                0.0 if limit == 0 else cache_limit.STALE_HELPERS_SECONDS)
             result["evicted"] = len(victims)
             left = sum(e.size for e in entries) - sum(e.size for e in victims)
             cache_limit.set_usage(self.directory, left)
@@ -507,7 +504,7 @@ class DiskCache:
             self.stats["rejected"] += 1
         warnings.warn(CacheWarning(message), stacklevel=4)
 
-    def _ensure_directory(self) -> str | None:
+    def ensure_directory(self) -> str | None:
         """Create the cache directory (mode 0700) and its ``__pycache__``; return why it is unsafe."""
         d = self.directory
         try:
@@ -527,7 +524,7 @@ class DiskCache:
             return f"cannot stat cache directory {str(d)!r}: {exc}"
         if not stat.S_ISDIR(st.st_mode):
             return f"cache directory {str(d)!r} is not a directory"
-        reason = _unsafe_reason(st, f"cache directory {str(d)!r}")
+        reason = unsafe_reason(st, f"cache directory {str(d)!r}")
         if reason:
             return reason
         # Pre-create Numba's in-tree cache directory privately (Numba itself
@@ -555,7 +552,7 @@ class DiskCache:
     def read_trusted(self, path: pathlib.Path) -> bytes | None:
         """The bytes of a file of this cache (a native bundle) where the directory and the
         file are safe to execute from; None where it is missing or unsafe (with a warning)."""
-        reason = self._ensure_directory()
+        reason = self.ensure_directory()
         status, data, why = ("unsafe", None, reason) if reason else self._read_file(path)
         if status == "unsafe":
             self._warn(f"{why}; not using it")
@@ -579,7 +576,7 @@ class DiskCache:
             st = os.fstat(fd)  # the file actually opened, not the name
             if not stat.S_ISREG(st.st_mode):
                 return "unsafe", None, f"cache entry {str(path)!r} is not a regular file"
-            reason = _unsafe_reason(st, f"cache entry {str(path)!r}")
+            reason = unsafe_reason(st, f"cache entry {str(path)!r}")
             if reason:
                 return "unsafe", None, reason
             chunks = []
@@ -613,7 +610,7 @@ class DiskCache:
             self._note_store(len(data))
 
     def _load_from_disk(self, modname: str, digest: str, data: bytes) -> tuple[types.ModuleType, bool]:
-        reason = self._ensure_directory()
+        reason = self.ensure_directory()
         if reason:
             self.stats["disk_misses"] += 1
             self._warn(f"{reason}; compiling {modname} in a private temporary directory instead")
@@ -621,7 +618,11 @@ class DiskCache:
         # shared with other loaders, exclusive for pruners: the entry cannot vanish between
         # being read and Numba locating its file (a stuck pruner costs at most 30 s)
         with cache_limit.DirectoryLock(self.directory, exclusive=False) as lock:
-            lock.acquire(timeout=30.0)
+            if not lock.acquire(timeout=30.0):
+                self.stats["disk_misses"] += 1
+                self._warn(f"cache directory {str(self.directory)!r} is locked by a pruner for "
+                           f"over 30 s; compiling {modname} in a private temporary directory")
+                return self._load_private(modname, digest, data), False
             return self._load_entry(modname, digest, data)
 
     def _load_entry(self, modname: str, digest: str, data: bytes) -> tuple[types.ModuleType, bool]:
@@ -676,11 +677,11 @@ class DiskCache:
         checked = {os.path.abspath(_predicted_numba_cache_dir(path))}
 
         def guard(disp: Any) -> None:
-            self._guard_dispatcher(disp, path.stem, checked)
+            self.guard_dispatcher(disp, path.stem, checked)
 
         # Dispatchers with explicit signatures compile (or load from Numba's
         # cache) while the module body runs, so guard them as they are created.
-        hooked = numba_patches.install_enable_caching_hook(_on_enable_caching)
+        hooked = numba_patches.install_enable_caching_hook(on_enable_caching)
         if hooked:
             STATE.caching_hooks[modname] = guard
         try:
@@ -691,7 +692,7 @@ class DiskCache:
             guard(disp)
         return module
 
-    def _guard_dispatcher(self, disp: Any, stem: str, checked: set[str]) -> None:
+    def guard_dispatcher(self, disp: Any, stem: str, checked: set[str]) -> None:
         """Make one dispatcher's Numba cache refuse unsafe files and survive corrupt ones."""
         cache = numba_patches.dispatcher_cache(disp)
         if cache is None or numba_patches.is_guarded(cache):
@@ -709,7 +710,7 @@ class DiskCache:
         self._wrap_cache(cache, f"{disp.py_func.__module__}.{disp.py_func.__qualname__}")
 
     def _wrap_cache(self, cache: Any, what: str) -> None:
-        """Make Numba cache errors mean "recompile", and checksum Numba's data files.
+        """Make Numba cache errors mean "recompile", and bind Numba's data files to their keys.
 
         What Numba 0.68.1 does by itself with a damaged ``.nbi``/``.nbc``: the
         exception from ``pickle`` (EOFError, UnpicklingError,
@@ -718,10 +719,14 @@ class DiskCache:
         inside the cached *object code* are not detected at all (the process
         executed them and died with SIGTRAP in our experiment).  Hence:
 
-        * every data file gets a ``<data file>.sha256`` sidecar, written after
-          Numba saved it and checked before Numba unpickles it (a missing
-          sidecar reads as "not cached"; a mismatch is corruption);
-        * any exception while loading warns, empties the function's index and
+        * index updates hold a file lock (``numba_patches.guard_cache``): two processes saving
+          overloads of one function at once cannot cross the index and the data files;
+        * every data file gets a ``<data file>.sha256`` sidecar: the SHA-256 of the file's
+          name, its index key (argument types, target CPU, the function's bytecode) and its
+          bytes, written after Numba saved it and checked before Numba unpickles it; a
+          missing sidecar reads as "not cached", a mismatch (damaged, or copied from another
+          entry) is refused;
+        * any exception while loading warns once, drops that signature from the index and
           returns "not cached", so Numba recompiles and overwrites the entry;
         * a loaded entry must be for the requested argument types.
         """
@@ -729,24 +734,21 @@ class DiskCache:
 
         owner = self
 
-        def check_data(path: str) -> None:
+        def verify(path: str, key: str, payload: bytes) -> None:
             # FileNotFoundError is an OSError: Numba then treats the entry as absent.
             with open(path + ".sha256", "rb") as f:
                 expected = f.read().strip()
-            with open(path, "rb") as f:
-                actual = hashlib.sha256(f.read()).hexdigest().encode()
-            if actual != expected:
-                raise _CorruptNumbaEntry(f"{os.path.basename(path)} does not match its .sha256 checksum")
+            if _sealed_digest(path, key, payload) != expected:
+                raise _CorruptNumbaEntry(
+                    f"{os.path.basename(path)} does not match its .sha256 checksum "
+                    "(damaged, or copied from another entry)")
 
-        def write_checksum(path: str) -> None:
-            with open(path, "rb") as f:
-                data = f.read()
-            digest = hashlib.sha256(data).hexdigest()
-            atomic_write(path + ".sha256", digest.encode() + b"\n")
+        def seal(path: str, key: str, payload: bytes) -> None:
+            atomic_write(path + ".sha256", _sealed_digest(path, key, payload) + b"\n")
             if os.path.dirname(os.path.dirname(path)) == str(owner.directory):
-                owner._note_store(len(data) + 2048)  # with the sidecar and index, roughly
+                owner._note_store(len(payload) + 2048)  # with the sidecar and index, roughly
 
-        def load_overload(load: Any, sig: Any, target_context: Any) -> Any:
+        def load_overload(load: Any, sig: Any, target_context: Any, discard: Any) -> Any:
             try:
                 cres = load(sig, target_context)
                 if cres is not None:
@@ -756,8 +758,8 @@ class DiskCache:
                             f"entry for {cres.signature.args} returned for {tuple(args)}")
                 return cres
             except Exception as exc:
-                # Not _LOCK: this runs under Numba's compiler lock, and a thread
-                # holding _LOCK may be waiting for that lock (eager compilation).
+                # Not _LOCK: this runs under Numba's compiler lock, and a thread holding
+                # _LOCK may be waiting for that lock (eager compilation).
                 with owner._stats_lock:
                     owner.stats["rejected"] += 1
                 warnings.warn(
@@ -768,7 +770,7 @@ class DiskCache:
                     stacklevel=3,
                 )
                 try:
-                    cache.flush()  # empty index: the bad data file gets overwritten on save
+                    discard()   # the signature leaves the index: the bad file is overwritten
                 except Exception:
                     cache.disable()
                 return None
@@ -786,4 +788,17 @@ class DiskCache:
                 )
             owner._maybe_prune()
 
-        numba_patches.guard_cache(cache, check_data, write_checksum, load_overload, save_overload)
+        numba_patches.guard_cache(cache, verify, seal, load_overload, save_overload)
+
+
+def _sealed_digest(path: str, key: str, payload: bytes) -> bytes:
+    """The checksum a Numba data file's sidecar holds: its name, its index key and its bytes,
+    so a file damaged, or copied with its sidecar from another entry, is refused."""
+    h = hashlib.sha256(b"jitgraph-numba-entry-2\0")
+    h.update(os.path.basename(path).encode() + b"\0" + key.encode() + b"\0")
+    h.update(payload)
+    return h.hexdigest().encode()
+
+
+# a fork waits until no thread is loading an entry (this lock is never taken under Numba's)
+numba_patches.hold_across_fork(_LOCK)

@@ -47,6 +47,9 @@ from .state import STATE
 
 MAGIC = b"JITGRAPH-NATIVE-1\n"
 _LOCK = threading.RLock()
+# a fork waits until no thread is loading a bundle (taken after the disk cache's lock, never
+# while Numba's compiler lock is held)
+numba_patches.hold_across_fork(_LOCK)
 
 
 def enabled() -> bool:

@@ -20,15 +20,19 @@ a first compile; it stays there because the sources of ``kernels/`` are part of 
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import importlib.machinery
+import itertools
 import importlib.util
 import os
+import pickle
 import re
 import sys
 import threading
 import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 from .state import STATE
 
@@ -67,11 +71,12 @@ PRIVATE: tuple[Private, ...] = (
     Private("Cache", "load_overload", "replace",
             "on the instance: no context refresh, and damaged entries mean 'recompile'"),
     Private("Cache", "save_overload", "replace", "on the instance: a failed save only warns"),
-    Private("Cache", "_jitgraph_no_refresh", "mark", "load_overload already skips the refresh"),
     Private("Cache", "_jitgraph_guarded", "mark", "the data files are already checksummed"),
-    Private("IndexDataCacheFile", "_load_data", "replace",
-            "check the .sha256 sidecar before unpickling; keep the entry's object code"),
-    Private("IndexDataCacheFile", "_save_data", "replace", "write the .sha256 sidecar after a save"),
+    Private("IndexDataCacheFile", "load", "replace",
+            "on the instance: under a shared file lock, the data file checked against its "
+            "sidecar (bound to the index key) before unpickling; keep its object code"),
+    Private("IndexDataCacheFile", "save", "replace",
+            "on the instance: the index updated under an exclusive file lock, then the sidecar"),
     Private("IndexDataCacheFile", "_data_path", "call", "the path of a data file"),
     Private("rtsys", "initialize", "call",
             "the runtime's symbols, all that cached machine code needs (normally via refresh)"),
@@ -88,6 +93,23 @@ PRIVATE: tuple[Private, ...] = (
             "addresses of Numba's runtime functions (c_helpers), also loaded by file"),
     Private("numba.np.ufunc", "omppool / workqueue / tbbpool", "module",
             "the threading layer's C functions (launch_threads, parallel_for, ...)"),
+    Private("caching", "_CacheLocator", "read",
+            "the base class of jitgraph's locator (the kernels' helpers cache under "
+            "JITGRAPH_CACHE_DIR, never in the installed package)"),
+    Private("CacheImpl", "_locator_classes", "replace",
+            "jitgraph's locator is put first (it declines every file outside jitgraph)"),
+    Private("IndexDataCacheFile", "_load_index", "call", "read the index (under a lock)"),
+    Private("IndexDataCacheFile", "_save_index", "call", "write the index (under a lock)"),
+    Private("IndexDataCacheFile", "_data_name", "call", "the name of the Nth data file"),
+    Private("IndexDataCacheFile", "_index_path", "read", "where the lock file goes beside"),
+    Private("IndexDataCacheFile", "_dump", "call", "Numba's pickling of an entry"),
+    Private("IndexDataCacheFile", "_open_for_write", "call",
+            "Numba's atomic write (temp file, then os.replace)"),
+    Private("Cache", "_index_key", "call", "the index key of a signature (to discard it)"),
+    Private("_CompilerLock", "_lock", "read",
+            "the RLock behind Numba's global compiler lock, taken across a fork"),
+    Private("llvmlite.binding.ffi.lib", "_lock", "read",
+            "llvmlite's FFI lock (an _LLVMLock holding an RLock), taken across a fork"),
 )
 
 
@@ -105,9 +127,11 @@ def is_supported(version: str) -> bool:
 
 def installed_version() -> str:
     """Numba's version without importing Numba (0.35 s): from its installed metadata folder's
-    name, else (an unusual layout) from the package itself."""
-    if "numba" in sys.modules:
-        return sys.modules["numba"].__version__
+    name, else (an unusual layout) from the package itself. Safe while another thread is
+    importing Numba (a half-initialised module has no ``__version__`` yet)."""
+    version = getattr(sys.modules.get("numba"), "__version__", None)
+    if version is not None:
+        return version
     spec = importlib.util.find_spec("numba")
     if spec is not None and spec.submodule_search_locations:
         site = os.path.dirname(list(spec.submodule_search_locations)[0])
@@ -119,7 +143,7 @@ def installed_version() -> str:
                  if n.startswith("numba-") and n.endswith(".dist-info")]
         if len(found) == 1:
             return found[0]
-    import numba
+    import numba         # the import system waits for another thread's import to finish
     return numba.__version__
 
 
@@ -200,19 +224,6 @@ def load_without_refresh(cache: Any, load: Any, sig: Any, target_context: Any) -
     return None  # the guard swallowed a spurious I/O error: "not cached"
 
 
-def skip_refresh(cache: Any) -> None:
-    """Let one cache load without Numba's context refresh (see :func:`load_without_refresh`)
-    and keep the object code it loads; once per cache."""
-    if getattr(cache, "_jitgraph_no_refresh", False):
-        return
-    load = cache.load_overload
-    cache.load_overload = functools.partial(load_without_refresh, cache, load)
-    cache_file = cache._cache_file
-    load_data = cache_file._load_data
-    cache_file._load_data = lambda name, load_data=load_data: _remember_object(load_data(name))
-    cache._jitgraph_no_refresh = True
-
-
 def is_guarded(cache: Any) -> bool:
     """Whether :func:`guard_cache` (or :func:`mark_guarded`) already handled this cache."""
     return getattr(cache, "_jitgraph_guarded", False)
@@ -223,39 +234,212 @@ def mark_guarded(cache: Any) -> None:
     cache._jitgraph_guarded = True
 
 
-def guard_cache(cache: Any, before_load: Callable[[str], None],
-                after_save: Callable[[str], None], load_overload: Callable[..., Any],
-                save_overload: Callable[..., None]) -> None:
-    """Route one cache's file and overload I/O through the caller's checks.
+@contextlib.contextmanager
+def file_lock(path: str, exclusive: bool) -> Iterator[None]:
+    """``flock`` on *path* (created 0600): shared for readers, exclusive for writers, across
+    processes and threads alike (each call opens its own file description). Where the file
+    system has no locks, it goes on unlocked: the checksums still refuse a crossed entry."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)            # releases the lock
 
-    ``before_load(path)`` runs before Numba unpickles a data file (raise to refuse it),
-    ``after_save(path)`` after Numba wrote one; ``load_overload(load, sig, target_context)``
-    and ``save_overload(save, sig, data)`` replace the cache's methods, given the original
-    (loading without the refresh) to call."""
+
+def guard_cache(cache: Any, verify: Callable[[str, str, bytes], None],
+                seal: Callable[[str, str, bytes], None], load_overload: Callable[..., Any],
+                save_overload: Callable[..., None]) -> None:
+    """Route one cache's index and data files through the caller's checks, under a lock.
+
+    Numba updates an index by an unlocked read-modify-write (read it, take the first free
+    ``.N.nbc``, write both), so two processes saving two overloads at once could leave the
+    index naming the other overload's data, and unboxing compares only item sizes: a wrong
+    program ran silently. Here every index update holds an exclusive ``flock`` on
+    ``<index>.lock`` and every read a shared one. ``seal(path, key, payload)`` runs after a
+    data file is written (the caller's checksum sidecar), ``verify(path, key, payload)``
+    before its bytes are unpickled (raise to refuse them); ``key`` is the index key's text,
+    so a data file is bound to the signature and code it was saved for.
+    ``load_overload(load, sig, target_context, discard)`` and ``save_overload(save, sig,
+    data)`` replace the cache's methods, given the originals (loading without the refresh)
+    and ``discard()``, which drops that signature from the index."""
     cache_file = cache._cache_file
-    load_data, save_data = cache_file._load_data, cache_file._save_data
+    lock = cache_file._index_path + ".lock"
     load = functools.partial(load_without_refresh, cache, cache.load_overload)
     save = cache.save_overload
 
-    def checked_load_data(name: str) -> Any:
-        before_load(cache_file._data_path(name))
-        return _remember_object(load_data(name))
+    def locked_load(key: Any) -> Any:
+        with file_lock(lock, exclusive=False):
+            name = cache_file._load_index().get(key)
+            if name is None:
+                return None
+            path = cache_file._data_path(name)
+            try:
+                with open(path, "rb") as f:
+                    payload = f.read()
+            except FileNotFoundError:
+                return None
+            verify(path, repr(key), payload)
+        return _remember_object(pickle.loads(payload))
 
-    def checked_save_data(name: str, data: Any) -> None:
-        save_data(name, data)
-        after_save(cache_file._data_path(name))
+    def locked_save(key: Any, data: Any) -> None:
+        payload = cache_file._dump(data)
+        with file_lock(lock, exclusive=True):
+            overloads = cache_file._load_index()
+            name = overloads.get(key)
+            if name is None:
+                taken = set(overloads.values())
+                name = next(n for n in map(cache_file._data_name, itertools.count(1))
+                            if n not in taken)
+            path = cache_file._data_path(name)
+            with cache_file._open_for_write(path) as f:
+                f.write(payload)
+            seal(path, repr(key), payload)
+            if overloads.get(key) != name:
+                overloads[key] = name
+                cache_file._save_index(overloads)
+
+    def discard(sig: Any, target_context: Any) -> None:
+        key = cache._index_key(sig, target_context.codegen())
+        with file_lock(lock, exclusive=True):
+            try:
+                overloads = cache_file._load_index()
+            except Exception:       # the index itself is damaged: start it again
+                overloads = {}
+            overloads.pop(key, None)
+            cache_file._save_index(overloads)
 
     def guarded_load(sig: Any, target_context: Any) -> Any:
-        return load_overload(load, sig, target_context)
+        return load_overload(load, sig, target_context,
+                             functools.partial(discard, sig, target_context))
 
     def guarded_save(sig: Any, data: Any) -> None:
         save_overload(save, sig, data)
 
-    cache_file._load_data = checked_load_data
-    cache_file._save_data = checked_save_data
+    cache_file.load = locked_load
+    cache_file.save = locked_save
     cache.load_overload = guarded_load
     cache.save_overload = guarded_save
     cache._jitgraph_guarded = True
+
+
+# ----------------------------------------------------------------------------- cache location
+
+def add_cache_locator(where: Callable[[str], tuple[str, str] | None]) -> bool:
+    """Put jitgraph's locator first in Numba's list, once per process: a function whose
+    source file ``where(py_file)`` maps to ``(directory, stamp)`` keeps its cache files in
+    that directory, with that source stamp; for any other file (``None``) Numba's own
+    locators decide as before. Why: Numba's default puts the kernels' helpers in the
+    installed package's ``__pycache__``, shared by every process of the installation,
+    outside jitgraph's cache and its checks, and impossible in a read-only install. False
+    where ``NUMBA_CACHE_LOCATOR_CLASSES`` overrides the list (then Numba's choice stands)."""
+    with _LOCK:
+        if "locator" in STATE.patches:
+            return STATE.patches["locator"] is not None
+        from numba.core import caching, config
+
+        class JitgraphLocator(caching._CacheLocator):
+            """Cache files of jitgraph's own functions, in the directory ``where`` gives."""
+
+            def __init__(self, py_func: Any, path: str, stamp: str) -> None:
+                self._lineno = py_func.__code__.co_firstlineno
+                self._path, self._stamp = path, stamp
+
+            def ensure_cache_path(self) -> None:
+                os.makedirs(self._path, mode=0o700, exist_ok=True)
+
+            def get_cache_path(self) -> str:
+                return self._path
+
+            def get_source_stamp(self) -> str:
+                return self._stamp
+
+            def get_disambiguator(self) -> str:
+                return str(self._lineno)
+
+            @classmethod
+            def from_function(cls, py_func: Any, py_file: str) -> Any:
+                found = where(py_file)
+                if found is None:
+                    return None
+                self = cls(py_func, *found)
+                try:
+                    self.ensure_cache_path()
+                except OSError:
+                    return None
+                return self
+
+        if getattr(config, "CACHE_LOCATOR_CLASSES", None):
+            STATE.patches["locator"] = None
+            return False
+        caching.CacheImpl._locator_classes.insert(0, JitgraphLocator)
+        STATE.patches["locator"] = JitgraphLocator
+        return True
+
+
+# ----------------------------------------------------------------------------- fork safety
+
+def _fork_locks() -> list:
+    """The process-wide locks a fork must not copy while another thread holds them, in the
+    order compiling threads take them: Numba's compiler lock, then llvmlite's FFI lock (each
+    imported only where its module already is: a lock never created is never held)."""
+    locks = []
+    compiler_lock = sys.modules.get("numba.core.compiler_lock")
+    if compiler_lock is not None and hasattr(compiler_lock, "global_compiler_lock"):
+        locks.append(compiler_lock.global_compiler_lock._lock)
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    lib = getattr(ffi, "lib", None) if ffi is not None else None
+    if lib is not None:
+        try:
+            locks.append(object.__getattribute__(lib, "_lock")._lock)
+        except AttributeError:
+            pass
+    return locks
+
+
+_HELD: list = []
+_OUTER_LOCKS: list = []     # jitgraph's own locks, taken before Numba's (``hold_across_fork``)
+
+
+def _before_fork() -> None:
+    # Wait until no thread loads, compiles or calls LLVM: a child must not start with a lock
+    # held by a thread that does not exist there (its first call would block forever).
+    for lock in [*_OUTER_LOCKS, *_fork_locks()]:
+        lock.acquire()
+        _HELD.append(lock)
+
+
+def _after_fork() -> None:
+    while _HELD:                # newest first
+        _HELD.pop().release()
+
+
+def hold_across_fork(lock: Any) -> None:
+    """Take one of jitgraph's module locks across every fork too, before Numba's: a lock
+    that is never taken while Numba's compiler lock or llvmlite's is held (so the order
+    cannot deadlock), registered in the order threads take them."""
+    install_fork_guard()
+    with _LOCK:
+        _OUTER_LOCKS.append(lock)
+
+
+def install_fork_guard() -> None:
+    """Take Numba's and llvmlite's locks across every ``fork()`` of this process (once):
+    a process forked while a thread compiles (a native bundle being written, another
+    thread's first call) used to hang in its own first compile."""
+    with _LOCK:
+        if STATE.patches.get("fork_guard"):
+            return
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                            after_in_child=_after_fork)
+        STATE.patches["fork_guard"] = True
 
 
 def install_enable_caching_hook(hook: Callable[[Any], None]) -> bool:
@@ -346,9 +530,9 @@ def runtime_symbols() -> dict[str, int]:
 def threading_layer() -> Any | None:
     """The extension of Numba's threading layer, its threads started as Numba starts them:
     Numba's own (``numba.get_num_threads`` starts it) where Numba is imported; else the one
-    ``NUMBA_THREADING_LAYER`` names, else OpenMP, else Numba's workqueue (Numba prefers TBB
-    where it is installed; then the kernels run on another pool, with the same results),
-    with as many threads. None where no layer loads."""
+    ``NUMBA_THREADING_LAYER`` names, else Numba's own order: TBB (the one layer that is
+    safe with both threads and forks), OpenMP, workqueue; with as many threads. None where
+    no layer loads."""
     if "numba" in sys.modules:
         import numba
         numba.get_num_threads()
@@ -357,8 +541,8 @@ def threading_layer() -> Any | None:
         return importlib.import_module(f"numba.np.ufunc.{lib}")
     wanted = os.environ.get("NUMBA_THREADING_LAYER", "default").lower()
     names = {"tbb": ["tbbpool"], "omp": ["omppool"], "workqueue": ["workqueue"],
-             "threadsafe": ["omppool"], "forksafe": ["workqueue"]}.get(
-                 wanted, ["omppool", "workqueue"])
+             "threadsafe": ["tbbpool", "omppool"], "forksafe": ["tbbpool", "workqueue"]}.get(
+                 wanted, ["tbbpool", "omppool", "workqueue"])
     module = None
     for name in names:
         try:

@@ -18,6 +18,9 @@ from .state import STATE
 # loops still vectorize). A user's NUMBA_OPT, where set, wins.
 COMPILE_OPT_LEVEL = 1
 
+# the jitgraph package's folder (this file is jitgraph/compiler/settings.py)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 @contextmanager
 def compile_settings(device: str = "cpu"):
@@ -67,19 +70,38 @@ def disk_cache() -> DiskCache:
 
 
 def fingerprint() -> str:
-    """The fingerprint of the code generated modules call (computed once per process)."""
+    """The fingerprint of jitgraph's code, part of every cache key (computed once per
+    process)."""
     if STATE.fingerprint is None:
         STATE.fingerprint = codegen_fingerprint()
     return STATE.fingerprint
 
 
+def kernels_folders() -> list[str]:
+    """Where ``jitgraph.kernels`` comes from when that is outside the package's folder (a
+    checkout maps its own ``kernels/``); found without importing the package root."""
+    spec = importlib.util.find_spec("jitgraph.kernels")
+    kdir = os.path.abspath(spec.submodule_search_locations[0])
+    return [] if kdir.startswith(_PACKAGE + os.sep) else [kdir]
+
+
+def package_folders() -> list[str]:
+    """The folders holding jitgraph's source files: the package, and its kernels."""
+    return [_PACKAGE, *kernels_folders()]
+
+
 def codegen_fingerprint() -> str:
-    """Hash of the code that generated modules call, so a change there invalidates the cache."""
+    """Hash of jitgraph's version and of every source file of the package (compiler,
+    backends, kernels, the native loader and all they use), so a change in any of them
+    invalidates the cache: no version constant to bump by hand. About 5 ms, once."""
     h = hashlib.sha256(__version__.encode())
-    # kernels/ is installed as jitgraph.kernels; found without importing the package root
-    kdir = importlib.util.find_spec("jitgraph.kernels").submodule_search_locations[0]
-    for name in sorted(os.listdir(kdir)):
-        if name.endswith(".py"):
-            with open(os.path.join(kdir, name), "rb") as f:
-                h.update(f.read())
+    for root in package_folders():
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    h.update(os.path.relpath(path, root).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read())
     return h.hexdigest()[:16]

@@ -19,10 +19,9 @@ class CompilerState:
     """What the compiler keeps between compiles (see the module docstring)."""
     # the on-disk cache of generated modules (``pipeline.disk_cache``), made on first use
     disk_cache: Any = None
-    # hash of jitgraph's version and kernels/ sources, part of every cache key; computed once
+    # hash of jitgraph's version and every source file of the package, part of every cache
+    # key; computed once
     fingerprint: str | None = None
-    # kernels/matmul's products loaded the fast way (the drivers call them directly)
-    helpers_ready: bool = False
     # threads writing native bundles, joined before forking compile workers
     bundle_threads: list = field(default_factory=list)
     # compile_pool: kernels compiled by workers and locally, and workers that failed
@@ -36,6 +35,8 @@ class CompilerState:
     private_tmpdirs: list = field(default_factory=list)
     # disk_cache: generated module name -> guard(dispatcher), only while that module executes
     caching_hooks: dict = field(default_factory=dict)
+    # helper_cache: guard(dispatcher) for the kernels' helpers, set once their locator is in
+    helper_guard: Any = None
     lock: Any = field(default_factory=threading.RLock)
 
     def reset_disk_cache(self) -> None:

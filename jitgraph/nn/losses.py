@@ -4,7 +4,9 @@
 never ``log(softmax(z))``. It selects ``z[y]`` with a one-hot comparison (fuses into the
 reduction kernel; no gather). Labels out of range are an error when they are concrete arrays;
 under ``jit`` they are traced, so an out-of-range label makes that example's loss NaN instead
-(``train_step(..., check_nan=True)`` then stops and names the step).
+(and its gradient zero). The NaN is a constant registered with ``debug_nans``, so
+``train_step(..., check_nan=True)`` and ``config.update("debug_nans", True)`` report "labels
+outside [0, classes)" with the bad values and their positions.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import numpy as np
 from .. import dtypes
 from .. import numpy as jnp
 from ..core import aval_of
+from ..debug_nans import explain_constant
 from ..errors import ShapeError
 from .activations import log_softmax, logsumexp
 
@@ -41,6 +44,43 @@ def _check_labels(labels, n_classes: int, fn: str):
     return labels
 
 
+def _invalid_labels(node, value_of, producer) -> str:
+    """Why cross_entropy's ``where(valid, loss, nan)`` made NaN: the labels where ``valid``
+    (``(labels >= 0) & (labels < classes)``) is False, and their values."""
+    valid = node.inputs[0]
+    ok = np.asarray(value_of(valid), bool)
+    both = producer.get(valid)
+    labels = classes = None
+    if both is not None and both.prim.name == "logical_and":
+        below = producer.get(both.inputs[1])
+        if below is not None and below.prim.name == "lt":
+            labels, classes = value_of(below.inputs[0]), int(value_of(below.inputs[1]))
+    positions = [tuple(int(i) for i in p) for p in np.argwhere(~ok)]
+    shown = []
+    for p in positions[:3]:
+        at = str(p[0]) if len(p) == 1 else str(p)
+        shown.append(f"{int(labels[p])} at position {at}" if labels is not None
+                     else f"position {at}")
+    more = f" ({len(positions)} of {ok.size} labels)"
+    bounds = f"[0, {classes})" if classes is not None else "[0, classes)"
+    return (f"cross_entropy got labels outside {bounds}: found {', '.join(shown)}{more}\n"
+            "  the loss of such an example is NaN and its gradient zero (it does not train)\n"
+            f"  hint: labels are class indices in {bounds}; check the label encoding "
+            "(1-based labels?) and the number of classes the logits have")
+
+
+_LABEL_NANS: dict = {}
+
+
+def _label_nan(dtype) -> np.ndarray:
+    """The NaN cross_entropy gives an invalid label, one per dtype, registered as such."""
+    dtype = np.dtype(dtype)
+    hit = _LABEL_NANS.get(dtype)
+    if hit is None:
+        hit = _LABEL_NANS[dtype] = explain_constant(np.full((), np.nan, dtype), _invalid_labels)
+    return hit
+
+
 def cross_entropy(logits, labels, axis: int = -1, reduction: str = "mean"):
     """Softmax cross-entropy of integer ``labels`` under ``logits`` (PyTorch's F.cross_entropy
     with the class axis last by default)."""
@@ -59,7 +99,7 @@ def cross_entropy(logits, labels, axis: int = -1, reduction: str = "mean"):
     # the labelled logit by a gather (no (N, classes) one-hot mask), at a safe index
     safe = jnp.expand_dims(jnp.where(valid, labels, jnp.zeros((), aval_of(labels).dtype)), ax)
     picked = jnp.squeeze(jnp.take_along_axis(logits, safe, axis=ax), axis=ax)
-    nll = jnp.where(valid, logsumexp(logits, axis=ax) - picked, jnp.asarray(np.nan, la.dtype))
+    nll = jnp.where(valid, logsumexp(logits, axis=ax) - picked, _label_nan(la.dtype))
     return _reduce(nll, reduction, "cross_entropy")
 
 

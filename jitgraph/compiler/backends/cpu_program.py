@@ -17,8 +17,7 @@ import numpy as np
 from ...arrays import Array
 from ...core import Graph
 from .. import compile_pool, native
-from ..disk_cache import (MODULE_PREFIX, DiskCache, load_helpers_without_refresh,
-                          numba_compile_count)
+from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import host_impl
 from ..settings import compile_settings, disk_cache, fingerprint
@@ -217,10 +216,6 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
                      bundle=None) -> CpuProgram:
     from ...kernels import blas, matmul  # type: ignore[attr-defined]
     key = fingerprint()
-    if not STATE.helpers_ready:
-        # the driver calls these products itself: load them as fast as generated kernels
-        load_helpers_without_refresh(matmul)
-        STATE.helpers_ready = True
     modules, on_disk, new = [], [], []
     for name, src, arg_types in fin.kernel_modules:
         m, hit = cache.load_module(src, key_extra=key)
