@@ -33,6 +33,11 @@ def pytest_configure(config):
         path, _SESSION_CACHE["owned"] = tempfile.mkdtemp(prefix="jitgraph-test-cache-"), True
     os.environ["JITGRAPH_CACHE_DIR"] = path
     _SESSION_CACHE["path"] = path
+    # one cache of the kernels' helpers for every process of the session, whatever cache
+    # directory a test gives its subprocesses (each would compile the same helpers again);
+    # the tests of where helpers go (and the stress tier) take it out of their environment
+    _SESSION_CACHE["old_helpers"] = os.environ.get("JITGRAPH_HELPER_CACHE_DIR")
+    os.environ["JITGRAPH_HELPER_CACHE_DIR"] = os.path.join(path, "shared-helpers")
 
 
 def pytest_unconfigure(config):
@@ -42,6 +47,11 @@ def pytest_unconfigure(config):
         os.environ.pop("JITGRAPH_CACHE_DIR", None)
     else:
         os.environ["JITGRAPH_CACHE_DIR"] = old
+    old_helpers = _SESSION_CACHE.pop("old_helpers", None)
+    if old_helpers is None:
+        os.environ.pop("JITGRAPH_HELPER_CACHE_DIR", None)
+    else:
+        os.environ["JITGRAPH_HELPER_CACHE_DIR"] = old_helpers
     if path and _SESSION_CACHE.pop("owned", False):
         shutil.rmtree(path, ignore_errors=True)
 

@@ -46,8 +46,12 @@ CHILD = textwrap.dedent("""\
     """)
 
 
+# the session's shared helpers cache is left out: these tests look at a cache's own helpers
+_ENV = {k: v for k, v in os.environ.items() if k != "JITGRAPH_HELPER_CACHE_DIR"}
+
+
 def _run(cache: pathlib.Path, *args: str) -> dict:
-    env = {**os.environ, "JITGRAPH_CACHE_DIR": str(cache), "JITGRAPH_NATIVE": "0",
+    env = {**_ENV, "JITGRAPH_CACHE_DIR": str(cache), "JITGRAPH_NATIVE": "0",
            "JITGRAPH_COMPILE_WORKERS": "0", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True,
                           text=True, timeout=300, cwd=str(cache.parent))
@@ -139,7 +143,7 @@ def test_the_fingerprint_covers_every_source_file_of_the_package(tmp_path):
 
     def fingerprint() -> tuple[str, float]:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": str(tree)}, timeout=120,
+                             env={**_ENV, "PYTHONPATH": str(tree)}, timeout=120,
                              cwd=str(tmp_path), check=True).stdout.split()
         return out[0], float(out[1])
 
@@ -167,7 +171,7 @@ def test_a_read_only_package_is_never_written(tmp_path):
     for p in [tree, *tree.rglob("*")]:
         p.chmod(p.stat().st_mode & ~0o222)
     try:
-        env = {**os.environ, "JITGRAPH_CACHE_DIR": str(tmp_path / "cache"),
+        env = {**_ENV, "JITGRAPH_CACHE_DIR": str(tmp_path / "cache"),
                "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
         for _ in range(2):
             proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,

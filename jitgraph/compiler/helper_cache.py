@@ -14,7 +14,8 @@ disk cache's generated modules are (``DiskCache._wrap_cache``: locked index upda
 files bound to their keys by checksum, damaged files discarded with one warning and
 rebuilt). A cache directory that cannot be used (not ours, not private, not writable) gives
 one warning and a private temporary directory for this process instead. Nothing is ever
-written into the package.
+written into the package. ``JITGRAPH_HELPER_CACHE_DIR`` (:data:`SHARED_ENV`) lets a test
+runner share one helpers cache between the cache directories of its many processes.
 """
 from __future__ import annotations
 
@@ -56,10 +57,18 @@ def helpers_directory() -> str:
     return _CHOSEN["dir"]
 
 
+#: Where a test runner keeps one helpers cache for the many cache directories its processes
+#: use (each would otherwise compile the same helpers again): ``<it>/<fingerprint>``.
+SHARED_ENV = "JITGRAPH_HELPER_CACHE_DIR"
+
+
 def _choose_directory() -> str:
     cache = disk_cache()
     reason = cache.ensure_directory()
     path = os.path.join(str(cache.directory), "helpers", fingerprint())
+    shared = os.environ.get(SHARED_ENV)
+    if shared and not reason:
+        path = os.path.join(os.path.abspath(shared), fingerprint())
     if not reason:
         try:
             for d in (os.path.dirname(path), path):

@@ -3,6 +3,7 @@ Numba's files in the installed package's ``kernels/__pycache__`` when the sessio
 ``test_zz_package_dir.py``)."""
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -14,6 +15,8 @@ SESSION_START: dict = {}
 
 
 def pytest_configure(config):
+    # every test here has a cold helpers cache of its own (under its JITGRAPH_CACHE_DIR)
+    os.environ.pop("JITGRAPH_HELPER_CACHE_DIR", None)
     config.addinivalue_line("markers", "stress: the stress tier (python -m pytest tests/stress)")
     SESSION_START["package_helpers"] = harness.numba_helper_files(harness.KERNELS_DIR)
 
