@@ -118,7 +118,8 @@ class Child:
         self.name, self.timeout_s = name, timeout_s
         logs.mkdir(parents=True, exist_ok=True)
         self.out_path, self.err_path = logs / f"{name}.out", logs / f"{name}.err"
-        e = dict(os.environ)
+        # no session-wide helpers cache: each test's helpers live under its own cache dir
+        e = {k: v for k, v in os.environ.items() if k != "JITGRAPH_HELPER_CACHE_DIR"}
         for k in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT", "JITGRAPH_LOG", "JITGRAPH_TEST_CACHE_DIR"):
             e.pop(k, None)
         e["JITGRAPH_CACHE_DIR"] = str(cache_dir)
