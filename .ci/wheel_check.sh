@@ -6,19 +6,24 @@
 # makes that environment's site-packages read-only, and from a directory outside the checkout
 # runs (a) a smoke program twice (compile, then load from the disk cache in a fresh process) and
 # (b) a sample of the test suite; last it checks that nothing was written inside site-packages.
-# Exits non-zero on any failure. Usage: bash .ci/wheel_check.sh   (PYTHON=... to pick the python)
+# Exits non-zero on any failure. Usage: bash .ci/wheel_check.sh   (PYTHON=... to pick the python;
+# NUMBA_SPEC='numba==0.64.0' installs that Numba beside the wheel: CI checks the oldest supported
+# one here, while the main run has the newest)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-python}"
 start=$SECONDS
 # the suite sample (about a minute on 2 cores): tests that need nothing of the checkout, run
 # against the installed wheel: the disk cache across processes (a second process loads all,
-# two processes compile at once), every primitive's gradient, eager mode, error messages (which
-# trim frames by the package's path), save/load, optimizers and train_step
+# two processes compile at once), every primitive's gradient, eager mode, error messages and
+# tracebacks (which trim frames by the package's path), save/load, optimizers and train_step,
+# the Numba internals jitgraph reads present in this Numba, and native bundles
 sample=(tests/test_jit_cache.py::test_second_process_loads_everything_from_disk
         tests/test_jit_cache.py::test_concurrent_first_compiles_from_two_processes
         tests/test_grads.py tests/test_eager.py tests/test_errors.py tests/test_serialization.py
-        tests/test_optim.py)
+        tests/test_optim.py tests/test_tracebacks.py
+        tests/test_numba_patches.py::test_the_listed_names_exist_in_the_installed_numba
+        tests/test_native_bundle.py)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/jitgraph-wheel-check.XXXXXX")"
 site=""
@@ -76,7 +81,13 @@ step "installing the wheel with the test extras into a fresh virtual environment
 unset PYTHONPATH PYTHONHOME NUMBA_CACHE_DIR XDG_CACHE_HOME JITGRAPH_TEST_CACHE_DIR JITGRAPH_LOG
 "$python" -m venv "$work/venv"
 vpy="$work/venv/bin/python"
-"$vpy" -m pip install -q "${wheel}[test]"
+"$vpy" -m pip install -q "${wheel}[test]" ${NUMBA_SPEC:+"$NUMBA_SPEC"}
+"$vpy" - "${NUMBA_SPEC:-}" <<'EOF'
+import sys, llvmlite, numba, numpy
+print(f"numba {numba.__version__}, llvmlite {llvmlite.__version__}, numpy {numpy.__version__}")
+want = sys.argv[1].partition("==")[2]
+assert not want or numba.__version__ == want, f"asked for numba {want}, got {numba.__version__}"
+EOF
 site="$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [ -f "$site/jitgraph/__init__.py" ] && [ -f "$site/jitgraph/kernels/__init__.py" ] \
     || { echo "jitgraph is not installed in $site"; exit 1; }
@@ -210,5 +221,17 @@ all_writes=0
 if [ "$smoke_writes" -ne 0 ] || [ "$all_writes" -ne 0 ]; then
     echo "wheel check FAILED: the installed package was written to (listed above)"
     exit 1
+fi
+# ---------------------------------------------------------------- the newest Numba as well
+if [ -n "${NUMBA_SPEC:-}" ]; then
+    step "the wheel in a second fresh environment, with the newest Numba pip finds"
+    "$python" -m venv "$work/venv-newest"
+    "$work/venv-newest/bin/python" -m pip install -q "$wheel"
+    "$work/venv-newest/bin/python" -c 'import numba; print("numba", numba.__version__)'
+    newest_site="$("$work/venv-newest/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    export JITGRAPH_CACHE_DIR="$work/cache-newest" JITGRAPH_WHEEL_SITE="$newest_site"
+    mkdir -p "$JITGRAPH_CACHE_DIR"
+    "$work/venv-newest/bin/python" "$work/smoke.py" compile
+    "$work/venv-newest/bin/python" "$work/smoke.py" load
 fi
 step "wheel check passed"

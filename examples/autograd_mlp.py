@@ -4,11 +4,14 @@ only the imports changed. The data is scikit-learn's digits instead of MNIST (no
     python examples/autograd_mlp.py            # 5 epochs
     python examples/autograd_mlp.py --smoke    # 1 epoch, for CI
 
-Everything runs eagerly: ``grad`` traces each call and evaluates with NumPy, as autograd does.
+Everything runs eagerly: ``grad`` traces each call and evaluates with NumPy, as autograd does,
+so nothing is compiled. (Added to the lecture's script: the progress bar or lines, with
+examples/s and the ETA, and the total time, from example_utils.)
 """
 from __future__ import print_function
 
 import sys
+import time
 
 import numpy as onp
 import numpy.random as npr
@@ -18,6 +21,7 @@ from jitgraph import grad                                   # was: from autograd
 from jitgraph.optim import adam_minimize as adam            # was: autograd.misc.optimizers
 from jitgraph.optim import flatten                          # was: autograd.misc.flatten
 from jitgraph.scipy.special import logsumexp                # was: autograd.scipy.special
+from example_utils import Progress, done                    # (added: progress, timing)
 
 
 def load_digits_as_mnist():
@@ -68,6 +72,7 @@ def accuracy(params, inputs, targets):
 
 
 if __name__ == '__main__':
+    started = time.perf_counter()
     # Model parameters
     layer_sizes = [64, 100, 10]
     L2_reg = 1.0
@@ -99,14 +104,20 @@ if __name__ == '__main__':
 
     print("     Epoch     |    Train accuracy  |       Test accuracy  ")
 
+    bar = Progress(num_epochs * num_batches, desc="training (eager)", per_step=batch_size,
+                   item="examples")
+
     def print_perf(params, iter, gradient):
         if iter % num_batches == 0:
             train_acc = accuracy(params, train_images, train_labels)
             test_acc = accuracy(params, test_images, test_labels)
-            print("{:15}|{:20}|{:20}".format(iter // num_batches, train_acc, test_acc))
+            bar.write("{:15}|{:20}|{:20}".format(iter // num_batches, train_acc, test_acc))
+        bar.update()
 
     # The optimizers provided can optimize lists, tuples, or dicts of parameters.
     optimized_params = adam(objective_grad, init_params, step_size=step_size,
                             num_iters=num_epochs * num_batches, callback=print_perf)
+    bar.close()
     final = accuracy(optimized_params, test_images, test_labels)
     print("final test accuracy: {:.4f}".format(float(final)))
+    done(started)

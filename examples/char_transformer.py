@@ -4,8 +4,12 @@ reference in ``pydoc_data.topics`` (the text ``help()`` shows), character by cha
     python examples/char_transformer.py             # 2 layers, d=64, 4 heads, 600 Adam steps
     python examples/char_transformer.py --smoke     # a tiny model for 20 steps, for CI
 
-Reports tokens per second of the compiled training step, the validation loss next to the
-text's unigram entropy (what a model that ignores context can reach), and samples.
+It says when it compiles the training step (and the validation and sampling functions) and
+how long that took, and shows the training's progress with tokens/s and the ETA (a bar on a
+terminal, plain lines elsewhere). Reports tokens per second of the compiled training step, the
+validation loss next to the text's unigram entropy (what a model that ignores context can
+reach), and samples; the loss curve goes to ``outputs/char_transformer.png`` (``--out DIR``,
+``--no-plot``).
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ import jitgraph.nn as nn
 import jitgraph.numpy as jnp
 import jitgraph.optim as optim
 import jitgraph.random as jr
-from example_utils import add_plot_argument, finish, progress
+from example_utils import (Progress, add_output_arguments, compile_on_first_call,
+                           compiling, finish)
 
 
 def load_text() -> str:
@@ -82,8 +87,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
-    add_plot_argument(ap, "char_transformer.png")
+    add_output_arguments(ap)
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     steps = args.steps or (20 if args.smoke else 600)
     context = args.context or (32 if args.smoke else 64)
     dim = args.dim or (32 if args.smoke else 64)
@@ -105,46 +111,49 @@ def main(argv=None) -> int:
     opt = optim.adam(optim.warmup_cosine_decay(args.lr, max(steps // 10, 1), steps))
     state = opt.init(model)
     step = jitgraph.train_step(loss_fn, opt)
-    evaluate = jitgraph.jit(loss_fn)
+    evaluate = compile_on_first_call(jitgraph.jit(loss_fn), "the validation loss (forward only)")
     print(f"model: {args.layers} layers, dim {dim}, {args.heads} heads, context {context}, "
           f"{model.num_parameters()} parameters; batch {args.batch}, {steps} Adam steps")
 
     rng = np.random.default_rng(args.seed)
     losses = []
-    t0 = time.perf_counter()
     x, y = batches(train, args.batch, context, rng)
-    model, state, loss = step(model, state, x, y)           # compiles
-    compile_s = time.perf_counter() - t0
-    losses.append(float(loss))
-    t1 = time.perf_counter()
-    for _ in progress(range(steps - 1), desc="training"):
-        x, y = batches(train, args.batch, context, rng)
+    with compiling(f"the training step (forward, backward, Adam; batch {args.batch} x "
+                   f"{context} characters)"):
         model, state, loss = step(model, state, x, y)
-        losses.append(float(loss))
-    train_s = time.perf_counter() - t1
-    tok_s = (steps - 1) * args.batch * context / max(train_s, 1e-9)
+    losses.append(float(loss))
+    with Progress(steps - 1, desc="training", per_step=args.batch * context,
+                  item="tokens") as bar:
+        for _ in range(steps - 1):
+            x, y = batches(train, args.batch, context, rng)
+            model, state, loss = step(model, state, x, y)
+            losses.append(float(loss))
+            bar.update(loss=losses[-1])
     vrng = np.random.default_rng(1234)
     val_loss = float(np.mean([evaluate(model, *batches(val, args.batch, context, vrng))
                               for _ in range(5 if args.smoke else 20)]))
-    print(f"first step (compile) {compile_s:.1f}s; {steps - 1} steps in {train_s:.1f}s = "
-          f"{tok_s:,.0f} tokens/s")
     print(f"train loss {np.mean(losses[:5]):.3f} -> {np.mean(losses[-5:]):.3f}; validation "
           f"loss {val_loss:.3f} nats/char vs unigram entropy {unigram:.3f}")
 
-    forward = jitgraph.jit(lambda m, ids: m(ids)[:, -1])
+    forward = compile_on_first_call(jitgraph.jit(lambda m, ids: m(ids)[:, -1]),
+                                    "the sampling forward pass (one sequence)")
     ctx = list(data[split:split + context])
     out = []
     srng = np.random.default_rng(args.seed)
-    for _ in range(40 if args.smoke else 300):
-        logits = np.asarray(forward(model, np.array([ctx[-context:]])))[0].astype(np.float64)
-        p = np.exp(logits - logits.max())
-        nxt = int(srng.choice(len(chars), p=p / p.sum()))
-        out.append(chars[nxt])
-        ctx.append(nxt)
+    n_sample = 40 if args.smoke else 300
+    with Progress(n_sample, desc="sampling", unit="character") as bar:
+        for _ in range(n_sample):
+            logits = np.asarray(forward(model, np.array([ctx[-context:]])))[0].astype(np.float64)
+            p = np.exp(logits - logits.max())
+            nxt = int(srng.choice(len(chars), p=p / p.sum()))
+            out.append(chars[nxt])
+            ctx.append(nxt)
+            bar.update()
     print("sample:\n" + "".join(out))
     every = max(1, len(losses) // 100)
-    finish(args.plot, {"training loss (nats/char)": losses[::every]}, "char transformer",
-           xlabel="step", xs=range(1, len(losses) + 1, every))
+    finish(args, "char_transformer", {"training loss (nats/char)": losses[::every]},
+           "char transformer", xlabel="step", xs=range(1, len(losses) + 1, every),
+           started=started)
     assert np.mean(losses[-5:]) < np.mean(losses[:5]), "the loss did not go down"
     if not args.smoke:
         assert val_loss < unigram, (val_loss, unigram)

@@ -2,12 +2,14 @@
 
     python examples/train_digits.py                 # full run, asserts test accuracy >= 95 %
     python examples/train_digits.py --smoke         # 2 epochs, for CI
-    python examples/train_digits.py --epochs 40 --seed 1 --hidden 256 --act relu --plot digits.png
+    python examples/train_digits.py --epochs 40 --seed 1 --hidden 256 --act relu --out runs
     mpiexec -n 2 python examples/train_digits.py --data-parallel   # needs jitgraph[distributed]
 
-On a terminal each epoch shows a progress bar (tqdm); elsewhere one plain line per epoch. The
-loss/accuracy curves go to ``train_digits.png`` in the current directory (``--plot PATH``,
-``--no-plot``; needs matplotlib), and the last line says where the compiled code is cached
+It says when it compiles the training step and the ``predict`` function (on their first calls)
+and how long that took. On a terminal the run shows a progress bar with examples/s and the ETA
+(tqdm's where installed); elsewhere plain lines. One line per epoch either way. The
+loss/accuracy curves go to ``outputs/train_digits.png`` (``--out DIR``, ``--no-plot``; needs
+matplotlib), and the last line says where the compiled code is cached
 (``pip install -e '.[examples]'`` brings scikit-learn, tqdm and matplotlib).
 
 The data is ``sklearn.datasets.load_digits()`` (1797 8x8 images, bundled with scikit-learn, no
@@ -40,7 +42,7 @@ import jitgraph.nn as nn
 import jitgraph.numpy as jnp
 import jitgraph.optim as optim
 import jitgraph.random as jr
-from example_utils import add_plot_argument, finish, progress
+from example_utils import Progress, add_output_arguments, compile_on_first_call, finish
 
 try:
     from sklearn.datasets import load_digits
@@ -111,6 +113,9 @@ def train(epochs: int, seed: int, hidden: int, act: str, batch_size: int, lr: fl
     sizes = [X_tr.shape[1], hidden, NUM_CLASSES]
     params = nn.MLP(sizes, key=jr.key(seed), activation=ACTIVATIONS[act])
     step, predict = make_functions(act, lr, data_parallel)
+    if verbose:                         # (only rank 0 talks)
+        step = compile_on_first_call(step, "the training step (forward, backward, SGD update)")
+        predict = compile_on_first_call(predict, f"predict (chunks of {EVAL_CHUNK} rows)")
     opt_state = step.optimizer.init(params)
     n_batches = len(X_tr) // batch_size                    # drop the last partial batch
     if verbose:
@@ -124,25 +129,28 @@ def train(epochs: int, seed: int, hidden: int, act: str, batch_size: int, lr: fl
 
     history = []
     t_start = time.perf_counter()
+    bar = Progress(epochs * n_batches, desc="training", per_step=batch_size, item="examples",
+                   enabled=verbose)
     for epoch in range(1, epochs + 1):
         t0 = time.perf_counter()
         compile0 = jitgraph.cache_info()["compile_seconds"]
         perm = rng.permutation(len(X_tr))
         losses = np.empty(n_batches)
-        for i in progress(range(n_batches), desc=f"epoch {epoch}", enabled=verbose):
+        for i in range(n_batches):
             idx = shard(perm[i * batch_size:(i + 1) * batch_size])
             # params and state are donated: the old arrays are invalid now, keep the new ones
             params, opt_state, loss = step(params, opt_state, X_tr[idx], y_tr[idx])
             losses[i] = float(loss)
+            bar.update(loss=losses[i])
         train_acc = accuracy(predict, params, X_tr, y_tr)
         test_acc = accuracy(predict, params, X_te, y_te)
         dt = time.perf_counter() - t0
         compiled = jitgraph.cache_info()["compile_seconds"] - compile0
         history.append((float(losses.mean()), train_acc, test_acc, dt))
-        if verbose:
-            note = f"  (incl. {compiled:.1f}s compiling)" if compiled > 0.05 else ""
-            print(f"{epoch:>5} {losses.mean():8.4f} {100 * train_acc:8.2f}% "
+        note = f"  (incl. {compiled:.1f}s compiling)" if compiled > 0.05 else ""
+        bar.write(f"{epoch:>5} {losses.mean():8.4f} {100 * train_acc:8.2f}% "
                   f"{100 * test_acc:7.2f}% {dt:7.2f}s{note}")
+    bar.close()
     total = time.perf_counter() - t_start
     if not np.isfinite(history[-1][0]):
         raise FloatingPointError(f"training diverged: loss {history[-1][0]}")
@@ -157,8 +165,8 @@ def print_summary(args, epochs: int, history, total: float, info: dict) -> None:
           f"{info['disk_hits']}), hits={info['hits']}, traces={info['traces']}, "
           f"compile {info['compile_seconds']:.1f}s, trace {info['trace_seconds']:.2f}s")
     print(f"  {info}")
-    finish(args.plot, {"training loss": [h[0] for h in history],
-                       "test accuracy": [h[2] for h in history]}, "MLP on digits")
+    finish(args, "train_digits", {"training loss": [h[0] for h in history],
+                                  "test accuracy": [h[2] for h in history]}, "MLP on digits")
 
 
 def main(argv=None) -> int:
@@ -170,7 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--act", choices=sorted(ACTIVATIONS), default="tanh")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.1)
-    add_plot_argument(ap, "train_digits.png")
+    add_output_arguments(ap)
     ap.add_argument("--data-parallel", action="store_true",
                     help="data-parallel over MPI ranks: mpiexec -n N python train_digits.py "
                          "--data-parallel (pip install -e '.[distributed]')")

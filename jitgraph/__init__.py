@@ -1,20 +1,24 @@
-"""jitgraph: NumPy-style code traced to an expression graph, differentiated by graph expansion,
-fused and compiled to Numba kernels, cached by shape signature.
+"""jitgraph: write NumPy-style code; jitgraph traces it into a graph, differentiates it and
+compiles it to fused kernels (Numba, on the CPU or a CUDA GPU), cached by shape.
 
-Pipeline, one module per stage: ``core`` (IR, tracing) -> ``ops`` (primitives) ->
-``autodiff`` -> ``passes`` -> ``compiler`` (fusion, codegen, cache, runtime).
+```python
+import jitgraph
+import jitgraph.numpy as jnp
 
-Layers only import downward (``.importlinter`` checks it): the IR (``core``, ``dtypes``,
-``errors``, ``printing``, ``tree``, ``interpreter``, ``state_key``) -> ``passes`` and
-``batching``, which read the rules each primitive declares (and whose helpers the batching
-rules are written with) -> ``ops``, the first-order primitives -> ``numpy``, the array API over
-them -> ``autodiff`` and ``transforms`` -> the higher-order primitives (``control_flow``,
-``custom``, then ``lax`` and ``remat`` over them), whose rules are set on their primitives and
-whose lowerings the compiler registers -> ``compiler`` -> ``jit``, ``device``, ``profiler``,
-``bench`` -> the libraries (``nn``, ``optim``, ``random``, ``scipy``, ``train``, ``compat``,
-``distributed``, ...). A rule written with ``jitgraph.numpy`` inside ``ops`` is the one
-upward import. Nothing imports a private name (``_x``) of another module.
+def loss(w, x):
+    return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+grad_fn = jitgraph.jit(jitgraph.grad(loss))   # one compiled program for the gradient
+```
+
+The names here are the transformations (``jit``, ``grad``, ``value_and_grad``, ``vmap``,
+``jvp``, ``vjp``, ``jacfwd``, ``hessian``, ``checkpoint``, ...), which compose freely, and the
+tools around them: pytrees (``tree_map``), custom derivatives (``custom_vjp``), checkpoints
+(``save``, ``load``), ``train_step``, devices, ``benchmark`` and ``profile``. The array
+functions are in ``jitgraph.numpy``, control flow in ``jitgraph.lax``, layers in
+``jitgraph.nn``, optimizers in ``jitgraph.optim``.
 """
+# How the package is layered (which module may import which) is in docs/contributing.md.
 from __future__ import annotations
 
 from .version import __version__  # noqa: F401

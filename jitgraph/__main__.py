@@ -55,9 +55,14 @@ def _cache_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m jitgraph", description=__doc__.split("\n")[0])
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser (the docs' commands are checked against it)."""
+    ap = argparse.ArgumentParser(
+        prog="python -m jitgraph", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The environment report that bug reports ask for, and the disk cache of "
+                    "compiled programs.",
+        epilog="commands:\n" + "\n".join(
+            line for line in __doc__.splitlines() if line.startswith("    python -m")))
     sub = ap.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="print the environment report (versions, CPU, BLAS, CUDA, cache)")
     info.add_argument("--json", action="store_true", help="print it as JSON")
@@ -69,7 +74,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="prune to this size (bytes, or 512M, 2G; default: JITGRAPH_CACHE_MAX_BYTES or 4G)")
     cache.add_argument("--timeout", type=float, default=30.0,
                        help="seconds to wait for another process's prune or load (default 30)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status."""
+    args = parser().parse_args(argv)
     if args.command == "info":
         print(json.dumps(environment_info(), indent=2) if args.json else format_environment_info())
         return 0

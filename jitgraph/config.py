@@ -8,13 +8,13 @@ NumPy's float64 (autograd-compatible numbers). ``matmul_precision`` selects floa
 cuBLAS math on the GPU (``jax_default_matmul_precision``); ``jax_threefry_partitionable``
 selects JAX's random-bit scheme. ``debug_nans`` (``jax_debug_nans``) makes every ``jit`` call
 check its outputs for NaN and name the operation and source line that made one
-(``jitgraph/debug_nans.py``); ``debug_infs`` does the same for inf. ``docs/precision.md``
+(``jitgraph/debug_nans.py``); ``debug_infs`` does the same for inf. ``traceback_filtering``
+(``jax_traceback_filtering``) set to ``"off"`` keeps jitgraph's own frames in tracebacks. ``docs/precision.md``
 describes each setting.
 
-This module sits below everything (it imports nothing of jitgraph), so ``dtypes``, ``numpy``,
-``random`` and ``nn`` read it. ``TRACE_STATE`` is the tuple of the settings that change traced
-results; ``jit`` keeps one cache per value of it, so changing a setting retraces and changing
-it back finds the old programs.
+A ``jit`` function keeps one cache per value of the settings that change traced results
+(``TRACE_STATE``), so changing a setting retraces, and changing it back finds the programs
+compiled before.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import numpy as np
 
 __all__ = ["update", "read", "values", "default_float", "default_int", "enable_x64",
            "matmul_precision", "threefry_partitionable", "debug_nans", "debug_infs",
+           "traceback_filtering",
            "float_dtype", "int_dtype"]
 
 _FLOATS = {"float32": "float32", "float64": "float64", "f32": "float32", "f64": "float64"}
@@ -33,6 +34,12 @@ _INTS = {"int32": "int32", "int64": "int64", "i32": "int32", "i64": "int64"}
 # JAX's names for matmul precision -> what a float32 GEMM runs as on the GPU
 _PRECISIONS = {"default": "float32", "highest": "float32", "float32": "float32",
                "fp32": "float32", "high": "tf32", "tf32": "tf32", "tensorfloat32": "tf32"}
+# JAX's names for its modes: every one that removes frames removes them (tracebacks are
+# filtered where errors leave jitgraph, jitgraph/traceback_filter.py)
+_TRACEBACKS = {"auto": "remove_frames", "on": "remove_frames", "true": "remove_frames",
+               "1": "remove_frames", "remove_frames": "remove_frames",
+               "quiet_remove_frames": "remove_frames", "tracebackhide": "remove_frames",
+               "off": "off", "false": "off", "0": "off"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -70,10 +77,14 @@ _OPTIONS: dict[str, tuple[Callable[[Any], Any], Any, str]] = {
     # check jit outputs (not traced: the same programs run, the calls check what they return)
     "debug_nans": (_flag("debug_nans"), False, "JITGRAPH_DEBUG_NANS"),
     "debug_infs": (_flag("debug_infs"), False, "JITGRAPH_DEBUG_INFS"),
+    # hide jitgraph's own frames from the tracebacks of errors raised through its API
+    "traceback_filtering": (_choice("traceback_filtering", _TRACEBACKS), "remove_frames",
+                            "JITGRAPH_TRACEBACK_FILTERING"),
 }
 _ALIASES = {"jax_default_matmul_precision": "matmul_precision",
             "jax_threefry_partitionable": "threefry_partitionable",
-            "jax_debug_nans": "debug_nans", "jax_debug_infs": "debug_infs"}
+            "jax_debug_nans": "debug_nans", "jax_debug_infs": "debug_infs",
+            "jax_traceback_filtering": "traceback_filtering"}
 _TRACED = ("default_float", "default_int", "threefry_partitionable")
 
 _values: dict[str, Any] = {}
@@ -195,6 +206,12 @@ def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager:
     """``with config.debug_nans():`` jit calls inside the block raise ``FloatingPointError``
     naming the operation that made a NaN (as ``jax.debug_nans``)."""
     return _setting(debug_nans=enabled)
+
+
+def traceback_filtering(mode: str) -> contextlib.AbstractContextManager:
+    """``with config.traceback_filtering("off"):`` errors inside the block keep jitgraph's own
+    frames in their tracebacks (``"auto"`` hides them, the default)."""
+    return _setting(traceback_filtering=mode)
 
 
 def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager:

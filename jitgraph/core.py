@@ -284,16 +284,43 @@ def returns_input_type(name: str, backend: str, approx_math: bool) -> bool:
 class Primitive:
     """One op, defined once: every rule the pipeline needs lives on this object.
 
-    kind: 'elementwise' | 'reduce' | 'layout' | 'index' | 'matmul' | 'opaque' | 'call'
-    abstract_eval(*avals, **params) -> Aval (or list of Avals when multiple_results)
-    impl(*arrays, **params) -> ndarray            (NumPy reference: the ground truth)
-    vjp(cts, outs, *inputs, **params) -> list     (written with jnp/primitives; None = zero)
-    jvp(tangents, outs, *inputs, **params) -> out tangent(s)
-    codegen: the ``Lowering`` record, or (elementwise and layout ops) just its expression rule
-        or index map; None: a host step. The compiler reads ``lowering``, the record.
-    batch(args, dims, **params) -> (out, out_dim): the batching rule ``vmap`` uses; ``dims[i]``
-        is the batch axis of ``args[i]`` or None (unbatched); multiple_results primitives
-        return (outs, out_dims). See ``jitgraph.batching``.
+    Calling a primitive (``prim(*args, **params)``) records a node when an argument is traced
+    and runs ``impl`` otherwise. ``jitgraph.defprimitive`` makes one from a NumPy function;
+    the guide "Adding a primitive" walks through every rule.
+
+    Example: the built-in ``sin``, and its rules.
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> sin = jitgraph.PRIMITIVES["sin"]
+    >>> sin, sin.kind
+    (sin, 'elementwise')
+    >>> sin.abstract_eval(jitgraph.Aval((3,), np.float64))
+    f64[3]
+    >>> sin.impl(np.array([0.0]))
+    array([0.])
+
+    ```
+
+    :param name: the op's name in graphs and messages (the key in ``jitgraph.PRIMITIVES``).
+    :param kind: how the compiler treats it: ``"elementwise"``, ``"reduce"``, ``"layout"``,
+        ``"index"``, ``"matmul"``, ``"opaque"`` or ``"call"``.
+    :param abstract_eval: ``abstract_eval(*avals, **params) -> Aval``: the output's shape and
+        dtype from the inputs' (a list of avals when ``multiple_results``).
+    :param impl: ``impl(*arrays, **params) -> ndarray``: the NumPy reference, the ground truth.
+    :param vjp: ``vjp(cts, outs, *inputs, **params) -> list``: the inputs' cotangents, written
+        with ``jnp`` and primitives (``None`` in the list is a zero cotangent).
+    :param jvp: ``jvp(tangents, outs, *inputs, **params)``: the output tangent(s).
+    :param codegen: the ``Lowering`` record, or (elementwise and layout ops) just its
+        expression rule or index map; ``None``: a host step. The compiler reads ``lowering``,
+        the record.
+    :param multiple_results: whether it returns a list of arrays.
+    :param differentiable: ``False``: no gradient flows through it (autodiff treats its outputs
+        as constants).
+    :param batch: ``batch(args, dims, **params) -> (out, out_dim)``: the batching rule
+        ``vmap`` uses; ``dims[i]`` is the batch axis of ``args[i]`` or ``None`` (unbatched);
+        ``multiple_results`` primitives return ``(outs, out_dims)``. See ``jitgraph.batching``.
     """
 
     def __init__(self, name: str, *, kind: str, abstract_eval: Callable, impl: Callable,

@@ -110,12 +110,34 @@ def _concrete(leaves) -> bool:
 
 
 class custom_vjp:
-    """A function with a user-defined VJP: ``f.defvjp(fwd, bwd)`` as in JAX.
+    """A function with a user-defined reverse-mode derivative, as ``jax.custom_vjp``: decorate
+    ``fun``, then give the rule with ``f.defvjp(fwd, bwd)``.
 
-    ``fwd(*args) -> (out, residuals)``; ``bwd(residuals, ct) -> tuple`` with one cotangent per
-    argument (``None`` for a zero cotangent). ``bwd`` is written with jitgraph.numpy, so it can
-    be differentiated again. ``fwd`` and ``bwd`` may close over traced values; values closed
-    over get their ordinary derivative.
+    ``fwd(*args) -> (out, residuals)`` computes the output and what the backward pass needs;
+    ``bwd(residuals, ct) -> tuple`` returns one cotangent per argument of ``fun`` (``None`` for
+    a zero cotangent). ``bwd`` is written with ``jitgraph.numpy``, so it can be differentiated
+    again. ``fwd`` and ``bwd`` may close over traced values; values closed over get their
+    ordinary derivative. Called outside a derivative, ``f(*args)`` is ``fun(*args)``.
+
+    Example: a gradient clipped to [-1, 1] on its way back.
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> @jitgraph.custom_vjp
+    ... def clip_gradient(x):
+    ...     return x
+    >>> def fwd(x):
+    ...     return x, None
+    >>> def bwd(residuals, ct):
+    ...     return (jnp.clip(ct, -1.0, 1.0),)
+    >>> clip_gradient.defvjp(fwd, bwd)
+    >>> jitgraph.grad(lambda x: 5.0 * clip_gradient(x))(2.0)
+    array(1.)
+
+    ```
+
+    :param fun: the function, of positional arguments (arrays or pytrees of them).
     """
 
     def __init__(self, fun: Callable):
@@ -128,6 +150,13 @@ class custom_vjp:
         self._last = None                           # the most recently used of them
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        """Set the derivative rule (as JAX's ``f.defvjp``).
+
+        :param fwd: ``fwd(*args) -> (out, residuals)``, with ``fun``'s arguments; ``out`` is
+            ``fun(*args)``, ``residuals`` any pytree ``bwd`` needs.
+        :param bwd: ``bwd(residuals, ct) -> tuple``: one cotangent per argument of ``fun`` (of its
+            structure and shapes, or ``None`` for zero), given the output's cotangent ``ct``.
+        """
         self.fwd, self.bwd = fwd, bwd
         self._traces.clear()
 
@@ -283,16 +312,47 @@ def defprimitive(name: str, impl: Callable, abstract_eval: Callable | None = Non
                  vjp: Callable | None = None, jvp: Callable | None = None,
                  codegen: Any = None, kind: str = "opaque",
                  batch: Callable | None = None) -> Primitive:
-    """Define a new primitive with the same mechanism as the built-in ones.
+    """Define a new primitive with the same mechanism as the built-in ones
+    (``jitgraph.primitive`` is the same function). The guide "Adding a primitive" walks
+    through every rule.
 
-    ``impl(*arrays, **params)`` is the NumPy reference; ``abstract_eval(*avals, **params)`` returns
-    an ``Aval`` (default: the first operand's); ``vjp(g, out, *inputs, **params)`` returns a tuple
-    of input cotangents written with jitgraph.numpy (``None`` = zero); ``jvp(tangents, out,
-    *inputs, **params)`` returns the output tangent. ``codegen`` (kind "elementwise"):
-    ``rule(ctx, *input_exprs, **params) -> scalar expression``, fused into the generated loops
-    (or a ``core.Lowering`` record); without it a compiled program calls ``impl`` between
-    generated kernels. ``batch(args, dims, **params) -> (out, out_dim)`` is its batching rule
-    for ``vmap`` (see ``jitgraph.batching``). The primitive is callable: ``prim(x, **params)``.
+    The primitive is callable: ``prim(x, **params)`` computes ``impl`` on arrays and records a
+    node on traced values. Without ``codegen``, a compiled program calls ``impl`` between its
+    generated kernels.
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> cube = jitgraph.defprimitive("doc_cube", lambda x: x ** 3,
+    ...                              vjp=lambda g, out, x: (3.0 * x ** 2 * g,))
+    >>> cube(np.array([1.0, 2.0]))
+    array([1., 8.])
+    >>> jitgraph.grad(lambda x: jnp.sum(cube(x)))(np.array([1.0, 2.0]))
+    array([ 3., 12.])
+    >>> jitgraph.jit(lambda x: cube(x) + 1.0)(np.array([1.0, 2.0]))
+    array([2., 9.])
+
+    ```
+
+    :param name: the primitive's name in graphs and messages; unique.
+    :param impl: ``impl(*arrays, **params) -> ndarray``: the NumPy reference implementation.
+    :param abstract_eval: ``abstract_eval(*avals, **params) -> Aval``: the output's shape and
+        dtype (default: the first operand's).
+    :param vjp: ``vjp(g, out, *inputs, **params) -> tuple``: the inputs' cotangents given the
+        output's ``g``, written with ``jitgraph.numpy`` (``None`` for a zero cotangent). Also
+        settable later with ``defvjp``.
+    :param jvp: ``jvp(tangents, out, *inputs, **params)``: the output's tangent. Also settable
+        later with ``defjvp``.
+    :param codegen: for kind ``"elementwise"``: ``rule(ctx, *input_exprs, **params) -> scalar
+        expression``, fused into the generated loops (or a ``core.Lowering`` record).
+    :param kind: how the compiler treats it (``"opaque"``: a host step; ``"elementwise"``: fused
+        with ``codegen``); see ``jitgraph.Primitive``.
+    :param batch: ``batch(args, dims, **params) -> (out, out_dim)``: its batching rule for
+        ``vmap`` (see ``jitgraph.batching``).
+    :returns: the registered ``jitgraph.Primitive``.
     """
     if abstract_eval is None:
         def abstract_eval(x, *rest, **params):
@@ -302,14 +362,50 @@ def defprimitive(name: str, impl: Callable, abstract_eval: Callable | None = Non
 
 
 def defvjp(prim: Primitive, vjp: Callable) -> Primitive:
-    """Give ``prim`` a reverse-mode rule ``vjp(g, out, *args, **params) -> cotangents``;
-    returns ``prim``."""
+    """Give the primitive ``prim`` a reverse-mode rule (for ``grad``, ``vjp``, ``jacrev``).
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> square = jitgraph.defprimitive("doc_square", lambda x: x * x)
+    >>> _ = jitgraph.defvjp(square, lambda g, out, x: (2.0 * x * g,))
+    >>> jitgraph.grad(lambda x: jnp.sum(square(x)))(np.array([1.0, 2.0]))
+    array([2., 4.])
+
+    ```
+
+    :param prim: a primitive (from ``defprimitive``).
+    :param vjp: ``vjp(g, out, *args, **params) -> tuple``: one cotangent per input of ``prim``
+        (``None`` for zero), given the output ``out``'s cotangent ``g``; written with
+        ``jitgraph.numpy``, so it can be differentiated again.
+    :returns: ``prim``.
+    """
     prim.vjp = vjp
     return prim
 
 
 def defjvp(prim: Primitive, jvp: Callable) -> Primitive:
-    """Give ``prim`` a forward-mode rule ``jvp(tangents, out, *args, **params) ->
-    out_tangent``; returns ``prim``."""
+    """Give the primitive ``prim`` a forward-mode rule (for ``jvp``, ``jacfwd``, ``hessian``).
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> twice = jitgraph.defprimitive("doc_twice", lambda x: 2.0 * x)
+    >>> _ = jitgraph.defjvp(twice, lambda tangents, out, x: 2.0 * tangents[0])
+    >>> jitgraph.jvp(twice, (np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))
+    (array([2., 4.]), array([2., 0.]))
+
+    ```
+
+    :param prim: a primitive (from ``defprimitive``).
+    :param jvp: ``jvp(tangents, out, *args, **params)``: the output's tangent, given one tangent
+        per input (``tangents[i]`` for ``args[i]``) and the output ``out``.
+    :returns: ``prim``.
+    """
     prim.jvp = jvp
     return prim

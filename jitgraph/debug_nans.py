@@ -27,10 +27,10 @@ import numpy as np
 from .core import Graph, Node, Var, keeping_sources, run_impl
 from .errors import where
 from .transforms import trace_to_graph
-from .tree import tree_flatten
+from .tree import key_paths, tree_flatten
 
 __all__ = ["Diagnosis", "diagnose", "explain_constant", "first_bad_output", "holds",
-           "argument_names", "leaf_paths", "WORDS"]
+           "argument_names", "WORDS"]
 
 # what each check looks for: debug_nans, debug_infs, train_step's check_nan
 WORDS = {"nan": "NaN", "inf": "inf", "nonfinite": "NaN or inf"}
@@ -52,28 +52,6 @@ def holds(x: Any, kind: str) -> bool:
 
 
 # ------------------------------------------------------------------ naming things
-def leaf_paths(tree: Any) -> list[str]:
-    """Each leaf's path in ``tree`` as Python indexing: ``['w']``, ``[0][1]``, ``.mu``."""
-    _, treedef = tree_flatten(tree)
-    out: list[str] = []
-
-    def walk(node, prefix):
-        if node == "*":
-            out.append(prefix)
-            return
-        kind, meta, children = node
-        for i, c in enumerate(children):
-            if kind == "dict":
-                step = f"[{meta[i]!r}]"
-            elif kind == "namedtuple":
-                step = f".{meta._fields[i]}"
-            else:
-                step = f"[{i}]"
-            walk(c, prefix + step)
-    walk(treedef.node, "")
-    return out
-
-
 def argument_names(fun: Callable, n: int) -> list[str]:
     """Names for ``n`` positional arguments of ``fun``: its parameter names, ``batch[0]`` for
     a ``*batch`` parameter, else ``argument i``."""
@@ -239,9 +217,9 @@ def diagnose(fun: Callable, args: Sequence[Any], kwargs: dict | None = None, *,
 def _leaf_names(args, kwargs, names) -> list[str]:
     out = []
     for a, name in zip(args, names):
-        out += [name + p for p in leaf_paths(a)]
+        out += [name + p for p in key_paths(a)]
     for k in sorted(kwargs):          # (the pytree order of a dict)
-        out += [k + p for p in leaf_paths(kwargs[k])]
+        out += [k + p for p in key_paths(kwargs[k])]
     return out
 
 

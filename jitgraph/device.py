@@ -318,7 +318,28 @@ def host_placeholders(tree: Any) -> Any:
 
 # ---------------------------------------------------------------- moving pytrees
 def device_put(x: Any, device: str = "cuda") -> Any:
-    """Copy a pytree of arrays to ``device`` ("cuda" gives DeviceArrays, "cpu" NumPy arrays)."""
+    """Copy a pytree of arrays to ``device``, as ``jax.device_put``.
+
+    On ``"cuda"`` every leaf becomes a ``DeviceArray`` (one that is one already stays as it
+    is); a ``jit(f, device="cuda")`` function takes them without copying. On ``"cpu"`` it is
+    ``device_get``.
+
+    Example (``"cpu"``, so that it runs without a GPU):
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> jitgraph.device_put({"w": np.ones(2)}, "cpu")
+    {'w': array([1., 1.])}
+
+    ```
+
+    :param x: a pytree of arrays (NumPy arrays, Python numbers, device arrays).
+    :param device: ``"cuda"`` (also ``"gpu"``, ``"cuda:0"``) or ``"cpu"``.
+    :returns: a pytree of ``x``'s structure with the arrays on ``device``.
+    :raises jitgraph.device.CudaUnavailableError: on ``"cuda"`` when no usable GPU (or CUDA
+        simulator) is found; the message says why.
+    """
     if _check_device(device) == "cpu":
         return device_get(x)
     cuda_api("device_put")
@@ -337,7 +358,22 @@ def device_put(x: Any, device: str = "cuda") -> Any:
 
 
 def device_get(x: Any) -> Any:
-    """Copy every device array in a pytree to the host (NumPy arrays); other leaves pass."""
+    """Copy every device array in a pytree to the host, as ``jax.device_get``: ``DeviceArray``
+    leaves (and CuPy arrays) become NumPy arrays; other leaves are returned as they are.
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> jitgraph.device_get({"w": np.ones(2), "step": 3})
+    {'step': 3, 'w': array([1., 1.])}
+
+    ```
+
+    :param x: a pytree.
+    :returns: a pytree of ``x``'s structure with host arrays in place of device arrays.
+    """
     def get(a):
         if type(a) is DeviceArray or (hasattr(a, "__cuda_array_interface__")
                                       and not isinstance(a, np.ndarray) and hasattr(a, "get")):

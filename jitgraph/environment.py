@@ -170,7 +170,7 @@ def settings_info() -> dict[str, Any]:
 
 
 def environment_info() -> dict[str, Any]:
-    """Everything :func:`print_environment_info` prints, as a dict (see the module docstring)."""
+    """Everything ``print_environment_info`` prints, as a dict (see the module docstring)."""
     return {
         "jitgraph": __version__,
         "python": sys.version.split()[0],
@@ -219,7 +219,7 @@ def _lines(value: Any, indent: str) -> list[str]:
 
 
 def format_environment_info(info: dict[str, Any] | None = None) -> str:
-    """The text :func:`print_environment_info` prints."""
+    """The text ``print_environment_info`` prints."""
     info = environment_info() if info is None else info
     cache = dict(info["cache"])
     if "bytes" in cache:

@@ -29,8 +29,9 @@ from . import device as device_runtime
 from .core import Graph, Tracer, short_dtype
 from .errors import CompileError, user_frame, where
 from .passes import optimize
-from .transforms import trace_to_graph
-from .tree import sorted_keys, tree_flatten
+from .transforms import positional_names, trace_to_graph
+from .traceback_filter import api_boundary, filtered as _filtered
+from .tree import argument_leaf_names, key_paths, sorted_keys, tree_flatten
 
 @dataclass
 class CacheStats:
@@ -54,19 +55,51 @@ _ALL: "weakref.WeakSet[JitFunction]" = weakref.WeakSet()
 
 
 def cache_info() -> dict:
-    """Counters over all jitted functions: hits, misses, disk_hits, traces, compile/trace
-    seconds, dynamic_compiles and dynamic_hits (see ``jit``'s ``dynamic_dims``), native_loads
-    (programs a process ran from the disk cache's native bundles without Numba), and how many
-    kernels compile workers compiled (``worker_compiles``) beside this process
-    (``local_compiles``). Which program served each shape of one function:
-    ``f.cache_entries()``."""
+    """Counters over all jitted functions since the process started (or ``clear_cache``).
+
+    The keys: ``hits`` and ``misses`` (calls that found a compiled program in memory, or did
+    not), ``disk_hits`` (programs loaded from the disk cache), ``traces``, ``compile_seconds``
+    and ``trace_seconds``, ``dynamic_compiles`` and ``dynamic_hits`` (see ``jit``'s
+    ``dynamic_dims``), ``probe_traces``, ``native_loads`` (programs a process ran from the disk
+    cache's native bundles without Numba), and how many kernels compile workers compiled
+    (``worker_compiles``) beside this process (``local_compiles``). Which program served each
+    shape of one function: ``f.cache_entries()``.
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> jitgraph.clear_cache()
+    >>> f = jitgraph.jit(lambda x: x + 1.0)
+    >>> _ = f(np.ones(2)); _ = f(np.ones(2))
+    >>> info = jitgraph.cache_info()
+    >>> info["misses"], info["hits"]
+    (1, 1)
+
+    ```
+
+    :returns: a dict of the counters.
+    """
     stats = STATE.compile_stats
     return {**_STATS.as_dict(), "worker_compiles": stats["worker_compiles"],
             "local_compiles": stats["local_compiles"]}
 
 
 def clear_cache() -> None:
-    """Forget every in-memory compiled program and reset the counters (the disk cache stays)."""
+    """Forget every in-memory compiled program and reset the ``cache_info`` counters. The disk
+    cache stays: the next call of a function loads its program from there instead of compiling.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> jitgraph.clear_cache()
+    >>> jitgraph.cache_info()["hits"]
+    0
+
+    ```
+    """
     for f in list(_ALL):
         f._cache.clear()
         f._fast.clear()
@@ -159,6 +192,26 @@ class _Entry:
     setup_seconds: float = 0.0
     signature: str = ""     # what the program was compiled for, sizes that vary as symbols
     single: bool = False    # ``run`` returns one plain array (made an ``Array`` by the caller)
+
+
+_MISSING = object()
+
+
+def _sparing_numpy_arguments(run: Callable, donated: Sequence[int]) -> Callable:
+    """``run`` that updates in place only jitgraph's own arrays: a donated argument that is a
+    plain NumPy array belongs to the caller, who may read it again (JAX copies NumPy inputs
+    to its own buffers and never writes them), so the program gets a copy of it. The result
+    of an earlier call (an ``Array``) is donated as it is: it is invalid after the call."""
+    if not donated:
+        return run
+
+    def run_donating_own_arrays(*leaves):
+        leaves = list(leaves)
+        for i in donated:
+            if leaves[i].__class__ is np.ndarray:
+                leaves[i] = leaves[i].copy()
+        return run(*leaves)
+    return run_donating_own_arrays
 
 
 def _leaf_sig(x: Any):
@@ -386,38 +439,41 @@ class JitFunction:
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._state is not config.TRACE_STATE:
-            self._follow_settings()
-        if not kwargs and not self.static_argnums:
-            fast = self._fast_types
-            # arrays only: the key is their shapes and dtypes. One and two arguments are
-            # unrolled: a comprehension's frame costs as much as making the result an Array
-            n = len(args)
-            if n == 2:
-                a, b = args
-                key = ((a.shape, a.dtype.char), (b.shape, b.dtype.char)) \
-                    if type(a) in fast and type(b) in fast else None
-            elif n == 1:
-                a = args[0]
-                key = ((a.shape, a.dtype.char),) if type(a) in fast else None
-            else:
-                key = _arrays_key(args, fast)
-            if key is not None:
-                entry = self._fast.get(key)
-                if entry is not None:   # (it has run once, ``_call_slow``: no first-run work)
-                    _STATS.hits += 1
-                    out = entry.run(*args)
-                    return out.view(Array) if entry.single else out
-                return self._call_slow(args, kwargs)
-            leaves: list = []
-            key = self._fast_key(args, leaves)     # nested lists/tuples/dicts of arrays
-            if key is not None:
-                entry = self._fast.get(key)
-                if entry is not None:
-                    _STATS.hits += 1
-                    out = entry.run(*leaves)
-                    return out.view(Array) if entry.single else out
-        return self._call_slow(args, kwargs)
+        try:   # (free in Python 3.11 until something raises)
+            if self._state is not config.TRACE_STATE:
+                self._follow_settings()
+            if not kwargs and not self.static_argnums:
+                fast = self._fast_types
+                # arrays only: the key is their shapes and dtypes. One and two arguments are
+                # unrolled: a comprehension's frame costs as much as making the result an Array
+                n = len(args)
+                if n == 2:
+                    a, b = args
+                    key = ((a.shape, a.dtype.char), (b.shape, b.dtype.char)) \
+                        if type(a) in fast and type(b) in fast else None
+                elif n == 1:
+                    a = args[0]
+                    key = ((a.shape, a.dtype.char),) if type(a) in fast else None
+                else:
+                    key = _arrays_key(args, fast)
+                if key is not None:
+                    entry = self._fast.get(key)
+                    if entry is not None:   # (it has run once, ``_call_slow``: no first-run work)
+                        _STATS.hits += 1
+                        out = entry.run(*args)
+                        return out.view(Array) if entry.single else out
+                    return self._call_slow(args, kwargs)
+                leaves: list = []
+                key = self._fast_key(args, leaves)     # nested lists/tuples/dicts of arrays
+                if key is not None:
+                    entry = self._fast.get(key)
+                    if entry is not None:
+                        _STATS.hits += 1
+                        out = entry.run(*leaves)
+                        return out.view(Array) if entry.single else out
+            return self._call_slow(args, kwargs)
+        except Exception as err:   # the user's frames only (traceback_filter)
+            raise _filtered(err)
 
     def _fast_key(self, args, leaves: list | None = None) -> tuple | None:
         """The signature of a call whose arguments are arrays or lists, tuples and dicts of
@@ -527,7 +583,7 @@ class JitFunction:
         diagnosis = debug_nans.diagnose(lambda *a, **kw: fun(a, kw), d_args, d_kwargs,
                                         kind=kind, names=[names[i] for i in
                                                           self._dynamic_positions(len(dyn_args))])
-        path = debug_nans.leaf_paths(out)[k]
+        path = key_paths(out)[k]
         what = f"output {path}" if path else "the output"
         note = ("\n(The donated arguments hold their values from before the call again.)"
                 if kept and restored == len(kept) else "")
@@ -574,14 +630,9 @@ class JitFunction:
                 if i not in self.static_argnums]
 
     def _leaf_names(self, dyn_args, dyn_kwargs) -> list[str]:
-        params = list(self._signature.parameters) if self._signature else []
-        names = []
-        for i, a in zip(self._dynamic_positions(len(dyn_args)), dyn_args):
-            nm = f"argument {i}" + (f" ({params[i]!r})" if i < len(params) else "")
-            names += [nm] * len(tree_flatten(a)[0])
-        for k, v in dyn_kwargs.items():
-            names += [f"argument {k!r}"] * len(tree_flatten(v)[0])
-        return names
+        """Each argument leaf's name in errors: its index, parameter and pytree path."""
+        return argument_leaf_names(dyn_args, dyn_kwargs, positional_names(self.fun),
+                                   self._dynamic_positions(len(dyn_args)))
 
     # ---------------------------------------------------------------- compiling
     def _trace(self, args, kwargs, statics, dyn_args, dyn_kwargs, probe: bool = False):
@@ -595,7 +646,8 @@ class JitFunction:
         f = self._with_statics(args, statics)
         t0 = time.perf_counter()
         graph, captured, leaves, _, out_tree = trace_to_graph(
-            f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})")
+            f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})",
+            leaf_names=lambda: self._leaf_names(dyn_args, dyn_kwargs))
         if captured:
             raise TypeError(f"jit({self.__name__}) closes over traced values of an enclosing "
                             "transformation; pass them as arguments instead")
@@ -680,9 +732,12 @@ class JitFunction:
                     f"[{len(program.kernels)} kernels, {kind}"
                     f"{'loaded from disk cache' if program.was_on_disk else 'new'}]: {reason}")
         host = self.device == "cpu"
+        run = program.make_runner(in_dtypes, _ArrayResults(out_tree) if host else out_tree)
+        if host and donated:
+            run = _sparing_numpy_arguments(run, sorted(set(
+                getattr(program, "donated", {i: i for i in donated}).values())))
         entry = _Entry(program, out_tree, in_dtypes, donated,
-                       run=program.make_runner(in_dtypes,
-                                               _ArrayResults(out_tree) if host else out_tree),
+                       run=run,
                        log_line=log_line, setup_seconds=program.compile_seconds,
                        signature=sig, single=self._options(donated, out_tree).single_output)
         if symbols:
@@ -758,7 +813,24 @@ class JitFunction:
 
     def cache_entries(self) -> list[dict]:
         """One row per argument signature this function was called with: its shapes, and the
-        compiled program that serves it (``dynamic`` when sizes are runtime arguments)."""
+        compiled program that serves it.
+
+        Example:
+
+        ```pycon
+        >>> import numpy as np
+        >>> import jitgraph
+        >>> f = jitgraph.jit(lambda x: x * 2.0, dynamic=False)
+        >>> _ = f(np.ones(3))
+        >>> [row["shapes"] for row in f.cache_entries()]
+        ['f64[3]']
+
+        ```
+
+        :returns: a list of dicts: ``shapes`` (the arguments' shapes and dtypes), ``program``
+            (the compiled program's signature) and ``dynamic`` (whether its sizes are runtime
+            arguments).
+        """
         rows = []
         for key, e in self._cache.items():
             rows.append({"shapes": _shapes_text(key[1]), "program": e.signature,
@@ -773,16 +845,54 @@ class JitFunction:
         if prev is None:
             return "new argument structure"
         _, psig, pstat = prev
-        for i, (a, b) in enumerate(zip(sig, psig)):
-            if a != b:
-                return f"leaf {i} changed from {b} to {a}"
+        dyn_args, dyn_kwargs = treedef.unflatten([0] * treedef.num_leaves)
+        names = argument_leaf_names(dyn_args, dyn_kwargs, positional_names(self.fun),
+                                    self._dynamic_positions(len(dyn_args)), expressions=True)
+        changed = [f"{n}: {_shapes_text([b])} -> {_shapes_text([a])}"
+                   for n, a, b in zip(names, sig, psig) if a != b]
+        if changed:
+            return "; ".join(changed)
         if statics != pstat:
-            return f"static arguments changed from {pstat} to {statics}"
+            params = positional_names(self.fun)
+            old = {(kind, k): v for kind, k, v in pstat}
+            return "; ".join(
+                f"{params[k] if kind == 'arg' and k < len(params) else k}: "
+                f"{old.get((kind, k))!r} -> {v!r} (static)"
+                for kind, k, v in statics if old.get((kind, k), _MISSING) != v) \
+                or f"static arguments changed from {pstat} to {statics}"
         return "new signature"
 
     # ---------------------------------------------------------------- inspection
+    @api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
-        """Compile (or fetch) for these arguments and return the graph, kernels and source."""
+        """Compile (or fetch) the program for these arguments and return it for inspection:
+        the optimized graph, the kernels and the generated source, as JAX's ``lower``.
+
+        Example:
+
+        ```pycon
+        >>> import numpy as np
+        >>> import jitgraph
+        >>> import jitgraph.numpy as jnp
+        >>> lowered = jitgraph.jit(lambda x: jnp.sin(x) * 2.0).lower(np.ones(3))
+        >>> len(lowered.kernels)
+        1
+        >>> print(lowered.graph)
+        { lambda  ; a:f64[3]. let
+            b:f64[3] = sin a
+            c:f64[3] = mul b 2.0
+          in (c,) }
+
+        ```
+
+        :param args: arguments as for a call (arrays: only their shapes and dtypes matter, and
+            the static arguments' values).
+        :param kwargs: keyword arguments as for a call.
+        :returns: a ``Lowered``; ``print(lowered.source)`` is the generated module,
+            ``lowered.show(stage)`` one stage of the pipeline, ``lowered.memory_analysis()`` the
+            planned memory.
+        :raises TypeError: when called on traced values (inside another transformation).
+        """
         entry, _, _ = self._entry(args, kwargs)
         if entry is None:
             raise TypeError(f"jit({self.__name__}).lower: arguments must be arrays, not traced "
@@ -795,25 +905,69 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
         static_argnames: str | Sequence[str] = (), donate_argnums: int | Sequence[int] = (),
         device: str = "cpu", fastmath: bool = False, dynamic_dims=None,
         dynamic: bool | None = None, cuda_graph: bool = True, stream=None):
-    """Compile ``fun`` to fused Numba kernels, cached by shape signature (``@jit`` or ``@jit(...)``).
+    """Compile ``fun`` to fused Numba kernels, cached by shape signature, as ``jax.jit``.
 
-    ``donate_argnums``: the buffers of these arguments may be reused for outputs of the same shape
-    and dtype (a training step updates its parameters in place). As in JAX, a donated argument is
-    invalid after the call: its memory may hold the new values; use the returned arrays.
-    ``fastmath=True`` lets LLVM reorder and contract float arithmetic beyond IEEE semantics
-    (on the GPU it also selects the approximate ``exp``/``tanh`` instructions).
+    Use it as ``jit(f)``, ``@jit`` or ``@jit(...)`` with options. The first call with new
+    argument shapes and dtypes traces ``fun`` into a graph, optimizes and fuses it and compiles
+    it (and keeps it in a disk cache, so a new process does not compile again); later calls
+    with the same shapes run the compiled program directly. ``fun`` must be a pure function of
+    its array arguments: Python side effects run once, at trace time.
 
-    On the GPU (``device="cuda"``) every launch goes to one stream jitgraph owns, or to
-    ``stream`` (a Numba, CuPy or PyTorch stream); once a program has run on the same buffers
-    twice, its launch sequence is captured as a CUDA graph and replayed as one launch
-    (``cuda_graph=False`` turns that off).
+    Example:
 
-    Dynamic shapes: when ``f`` is called with a new size along a dim it has seen with another
-    size (a new batch size), it compiles once a version whose kernels take that size as a
-    runtime argument, and later sizes reuse it without compiling (``dynamic=False`` turns this
-    off). ``dynamic_dims={arg: axes}`` asks for it on the first call: ``arg`` is a positional
-    index or a parameter name, ``axes`` an axis or a tuple of axes of every array in it, e.g.
-    ``jit(step, dynamic_dims={"x": 0, "y": 0})``. Dims of size 0 or 1 always stay fixed.
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> @jitgraph.jit
+    ... def predict(w, x):
+    ...     return jnp.tanh(x @ w)
+    >>> predict(np.zeros((3, 2)), np.ones((4, 3)))
+    array([[0., 0.],
+           [0., 0.],
+           [0., 0.],
+           [0., 0.]])
+    >>> power = jitgraph.jit(lambda x, n: x ** n, static_argnums=1)
+    >>> power(np.array([1.0, 2.0]), 3)
+    array([1., 8.])
+    >>> jitgraph.jit(jitgraph.grad(lambda x: jnp.sum(x ** 2)))(np.array([1.0, 2.0]))
+    array([2., 4.])
+
+    ```
+
+    :param fun: the function to compile: positional and keyword arguments that are arrays,
+        Python numbers or pytrees of them; it returns an array or a pytree of arrays. Omitted,
+        ``jit(...)`` returns a decorator.
+    :param static_argnums: positional arguments that are not traced: ``fun`` sees their Python
+        values (sizes, flags, modes), and each new value compiles another program. They must be
+        hashable.
+    :param static_argnames: the same, for arguments passed by keyword.
+    :param donate_argnums: arguments whose buffers may be reused for outputs of the same shape
+        and dtype (a training step updates its parameters in place). As in JAX, a donated
+        argument is invalid after the call: its memory may hold the new values; use the
+        returned arrays. Only jitgraph's own arrays (results of earlier calls) are updated in
+        place: a plain NumPy array passed for a donated argument is copied first, as JAX copies
+        NumPy inputs, so the caller's array keeps its values.
+    :param device: ``"cpu"`` (default) or ``"cuda"``: where the program runs. On the GPU it returns
+        device arrays (``DeviceArray``; host arrays passed in are copied over); every launch
+        goes to one stream jitgraph owns, or to ``stream``.
+    :param fastmath: let LLVM reorder and contract float arithmetic beyond IEEE semantics (on
+        the GPU it also selects the approximate ``exp``/``tanh`` instructions).
+    :param dynamic_dims: ``{arg: axes}``: compile, on the first call already, a program whose
+        kernels take these sizes as runtime arguments. ``arg`` is a positional index or a
+        parameter name, ``axes`` an axis or a tuple of axes of every array in it, e.g.
+        ``jit(step, dynamic_dims={"x": 0, "y": 0})``. Dims of size 0 or 1 always stay fixed.
+    :param dynamic: when ``fun`` is called with a new size along a dim it has seen with another
+        size (a new batch size), compile once a version whose kernels take that size as a
+        runtime argument, so that later sizes reuse it without compiling (the default);
+        ``False`` compiles one program per shape.
+    :param cuda_graph: on the GPU, once a program has run on the same buffers twice, capture
+        its launch sequence as a CUDA graph and replay it as one launch (default); ``False``
+        launches kernel by kernel.
+    :param stream: on the GPU, the stream to launch on (a Numba, CuPy or PyTorch stream);
+        default: the stream jitgraph owns.
+    :returns: a ``JitFunction``: call it like ``fun``; ``f.lower(*args)`` shows the compiled
+        program, ``f.cache_entries()`` the programs compiled so far.
     """
     def wrap(f):
         return JitFunction(f, static_argnums, static_argnames, donate_argnums, device, fastmath,

@@ -481,10 +481,43 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
               **kwargs: Any) -> BenchmarkResult:
     """Time ``f(*args, **kwargs)``: the first call apart (``first_call_s``, and ``compile_s``
     when it compiled a ``jit`` program), then ``reps`` samples of enough back-to-back calls to
-    last ``min_time`` in all. For a ``jit`` function ``profile`` (default on) adds the
-    per-step table; ``peaks=True`` rates each step against ``machine_peaks`` (measured once
-    per machine, again when a step beats it). A donated argument is updated in place by every
-    call, as in training."""
+    last ``min_time`` in all; ``print`` the result for a report. A donated argument is
+    updated in place by every call, as in training, when it is a jitgraph array (a NumPy
+    array is copied first by each call: pass ``jnp.array(x)`` to time the update alone).
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> @jitgraph.jit
+    ... def double_sin(x):
+    ...     return jnp.sin(x) * 2.0
+    >>> result = jitgraph.benchmark(double_sin, np.ones(1000), reps=3, min_time=0.01, profile=False)
+    >>> result.name, result.device, result.stats.n
+    ('double_sin', 'cpu', 3)
+    >>> result.stats.median > 0
+    True
+
+    ```
+
+    :param f: any callable; a ``jit`` function also gets the per-step table.
+    :param args: ``f``'s positional arguments.
+    :param warmup: calls made before timing (after the first call).
+    :param reps: the number of samples.
+    :param min_time: seconds all samples should last together; each sample is the mean of
+        enough back-to-back calls for that.
+    :param device: ``"cpu"`` or ``"cuda"`` (default: ``"cuda"`` when ``f`` is a CUDA ``jit``
+        function or an argument is a device array); on the GPU, CUDA events time the calls.
+    :param profile: for a ``jit`` function, add the per-step table: each kernel, BLAS and host
+        call with its time, bytes, FLOPs and rates (default on; ``False`` skips it).
+    :param peaks: rate each step against this machine's ``machine_peaks`` (measured once per
+        machine, again when a step beats it).
+    :param kwargs: ``f``'s keyword arguments.
+    :returns: a ``BenchmarkResult``: ``stats`` (median, IQR, min, max in seconds per call),
+        ``first_call_s``, ``compile_s`` and the per-step table.
+    """
     from .jit import JitFunction, cache_info
     device = device or ("cuda" if _is_cuda(f, args) else "cpu")
 
@@ -654,15 +687,7 @@ def main(argv=None, prog: str = "python -m jitgraph.profiler") -> None:
     """``python -m jitgraph.bench FILE.py:FUNCTION [--reps N] [--json OUT] [--roofline PNG]``
     (or ``python -m jitgraph.profiler``): FUNCTION() returns ``(f, args[, kwargs])``; prints
     the benchmark (and, for a jit function, the per-step profile)."""
-    import argparse
-    ap = argparse.ArgumentParser(prog=prog, description=main.__doc__)
-    ap.add_argument("target")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--min-time", type=float, default=0.2)
-    ap.add_argument("--no-peaks", action="store_true", help="do not rate steps against peaks")
-    ap.add_argument("--json", help="write the result as JSON to this file")
-    ap.add_argument("--roofline", help="draw a roofline chart to this file (needs matplotlib)")
-    a = ap.parse_args(argv)
+    a = command_line(prog).parse_args(argv)
     f, args, kwargs = _load_target(a.target)
     r = benchmark(f, *args, reps=a.reps, min_time=a.min_time, peaks=not a.no_peaks, **kwargs)
     print(r)
@@ -671,6 +696,23 @@ def main(argv=None, prog: str = "python -m jitgraph.profiler") -> None:
             fh.write(r.to_json(indent=1))
     if a.roofline:
         print("roofline:", r.plot_roofline(a.roofline))
+
+
+def command_line(prog: str = "python -m jitgraph.profiler"):
+    """The parser of ``python -m jitgraph.bench`` (the docs' commands are checked against it)."""
+    import argparse
+    ap = argparse.ArgumentParser(
+        prog=prog, description="Benchmark a function (and, for a jit function, profile it step "
+        "by step): FUNCTION() returns (f, args[, kwargs]).")
+    ap.add_argument("target", metavar="FILE.py:FUNCTION",
+                    help="the file (or module) and the function that makes (f, args[, kwargs])")
+    ap.add_argument("--reps", type=int, default=20, help="timed repetitions (default 20)")
+    ap.add_argument("--min-time", type=float, default=0.2,
+                    help="seconds each measurement runs at least (default 0.2)")
+    ap.add_argument("--no-peaks", action="store_true", help="do not rate steps against peaks")
+    ap.add_argument("--json", help="write the result as JSON to this file")
+    ap.add_argument("--roofline", help="draw a roofline chart to this file (needs matplotlib)")
+    return ap
 
 
 if __name__ == "__main__":

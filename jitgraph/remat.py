@@ -22,13 +22,39 @@ from .transforms import describe_fn
 
 def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
                static_argnums: int | tuple = ()) -> Callable:
-    """``fun`` whose intermediates are recomputed for its gradient rather than stored.
+    """``fun`` whose intermediates are recomputed for its gradient rather than stored, as
+    ``jax.checkpoint`` (``jitgraph.remat`` is the same function): less memory for the backward
+    pass, at the price of running ``fun``'s forward pass again there.
 
-    ``policy(prim, *input_avals, **params) -> bool`` says which intermediates to save instead
-    (one of ``checkpoint_policies``; default: none, JAX's ``nothing_saveable``).
-    ``prevent_cse`` (default, as in JAX): under ``jit`` the recomputation is neither merged
-    with the forward pass nor run before the backward pass needs it; ``False`` lets the
-    compiler merge them (then nothing is saved by checkpointing, as in JAX)."""
+    The values and derivatives are those of ``fun``; only what is kept between the forward
+    and the backward pass changes.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> def block(x):
+    ...     return jnp.sum(jnp.tanh(jnp.tanh(x)))
+    >>> jitgraph.grad(jitgraph.checkpoint(block))(jnp.zeros(2))
+    array([1., 1.])
+    >>> jitgraph.grad(jitgraph.checkpoint(lambda x, n: x ** n, static_argnums=1))(2.0, 3)
+    array(12.)
+
+    ```
+
+    :param fun: the function whose forward pass is recomputed.
+    :param prevent_cse: (default, as in JAX) under ``jit`` the recomputation is neither merged
+        with the forward pass nor run before the backward pass needs it; ``False`` lets the
+        compiler merge them (then checkpointing saves nothing, as in JAX).
+    :param policy: ``policy(prim, *input_avals, **params) -> bool``: which intermediates to save
+        instead of recomputing, one of ``jitgraph.checkpoint_policies`` (default: none, JAX's
+        ``nothing_saveable``).
+    :param static_argnums: positional arguments that are not traced (Python values ``fun``
+        branches on).
+    :returns: a function with ``fun``'s arguments and results.
+    :raises TypeError: when ``policy`` is not a function.
+    """
     if policy is not None and not callable(policy):
         raise TypeError(f"checkpoint: policy must be a function (prim, *avals, **params) -> bool "
                         f"such as jitgraph.checkpoint_policies.dots_saveable, got {policy!r}")
@@ -71,8 +97,27 @@ checkpoint_name_p = register(Primitive(
 
 
 def checkpoint_name(x: Any, name: str) -> Any:
-    """``x``, labelled ``name`` for ``checkpoint_policies.save_only_these_names`` and
-    ``save_any_names_but_these`` (``jax.ad_checkpoint.checkpoint_name``)."""
+    """``x``, labelled ``name`` for the policies ``checkpoint_policies.save_only_these_names``
+    and ``save_any_names_but_these``, as ``jax.ad_checkpoint.checkpoint_name``.
+
+    Example: keep the labelled value for the backward pass, recompute the rest.
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> def f(x):
+    ...     h = jitgraph.checkpoint_name(x * 2.0, "h")
+    ...     return jnp.sum(h ** 2)
+    >>> policy = jitgraph.checkpoint_policies.save_only_these_names("h")
+    >>> jitgraph.grad(jitgraph.checkpoint(f, policy=policy))(jnp.array([1.0, 2.0]))
+    array([ 8., 16.])
+
+    ```
+
+    :param x: an array or a traced value.
+    :param name: the label.
+    :returns: ``x``'s value.
+    """
     if not isinstance(name, str):
         raise TypeError(f"checkpoint_name: name must be a str, got {name!r}")
     return checkpoint_name_p(x, name=name)

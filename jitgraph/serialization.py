@@ -79,7 +79,25 @@ def _paths(node, prefix: str = "") -> list[str]:
 
 
 def save(path: str | os.PathLike, tree: Any) -> None:
-    """Write ``tree``'s arrays and structure to ``path`` (``.npz``), atomically."""
+    """Write ``tree``'s arrays and structure to ``path`` (a NumPy ``.npz``), atomically: a
+    crash never leaves a half-written file under ``path``.
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> jitgraph.save("params.npz", {"w": np.ones(2), "step": np.array(3)})
+    >>> jitgraph.load("params.npz")
+    {'step': array(3), 'w': array([1., 1.])}
+
+    ```
+
+    :param path: the file to write (replaced if it exists).
+    :param tree: a pytree of arrays (parameters, an optimizer state); every leaf is an array or
+        a number.
+    :raises TypeError: when a leaf is not an array.
+    """
     leaves, tdef = tree_flatten(tree)
     arrays = {}
     specs = []
@@ -107,8 +125,32 @@ def save(path: str | os.PathLike, tree: Any) -> None:
 
 
 def load(path: str | os.PathLike, like: Any = None) -> Any:
-    """Read a checkpoint written by ``save``. With ``like``, check that the structure, every
-    shape and every dtype match it and return a tree of ``like``'s type."""
+    """Read a checkpoint written by ``save``.
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> jitgraph.save("params.npz", {"w": np.ones(2)})
+    >>> jitgraph.load("params.npz", like={"w": np.zeros(2)})
+    {'w': array([1., 1.])}
+    >>> jitgraph.load("params.npz", like={"w": np.zeros(3)})
+    Traceback (most recent call last):
+      ...
+    jitgraph.serialization.CheckpointError: load: params.npz: ['w'] is float64[2] in the file, ...
+
+    ```
+
+    :param path: a file written by ``save``.
+    :param like: a pytree of the expected structure (freshly initialized parameters, say): the
+        file's structure, every shape and every dtype must match it, and the result has
+        ``like``'s node types (a registered class, a ``Module``). Without it, the tree is rebuilt
+        from dicts, lists and tuples.
+    :returns: the pytree of NumPy arrays.
+    :raises jitgraph.serialization.CheckpointError: when the file is not a checkpoint, or does not
+        match ``like`` (the message names the leaf).
+    """
     path = os.fspath(path)
     try:
         with np.load(path, allow_pickle=False) as z:

@@ -15,6 +15,7 @@ graph per structure (``autodiff.eager_hvp``).
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -26,7 +27,8 @@ from .autodiff import (build_jvp, build_vjp, eager_hvp, eager_values, eager_vjp,
 from .arrays import Array
 from .core import Aval, Graph, Trace, Tracer, aval_of
 from .passes import optimize
-from .tree import TreeDef, tree_flatten
+from .traceback_filter import api_boundary
+from .tree import TreeDef, argument_leaf_names, tree_flatten
 
 
 def leaf_operand(x: Any, name: str) -> Any:
@@ -50,22 +52,23 @@ def trace_flat(fn: Callable, avals: Sequence[Aval], what: str) -> tuple[Graph, l
 
 
 def trace_to_graph(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
-                   arg_names: Sequence[str] | None = None):
+                   leaf_names: Callable[[], list[str]] | None = None):
     """Trace ``fun(*args)``. Returns (graph, captured outer tracers, argument leaves, output
-    values, out_tree).
+    values, out_tree). ``leaf_names()`` names the argument leaves in errors (made only when
+    a leaf is bad; by default each leaf's argument index and pytree path).
 
     Graph inputs are the argument leaves followed by captured outer tracers.
     """
-    return _trace(fun, args, abstract=abstract, what=what, arg_names=arg_names)[1:]
+    return _trace(fun, args, abstract=abstract, what=what, leaf_names=leaf_names)[1:]
 
 
 def _trace(fun: Callable, args: Sequence[Any], *, abstract: bool, what: str,
-           arg_names: Sequence[str] | None = None, flat=None):
+           leaf_names: Callable[[], list[str]] | None = None, flat=None):
     """``trace_to_graph`` that also returns the ``Trace`` (first), for ``eager_values``.
     ``flat``: ``(leaves, in_tree)`` of ``tuple(args)``, already validated by the caller."""
     if flat is None:
         leaves, in_tree = tree_flatten(tuple(args))
-        leaves = leaf_operands(args, leaves, arg_names)
+        leaves = leaf_operands(args, leaves, leaf_names)
     else:
         leaves, in_tree = flat
     with Trace(abstract=abstract, what=what) as t:
@@ -91,29 +94,35 @@ def _plain_leaves(leaves: Sequence[Any]) -> bool:
 
 
 def leaf_operands(args: Sequence[Any], leaves: list,
-                  arg_names: Sequence[str] | None = None) -> list:
-    """Validate the leaves of ``args`` with ``leaf_operand``, each named after its argument."""
+                  leaf_names: Callable[[], list[str]] | None = None) -> list:
+    """Validate the leaves of ``args`` with ``leaf_operand``, each named in errors by
+    ``leaf_names()`` (by default: its argument index and pytree path)."""
     if _plain_leaves(leaves):
         return leaves
-    names = _leaf_names(args, arg_names)
+    names = leaf_names() if leaf_names is not None else argument_leaf_names(args)
     return [leaf_operand(x, n) for x, n in zip(leaves, names)]
 
 
-def _leaf_names(args: Sequence[Any], arg_names) -> list[str]:
-    names = []
-    for i, a in enumerate(args):
-        n = len(tree_flatten(a)[0])
-        base = arg_names[i] if arg_names else f"argument {i}"
-        names += [base] * n if n == 1 else [f"{base} (leaf {k})" for k in range(n)]
-    return names
+def positional_names(fun: Callable) -> list[str]:
+    """The names of ``fun``'s positional parameters (for errors; none if it has no signature)."""
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def _check_float_leaves(leaves: Sequence[Any], what: str, argnums) -> None:
+def _check_float_leaves(leaves: Sequence[Any], what: str, argnum: int, arg: Any,
+                        fun: Callable) -> None:
+    """Differentiated leaves must be floats; an error names the leaf (``argument 0 at
+    args[0]['w']``)."""
     for k, x in enumerate(leaves):
         d = aval_of(x).dtype
         if d.kind != "f":
+            name = argument_leaf_names([arg], params=positional_names(fun),
+                                       positions=[argnum])[k]
             raise TypeError(
-                f"{what} requires floating-point inputs, but argument {argnums} (leaf {k}) has "
+                f"{what} requires floating-point inputs, but {name} has "
                 f"dtype {d}. Differentiate only with respect to float arguments (choose them "
                 f"with argnums=...), or convert with x.astype(jnp.float32).")
 
@@ -148,8 +157,35 @@ def _partial(fun, args, nums, kwargs):
 
 
 # ------------------------------------------------------------------ reverse mode
+@api_boundary
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
-    """``(out, vjp_fn)`` or ``(out, vjp_fn, aux)``; ``vjp_fn(ct)`` returns one cotangent per primal."""
+    """Evaluate ``fun`` at ``primals`` and return its vector-Jacobian product function, as
+    ``jax.vjp`` (reverse mode).
+
+    ``vjp_fn(ct)`` takes a cotangent of the output's structure and shapes and returns a tuple
+    with one cotangent per primal: the cotangent times the Jacobian. ``fun`` is traced once;
+    every ``vjp_fn`` call reuses that trace.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> out, vjp_fn = jitgraph.vjp(lambda x, y: x * y, jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0]))
+    >>> out
+    array([3., 8.])
+    >>> vjp_fn(jnp.ones(2))
+    (array([3., 4.]), array([1., 2.]))
+
+    ```
+
+    :param fun: the function to differentiate; it takes the primals as positional arguments
+        (each an array, a Python number or a pytree of them) and returns an array or a pytree.
+    :param primals: the point to evaluate at, one value per positional argument of ``fun``.
+    :param has_aux: ``fun`` returns a pair ``(out, aux)``; only ``out`` is differentiated and
+        ``aux`` is returned as it is.
+    :returns: ``(out, vjp_fn)``, or ``(out, vjp_fn, aux)`` with ``has_aux=True``.
+    """
     def wrapped(*xs):
         r = fun(*xs)
         if has_aux:
@@ -178,6 +214,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     in_tree = tree_flatten(tuple(primals))[1]
     cache: dict = {}
 
+    @api_boundary
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree_flatten(ct)
         if ct_tree != main_td:
@@ -228,13 +265,15 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
                             "differentiate; pass an array, a scalar or a pytree of them, "
                             "or choose other arguments with argnums=...")
     plain = _plain_leaves(leaves)
+    names = None if plain else argument_leaf_names(diff, params=positional_names(fun),
+                                                   positions=nums)
     pos = 0
-    for i, node in zip(nums, in_tree.node[2]):
+    for i, d, node in zip(nums, diff, in_tree.node[2]):
         n = _count_leaves(node)
         if not plain:
-            leaves[pos:pos + n] = [leaf_operand(x, f"argument {i}")
-                                   for x in leaves[pos:pos + n]]
-        _check_float_leaves(leaves[pos:pos + n], "grad", i)
+            leaves[pos:pos + n] = [leaf_operand(x, names[k])
+                                   for k, x in enumerate(leaves[pos:pos + n], pos)]
+        _check_float_leaves(leaves[pos:pos + n], "grad", i, d, fun)
         pos += n
     f = _partial(fun, args, nums, kwargs)
 
@@ -263,8 +302,34 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
 
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False):
-    """Function returning ``(value, grad)`` (``((value, aux), grad)`` with has_aux)."""
+    """A function returning both the value of the scalar function ``fun`` and its gradient,
+    as ``jax.value_and_grad``: one trace, one forward and one backward pass.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> jitgraph.value_and_grad(lambda x: jnp.sum(x ** 2))(jnp.arange(3.0))
+    (array(5.), array([0., 2., 4.]))
+    >>> jitgraph.value_and_grad(lambda x: (x ** 2, {"x": x}), has_aux=True)(3.0)
+    ((array(9.), {'x': array(3.)}), array(6.))
+
+    ```
+
+    :param fun: a function returning a scalar (a 0-d float array or a Python float); the
+        arguments it is differentiated with respect to are float arrays, Python floats or pytrees
+        of them. Keyword arguments are passed through, not differentiated.
+    :param argnums: the positional argument to differentiate with respect to, or a sequence of
+        them (then the gradient is a tuple with one entry per argument).
+    :param has_aux: ``fun`` returns a pair ``(value, aux)``; ``aux`` (any pytree) is returned
+        beside the value and not differentiated.
+    :returns: a function with ``fun``'s arguments returning ``(value, grad)``, or
+        ``((value, aux), grad)`` with ``has_aux=True``; ``grad`` has the structure and shapes of
+        the differentiated argument(s).
+    """
     @functools.wraps(fun)
+    @api_boundary
     def vg(*args, **kwargs):
         single, in_tree, t, graph, captured, leaves, out_tree = _trace_scalar(
             fun, args, kwargs, argnums, has_aux)
@@ -287,10 +352,46 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False):
-    """Gradient of a scalar function, as ``jax.grad``."""
+    """The gradient of the scalar function ``fun``, as ``jax.grad`` (reverse mode).
+
+    ``grad(f)`` is a function with ``f``'s arguments that returns the derivative of ``f``'s
+    output with respect to ``f``'s first positional argument (or those ``argnums`` names). It
+    composes with every other transformation: ``jit(grad(f))`` compiles the backward pass,
+    ``grad(grad(f))`` is the second derivative, ``vmap(grad(f))`` gives per-example gradients.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> jitgraph.grad(lambda x: jnp.sum(x ** 2))(jnp.arange(3.0))
+    array([0., 2., 4.])
+    >>> def loss(w, b, x):
+    ...     return jnp.sum((x * w + b) ** 2)
+    >>> jitgraph.grad(loss, argnums=(0, 1))(2.0, 1.0, jnp.array([1.0, 2.0]))
+    (array(26.), array(16.))
+    >>> jitgraph.grad(jitgraph.grad(lambda x: x ** 3))(2.0)
+    array(12.)
+
+    ```
+
+    :param fun: a function returning a scalar (a 0-d float array or a Python float); the
+        arguments it is differentiated with respect to are float arrays, Python floats or pytrees
+        of them (dicts of parameters, lists of layers). Keyword arguments are passed through,
+        not differentiated.
+    :param argnums: the positional argument to differentiate with respect to (default the
+        first), or a sequence of them (then the gradient is a tuple, one entry per argument).
+    :param has_aux: ``fun`` returns a pair ``(value, aux)``; the gradient is of ``value``, and
+        ``aux`` (any pytree: metrics, predictions) is returned beside it.
+    :returns: a function with ``fun``'s arguments returning the gradient, with the structure and
+        shapes of the differentiated argument(s); ``(grad, aux)`` with ``has_aux=True``.
+    :raises TypeError: when ``fun``'s output is not a scalar, or a differentiated argument is
+        not a float array or pytree of them.
+    """
     vg = value_and_grad(fun, argnums, has_aux)
 
     @functools.wraps(fun)
+    @api_boundary
     def g(*args, **kwargs):
         (v, g_) = vg(*args, **kwargs)
         return (g_, v[1]) if has_aux else g_
@@ -314,9 +415,32 @@ def _linearize(fun: Callable, primals: Sequence[Any]):
     return leaves, n_out, out_tree, jvp_leaves
 
 
+@api_boundary
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False):
-    """``(primals_out, tangents_out)`` as ``jax.jvp``; with ``has_aux=True`` ``fun`` returns
-    ``(out, aux)`` and the result is ``(primals_out, tangents_out, aux)``."""
+    """Evaluate ``fun`` at ``primals`` and its Jacobian-vector product with ``tangents``, as
+    ``jax.jvp`` (forward mode).
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> jitgraph.jvp(lambda x: x ** 3, (2.0,), (1.0,))
+    (array(8.), array(12.))
+
+    ```
+
+    :param fun: the function to differentiate, of positional arguments (arrays, Python numbers
+        or pytrees of them).
+    :param primals: a tuple or list with one value per positional argument of ``fun``.
+    :param tangents: a tuple or list of the same structure and shapes as ``primals``: the
+        direction to differentiate in.
+    :param has_aux: ``fun`` returns a pair ``(out, aux)``; only ``out`` is differentiated.
+    :returns: ``(primals_out, tangents_out)``: ``fun(*primals)`` and the Jacobian of ``fun`` at
+        ``primals`` times ``tangents``, of the output's structure; ``(primals_out,
+        tangents_out, aux)`` with ``has_aux=True``.
+    :raises TypeError: when ``primals`` and ``tangents`` are not tuples of the same structure.
+    :raises ValueError: when a tangent's shape differs from its primal's.
+    """
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("jvp: primals and tangents must be tuples (one entry per argument)")
     p_leaves, p_tree = tree_flatten(tuple(primals))
@@ -354,14 +478,33 @@ def _split_aux_tree(out_tree):
     return TreeDef(main, n_main), TreeDef(aux, out_tree.num_leaves - n_main), n_main
 
 
+@api_boundary
 def linearize(fun: Callable, *primals: Any):
-    """``(primals_out, f_jvp)`` as ``jax.linearize``: ``f_jvp(*tangents)`` is the JVP of
-    ``fun`` at ``primals`` (traced once, evaluated per call)."""
+    """Evaluate ``fun`` at ``primals`` and return its Jacobian-vector product as a function,
+    as ``jax.linearize``: ``fun`` is traced once, and each ``f_jvp(*tangents)`` call only
+    evaluates the forward-mode graph.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> y, f_jvp = jitgraph.linearize(lambda x: x ** 3, 2.0)
+    >>> y, f_jvp(1.0), f_jvp(2.0)
+    (array(8.), array(12.), array(24.))
+
+    ```
+
+    :param fun: the function to differentiate, of positional arguments.
+    :param primals: the point to linearize at, one value per positional argument of ``fun``.
+    :returns: ``(primals_out, f_jvp)``; ``f_jvp`` takes one tangent per primal (same
+        structure and shapes) and returns the output's tangent.
+    """
     leaves, n_out, out_tree, jvp_leaves = _linearize(fun, primals)
     p_tree = tree_flatten(tuple(primals))[1]
     out = out_tree.unflatten(jvp_leaves([np.zeros(aval_of(x).shape, aval_of(x).dtype)
                                          for x in leaves])[:n_out])
 
+    @api_boundary
     def f_jvp(*tangents):
         t_leaves, t_tree = tree_flatten(tuple(tangents))
         if t_tree != p_tree:
@@ -383,7 +526,30 @@ def _basis(aval, k: int):
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0):
-    """Jacobian by reverse mode: one VJP per output element; shape out.shape + in.shape."""
+    """The Jacobian of ``fun`` by reverse mode (one VJP per output element), as
+    ``jax.jacrev``; ``jitgraph.jacobian`` is the same function. Better than ``jacfwd`` when the
+    output is smaller than the input.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> jitgraph.jacrev(lambda x: x ** 2)(jnp.array([1.0, 2.0]))
+    array([[2., 0.],
+           [0., 4.]])
+
+    ```
+
+    :param fun: the function to differentiate; its outputs and differentiated arguments are
+        float arrays or pytrees of them.
+    :param argnums: the positional argument to differentiate with respect to, or a sequence of
+        them (then each Jacobian is a tuple, one entry per argument).
+    :returns: a function with ``fun``'s arguments returning the Jacobian: for an output of shape
+        ``out.shape`` and an input of shape ``in.shape``, an array of shape
+        ``out.shape + in.shape`` (for pytree outputs, a pytree of such arrays).
+    """
+    @api_boundary
     def jac(*args, **kwargs):
         single, nums = _split_args(args, argnums)
         f = _partial(fun, args, nums, kwargs)
@@ -413,7 +579,28 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0):
 
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0):
-    """Jacobian by forward mode: one JVP per input element; shape out.shape + in.shape."""
+    """The Jacobian of ``fun`` by forward mode (one JVP per input element), as
+    ``jax.jacfwd``. Better than ``jacrev`` when the input is smaller than the output.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> jitgraph.jacfwd(lambda x: jnp.stack([x[0] * x[1], x[0]]))(jnp.array([2.0, 3.0]))
+    array([[3., 2.],
+           [1., 0.]])
+
+    ```
+
+    :param fun: the function to differentiate; its outputs and differentiated arguments are
+        float arrays or pytrees of them.
+    :param argnums: the positional argument to differentiate with respect to, or a sequence of
+        them (then each Jacobian is a tuple, one entry per argument).
+    :returns: a function with ``fun``'s arguments returning the Jacobian, of shape
+        ``out.shape + in.shape`` for each output and input.
+    """
+    @api_boundary
     def jac(*args, **kwargs):
         single, nums = _split_args(args, argnums)
         f = _partial(fun, args, nums, kwargs)
@@ -452,17 +639,58 @@ jacobian = jacrev
 
 
 def hessian(fun: Callable, argnums: int | Sequence[int] = 0):
-    """Second derivatives: forward-over-reverse, as ``jax.hessian``."""
+    """The Hessian (matrix of second derivatives) of the scalar function ``fun``, forward over
+    reverse (``jacfwd(jacrev(fun))``), as ``jax.hessian``.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> jitgraph.hessian(lambda x: jnp.sum(x ** 3))(jnp.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+
+    ```
+
+    :param fun: a function returning a scalar.
+    :param argnums: the positional argument to differentiate with respect to, or a sequence of
+        them.
+    :returns: a function with ``fun``'s arguments returning the Hessian, of shape
+        ``in.shape + in.shape``. To multiply it by a vector without forming it, use
+        ``hessian_vector_product``.
+    """
     return jacfwd(jacrev(fun, argnums), argnums)
 
 
 def hessian_vector_product(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
-    """``hvp(*args, vector, **kwargs)``: the Hessian of the scalar ``fun`` at ``args`` (with
-    respect to ``args[argnums]``) times ``vector``, a pytree like those arguments; autograd's
-    ``hessian_vector_product`` (``argnums`` for its ``argnum``), e.g. scipy's Newton-CG
-    ``hessp``. Reverse over reverse: the gradient of ``<grad(fun)(*args), vector>``, without
-    forming the Hessian. Un-jitted on arrays, from the second call with a structure on, a
-    call traces ``fun`` once and runs one cached graph (``autodiff.eager_hvp``)."""
+    """A function ``hvp(*args, vector, **kwargs)``: the Hessian of the scalar ``fun`` at
+    ``args`` (with respect to ``args[argnums]``) times ``vector``, without forming the Hessian;
+    autograd's ``hessian_vector_product`` (``argnums`` for its ``argnum``), e.g. for scipy's
+    Newton-CG ``hessp``.
+
+    It is reverse over reverse: the gradient of ``<grad(fun)(*args), vector>``. Un-jitted on
+    arrays, from the second call with a structure on, a call traces ``fun`` once and runs one
+    cached graph.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> hvp = jitgraph.hessian_vector_product(lambda x: jnp.sum(x ** 3))
+    >>> hvp(jnp.array([1.0, 2.0]), jnp.array([1.0, 1.0]))
+    array([ 6., 12.])
+
+    ```
+
+    :param fun: a function returning a scalar.
+    :param argnums: the positional argument the Hessian is taken with respect to, or a sequence
+        of them (then ``vector`` is a tuple with one entry per argument).
+    :returns: ``hvp(*args, vector, **kwargs)``: ``fun``'s arguments, then ``vector`` (of the
+        differentiated arguments' structure and shapes); it returns an array (or pytree) of
+        ``vector``'s structure.
+    """
     inner = grad(fun, argnums)
 
     def dot_grad(*args, **kwargs):
@@ -471,6 +699,7 @@ def hessian_vector_product(fun: Callable, argnums: int | Sequence[int] = 0) -> C
         return vdot_leaves(gs, _vector_leaves(vector, g_tree, gs))
 
     @functools.wraps(fun)
+    @api_boundary
     def hvp(*args, **kwargs):
         if not args:
             raise TypeError("hessian_vector_product: call it as hvp(*args, vector)")
@@ -511,10 +740,37 @@ def _vector_leaves(vector, tree, like: Sequence[Any]) -> list:
 
 # ------------------------------------------------------------------ inspection
 def make_graph(fun: Callable, static_argnums: int | Sequence[int] = ()):
-    """``make_graph(f)(*args)`` returns the optimized ``Graph`` of ``f`` at those shapes."""
+    """A function returning the optimized ``Graph`` that ``fun`` traces to at its arguments'
+    shapes and dtypes, as ``jax.make_jaxpr``: what ``jit`` compiles, printed as text.
+
+    The arguments' values are not used; only their shapes and dtypes (and the static
+    arguments' values) are.
+
+    Example:
+
+    ```pycon
+    >>> import numpy as np
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> print(jitgraph.make_graph(lambda x: jnp.sin(x) * 2.0)(np.zeros(3)))
+    { lambda  ; a:f64[3]. let
+        b:f64[3] = sin a
+        c:f64[3] = mul b 2.0
+      in (c,) }
+
+    ```
+
+    :param fun: the function to trace.
+    :param static_argnums: positional arguments that are not traced: ``fun`` sees their Python
+        values (flags, sizes, callables).
+    :returns: a function with ``fun``'s arguments returning a ``jitgraph.Graph``; ``print`` it,
+        or ``graph.to_dot()`` for Graphviz.
+    :raises TypeError: when called inside another transformation on values that one traces.
+    """
     statics = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     @functools.wraps(fun)
+    @api_boundary
     def mk(*args, **kwargs):
         dyn_idx = [i for i in range(len(args)) if i not in statics]
 

@@ -4,7 +4,7 @@ The structure (``TreeDef``) is hashable so it can be part of a jit cache key.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -145,10 +145,35 @@ _CUSTOM: dict[type, tuple[Callable, Callable]] = {}
 
 
 def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable) -> None:
-    """Make instances of ``cls`` pytree nodes, as JAX's function of the same name:
-    ``flatten(x) -> (children, aux)`` with ``aux`` hashable (it is part of jit's cache key),
-    ``unflatten(aux, children) -> x``. The registration wins over the structure a type has
-    otherwise (a registered namedtuple flattens as registered)."""
+    """Make instances of ``cls`` pytree nodes, as JAX's function of the same name: the
+    transformations, ``tree_map`` and the optimizers then walk into them.
+
+    The registration wins over the structure a type has otherwise (a registered namedtuple
+    flattens as registered). A type is registered once.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> class Point:
+    ...     def __init__(self, x, y):
+    ...         self.x, self.y = x, y
+    >>> jitgraph.register_pytree_node(
+    ...     Point, lambda p: ((p.x, p.y), None), lambda aux, children: Point(*children))
+    >>> jitgraph.tree_leaves(Point(1.0, 2.0))
+    [1.0, 2.0]
+    >>> jitgraph.grad(lambda p: p.x * p.y)(Point(3.0, 4.0)).x
+    array(4.)
+
+    ```
+
+    :param cls: the class; not ``tuple``, ``list``, ``dict`` or ``None`` (built-in nodes:
+        register a subclass instead).
+    :param flatten: ``flatten(x) -> (children, aux)``: the children (a sequence of pytrees) and
+        ``aux``, hashable data that is not a leaf (it is part of ``jit``'s cache key).
+    :param unflatten: ``unflatten(aux, children) -> x``: the inverse of ``flatten``.
+    :raises ValueError: when ``cls`` is a built-in node or is registered already.
+    """
     if not isinstance(cls, type):
         raise TypeError(f"register_pytree_node: expected a class, got {cls!r}")
     if cls in (tuple, list, dict, type(None)):
@@ -176,7 +201,28 @@ _PLAIN = frozenset({np.ndarray, Array, float, Tracer})   # leaves for certain (e
 
 
 def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, TreeDef]:
-    """Flatten ``tree`` into (leaves, treedef)."""
+    """Flatten ``tree`` into its leaves and its structure, as ``jax.tree_util.tree_flatten``.
+
+    Lists, tuples, dicts (in sorted key order), ``None`` (no leaves) and registered nodes
+    (``register_pytree_node``) are walked; everything else is a leaf.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> leaves, treedef = jitgraph.tree_flatten({"b": 2, "a": (1, 3)})
+    >>> leaves
+    [1, 3, 2]
+    >>> treedef
+    TreeDef({'a': (*, *), 'b': *})
+
+    ```
+
+    :param tree: a pytree.
+    :param is_leaf: ``is_leaf(node) -> bool``: nodes for which it returns ``True`` are leaves,
+        not walked into.
+    :returns: ``(leaves, treedef)``; ``tree_unflatten(treedef, leaves)`` rebuilds ``tree``.
+    """
     if is_leaf is None:
         t = type(tree)
         if t in _PLAIN:
@@ -193,12 +239,49 @@ def tree_flatten(tree: Any, is_leaf: Callable | None = None) -> tuple[list, Tree
 
 def tree_unflatten(treedef: TreeDef, leaves: list) -> Any:
     """Rebuild the pytree ``treedef`` describes from ``leaves`` (the inverse of
-    ``tree_flatten``)."""
+    ``tree_flatten``).
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> _, treedef = jitgraph.tree_flatten({"b": 2, "a": (1, 3)})
+    >>> jitgraph.tree_unflatten(treedef, [10, 20, 30])
+    {'a': (10, 20), 'b': 30}
+
+    ```
+
+    :param treedef: a structure, from ``tree_flatten``.
+    :param leaves: one leaf per ``*`` of ``treedef``, in flattening order.
+    :returns: the pytree.
+    """
     return treedef.unflatten(leaves)
 
 
 def tree_map(fn: Callable, tree: Any, *rest: Any, is_leaf: Callable | None = None) -> Any:
-    """``fn`` applied leaf by leaf to ``tree`` and the trees ``rest`` of the same structure."""
+    """``fn`` applied leaf by leaf to ``tree`` (and the trees ``rest``), as
+    ``jax.tree_util.tree_map``: a pytree of the same structure holding the results.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> import jitgraph.numpy as jnp
+    >>> jitgraph.tree_map(lambda x: x * 2, {"w": jnp.ones(2), "b": 0.5})
+    {'b': 1.0, 'w': array([2., 2.])}
+    >>> jitgraph.tree_map(lambda x, y: x + y, [1, 2], [10, 20])
+    [11, 22]
+
+    ```
+
+    :param fn: a function of one leaf of ``tree`` and the corresponding leaf of each of ``rest``.
+    :param tree: a pytree.
+    :param rest: pytrees of the same structure as ``tree`` (their leaves are ``fn``'s further
+        arguments).
+    :param is_leaf: ``is_leaf(node) -> bool``: nodes for which it returns ``True`` are passed
+        to ``fn`` whole.
+    :returns: a pytree of ``tree``'s structure.
+    """
     leaves, td = tree_flatten(tree, is_leaf)
     others = [tree_flatten(r, is_leaf)[0] for r in rest]
     return td.unflatten([fn(*xs) for xs in zip(leaves, *others)])
@@ -206,7 +289,21 @@ def tree_map(fn: Callable, tree: Any, *rest: Any, is_leaf: Callable | None = Non
 
 def tree_leaves(tree: Any, is_leaf: Callable | None = None) -> list:
     """The leaves of a pytree in flattening order (lists, tuples, dicts and registered nodes
-    are walked)."""
+    are walked; ``None`` has no leaves).
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> jitgraph.tree_leaves([1, {"x": 2, "y": None}, (3,)])
+    [1, 2, 3]
+
+    ```
+
+    :param tree: a pytree.
+    :param is_leaf: ``is_leaf(node) -> bool``: nodes for which it returns ``True`` are leaves.
+    :returns: the list of leaves, as ``tree_flatten(tree)[0]``.
+    """
     return tree_flatten(tree, is_leaf)[0]
 
 
@@ -217,3 +314,57 @@ def tree_structure(tree: Any, is_leaf: Callable | None = None) -> TreeDef:
 # ``jax.tree``'s short names (``jax.tree.flatten`` ...), for code written against them
 flatten, unflatten, map, leaves, structure = (tree_flatten, tree_unflatten, tree_map,
                                               tree_leaves, tree_structure)
+
+
+def key_paths(tree: Any) -> list[str]:
+    """Each leaf's path in ``tree`` as Python indexing, as JAX's ``keystr`` spells it:
+    ``['w']``, ``[0][1]``, ``.mu`` (``''`` for a tree that is one leaf)."""
+    _, treedef = tree_flatten(tree)
+    out: list[str] = []
+
+    def walk(node, prefix):
+        if node == "*":
+            out.append(prefix)
+            return
+        kind, meta, children = node
+        for i, c in enumerate(children):
+            if kind == "dict":
+                step = f"[{meta[i]!r}]"
+            elif kind == "namedtuple":
+                step = f".{meta._fields[i]}"
+            else:
+                step = f"[{i}]"
+            walk(c, prefix + step)
+    walk(treedef.node, "")
+    return out
+
+
+def argument_leaf_names(args: Sequence[Any], kwargs: dict | None = None,
+                        params: Sequence[str] = (), positions: Sequence[int] | None = None,
+                        expressions: bool = False) -> list[str]:
+    """One name per leaf of a call's ``(args, kwargs)``, in pytree order, for error messages:
+    ``argument 1 ('x')`` for an array argument, ``argument 0 at params['scale']`` for a leaf
+    inside one, ``keyword argument 'lr'``; with ``expressions`` the leaf as Python code
+    (``x``, ``params['scale']``, ``args[2]``, ``lr``), as the compile log names it.
+    ``params`` are the function's positional parameter names and ``positions`` the arguments'
+    own indices (when static arguments were taken out)."""
+    positions = range(len(args)) if positions is None else positions
+    out: list[str] = []
+    for i, a in zip(positions, args):
+        name = params[i] if i < len(params) else None
+        base = name or f"args[{i}]"
+        for path in key_paths(a):
+            if expressions:
+                out.append(base + path)
+            elif not path:
+                out.append(f"argument {i}" + (f" ({name!r})" if name else ""))
+            else:
+                out.append(f"argument {i} at {base}{path}")
+    for k in sorted_keys(kwargs or {}):            # (the pytree order of a dict)
+        for path in key_paths(kwargs[k]):
+            if expressions:
+                out.append(f"{k}{path}")
+            else:
+                out.append(f"keyword argument {k!r}" if not path
+                           else f"keyword argument at {k}{path}")
+    return out

@@ -1,7 +1,8 @@
 """``examples/train_digits.py --smoke`` in fresh processes: it trains, prints its accuracy, and a
 second process with the same cache directory loads both compiled programs from disk and
-reproduces the same numbers. (``test_examples.py`` checks the first run's training curve in
-detail; this file adds the warm-cache rerun.)"""
+reproduces the same numbers, and says so ("compiled in ... (from the disk cache)").
+(``test_examples.py`` checks the first run's training curve in detail; this file adds the
+warm-cache rerun.)"""
 from __future__ import annotations
 
 import os
@@ -44,6 +45,9 @@ def test_smoke_run_then_warm_cache_rerun(tmp_path):
     print(f"train_digits --smoke: cold cache {wall1:.2f}s, warm cache {wall2:.2f}s")
     c2 = re.search(r"compiles=(\d+) \(from disk cache: (\d+)\)", out2)
     assert c2 and int(c2.group(1)) == int(c1.group(1)) == int(c2.group(2)), out2
+    assert re.search(r"^compiling the training step .*\n  compiled in \d+\.\d\d s$", out1, re.M)
+    assert re.search(r"^compiling the training step .*\n  compiled in \d+\.\d\d s "
+                     r"\(from the disk cache\)$", out2, re.M), out2
     # same data, same seed, same compiled code: the same numbers
     m2 = re.search(r"final test accuracy: ([\d.]+)%  \(train ([\d.]+)%, loss ([\d.]+)\)", out2)
     m1 = re.search(r"final test accuracy: ([\d.]+)%  \(train ([\d.]+)%, loss ([\d.]+)\)", out1)

@@ -11,8 +11,9 @@ line before a fence (invisible on the site and on GitHub):
 - ``<!-- output: not checked (why) -->``: shown, not compared (generated source, timings).
 
 ``python tests/test_docs.py --update`` rewrites the checked output blocks from a fresh run.
-Also here: every public function and class (``docs/hooks/public_api.py``) has a docstring, so
-the generated API reference renders one for each.
+Also here: every public function and class (``docs/hooks/public_api.py``) has a docstring and
+a page of its own (the ``jit`` page documents the function first), and mkdocs.yml's nav reaches
+the reference. ``tests/test_docstring_examples.py`` runs the docstrings' examples.
 """
 from __future__ import annotations
 
@@ -105,6 +106,84 @@ def test_every_public_name_has_a_docstring():
             if public_api.is_documented_kind(obj) and not (obj.__doc__ or "").strip():
                 missing.append(f"{modname}.{name}")
     assert not missing, f"public names without a docstring (the API reference needs one): {missing}"
+
+
+def _public_api():
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        import public_api
+    finally:
+        sys.path.pop(0)
+    return public_api
+
+
+def test_every_public_function_and_class_has_its_own_page():
+    """One page per function or class (as JAX's reference), each rendering that object, and
+    the module pages link to every one of them; no two pages differ only in case."""
+    api = _public_api()
+    pages = {}
+    for modname, name in api.all_object_pages():
+        page = api.object_page(modname, name)
+        assert page.lower() not in pages, (page, pages.get(page.lower()))
+        pages[page.lower()] = page
+        text = api.object_page_text(modname, name)
+        assert f"::: {api.identifier(modname, name)}\n" in text
+        assert f"title: {modname}.{name}\n" in text
+    for modname, title, summary in api.MODULES:
+        text = api.reference_page(modname, title, summary)
+        for name in api.documented_names(modname):
+            assert f"]({api.object_page(modname, name)[len('api/'):]})" in text, (modname, name)
+
+
+def test_page_identifiers_name_the_objects_not_submodules():
+    """Where a public name is also a submodule's (``jitgraph.jit``, ``jitgraph.remat``), the page
+    renders the function or class, as griffe (mkdocstrings' loader) resolves the identifier."""
+    griffe = pytest.importorskip("griffe")       # the docs extra
+    api = _public_api()
+    pkg = griffe.GriffeLoader(force_inspection=True).load("jitgraph")
+    for modname, name in api.all_object_pages():
+        if f"{modname}.{name}" in sys.modules:
+            ident = api.identifier(modname, name)
+            obj = pkg[ident[len("jitgraph."):]]
+            assert obj.kind.value in ("function", "class"), (ident, obj.kind)
+
+
+def test_the_jit_page_documents_the_function_first():
+    """``jitgraph.jit`` is both the function and the module jitgraph/jit.py: its page renders the
+    function (from its home, ``jitgraph.jit.jit``), titled ``jitgraph.jit``, before anything else."""
+    import jitgraph
+    api = _public_api()
+    assert api.object_page("jitgraph", "jit") == "api/jitgraph.jit.md"
+    ident = api.identifier("jitgraph", "jit")
+    assert ident == "jitgraph.jit.jit"
+    modname, _, name = ident.rpartition(".")
+    assert getattr(sys.modules[modname], name) is jitgraph.jit
+    text = api.object_page_text("jitgraph", "jit")
+    directives = re.findall(r"^::: (\S+)", text, re.M)
+    assert directives[0] == "jitgraph.jit.jit", directives
+    assert 'heading: "jitgraph.jit"' in text
+
+
+def test_the_nav_reaches_the_reference_pages():
+    """mkdocs.yml lists every module page and the most used functions' pages."""
+    nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
+    listed = set(re.findall(r"^\s*- (?:[^\n]*?: )?(\S+\.md)\s*(?:#.*)?$", nav, re.M))
+    api = _public_api()
+    missing = [api.page_name(m) for m, _, _ in api.MODULES if api.page_name(m) not in listed]
+    missing += [f"api/jitgraph.{n}.md" for n in api.TOP_FUNCTIONS
+                if f"api/jitgraph.{n}.md" not in listed]
+    assert not missing, f"reference pages missing from mkdocs.yml's nav: {missing}"
+    assert "contributing.md" in listed
+
+
+def test_module_docstrings_are_written_for_users():
+    """A module's docstring opens its reference page: notes for contributors (the layering,
+    the private modules) belong in docs/contributing.md."""
+    api = _public_api()
+    for modname, _, _ in api.MODULES:
+        doc = importlib.import_module(modname).__doc__ or ""
+        for word in (".importlinter", "import downward", "_base._located", "imports nothing of"):
+            assert word not in doc, f"{modname}'s docstring has a contributor's note: {word!r}"
 
 
 def test_markers_are_known():

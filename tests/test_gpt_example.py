@@ -1,10 +1,14 @@
 """examples/gpt.py --smoke at a tiny size (one layer, d=16), in-process: the compiled AdamW steps
 give finite losses that go down, and the first step's float32 loss equals the float64 reference
-interpreter's loss of the initial model on the same batch. (Validation is off: its forward-only
-program would be a second compile.)"""
+interpreter's loss of the initial model on the same batch; what it prints: the compile
+announced and timed, plain progress lines (not a terminal), and with validation off
+(``--eval-batches 0``: its forward-only program would be a second compile) no NaN."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import sys
 
 import numpy as np
@@ -25,7 +29,23 @@ ARGS = ["--smoke", "--layers", "1", "--dim", "16", "--heads", "2", "--context", 
 
 @pytest.fixture(scope="module")
 def run():
-    return gpt.run(ARGS)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        r = gpt.run(ARGS)
+    r["stdout"] = out.getvalue()
+    return r
+
+
+def test_gpt_output(run):
+    out = run["stdout"]
+    assert re.search(r"^compiling the training step \(.*\) \.\.\.\n  compiled in \d+\.\d\d s",
+                     out, re.M), out
+    # pytest's stderr is not a terminal: no bar, a plain summary line with tokens/s
+    assert "\r" not in out
+    assert re.search(r"^training: 5 steps in \d+\.\d+ s; loss \d\.\d{4}, [\d,.]+ tokens/s$",
+                     out, re.M), out
+    assert "nan" not in out.lower() and "validation skipped (--eval-batches 0)" in out, out
+    assert "compiling the validation" not in out and run["val_loss"] is None
 
 
 def test_gpt_losses_finite_and_decreasing(run):

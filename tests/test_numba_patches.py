@@ -116,7 +116,8 @@ def test_pyproject_pins_the_checked_range():
         release = numba_patches._release
         assert release(llvmlite[1]) <= release(installed.__version__) < release(llvmlite[2])
     assert numba_patches.is_supported("0.68.1") and numba_patches.is_supported("0.68.0rc1")
-    assert not numba_patches.is_supported("0.69.0") and not numba_patches.is_supported("0.67.2")
+    assert not numba_patches.is_supported("0.69.0") and not numba_patches.is_supported("0.63.1")
+    assert numba_patches.is_supported("0.64.0") and numba_patches.is_supported("0.67.2")
 
 
 def _source(token: str) -> str:

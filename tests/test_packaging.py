@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -189,3 +190,48 @@ def test_wheel_holds_every_module_and_no_cache_file(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     _check_files({n for n in names if not n.split("/")[0].endswith(".dist-info")}, src,
                  "the wheel")
+
+
+def test_metadata_is_complete_for_a_package_index():
+    """What a package index shows: authors, links, classifiers, a license file, and a long
+    description (the README) whose links work away from the repository."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["authors"] and project["keywords"]
+    urls = project["urls"]
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
+    assert all(u.startswith("https://") for u in urls.values())
+    classifiers = project["classifiers"]
+    assert "License :: OSI Approved :: MIT License" in classifiers
+    assert any(c.startswith("Programming Language :: Python :: 3.") for c in classifiers)
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+    assert "readme" in project["dynamic"]
+    sys.path.insert(0, str(ROOT))
+    try:
+        import setup as setup_script
+    finally:
+        sys.path.remove(str(ROOT))
+    text = setup_script.long_description()
+    readme = (ROOT / "README.md").read_text()
+    assert text.splitlines()[0] == readme.splitlines()[0] == "# jitgraph"
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert targets and all(t.startswith(("https://", "http://", "#", "mailto:")) for t in targets), \
+        [t for t in targets if not t.startswith(("https://", "http://", "#"))]
+    # each relative link of the README points at that file of the repository
+    for rel in re.findall(r"\]\((?!https?://|#)([^)\s]+)\)", readme):
+        assert (ROOT / rel.split("#")[0]).exists(), rel
+        assert f"{setup_script.REPOSITORY}/blob/main/{rel}" in text
+
+
+def test_dependency_range_is_the_tested_one():
+    """pyproject.toml admits the Numba releases the fast paths were checked on, and CI installs
+    the oldest of them (the wheel check) beside the newest (the main run)."""
+    from jitgraph.compiler import numba_patches
+    text = (ROOT / "pyproject.toml").read_text()
+    low, high = numba_patches.SUPPORTED
+    assert f'"numba>={low},<{high}"' in text
+    ci = (ROOT / ".ci" / "run").read_text()
+    m = re.search(r"NUMBA_SPEC='numba==([0-9.]+)'", ci)
+    assert m, "CI runs no job at the oldest supported Numba"
+    assert numba_patches.is_supported(m[1]) and m[1].startswith(low + ".")
+    assert m[1] in numba_patches._CHECKED

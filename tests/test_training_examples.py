@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -83,12 +84,20 @@ def test_load_mnist_directory(tmp_path):
 
 def test_autograd_mlp_smoke(tmp_path):
     out = run_script("autograd_mlp.py", tmp_path)
-    acc = float(out.split("final test accuracy:")[1])
+    acc = float(re.search(r"^final test accuracy: ([\d.]+)$", out, re.M).group(1))
     assert acc > 0.5, out
+    # eager: nothing compiled; plain progress (not a terminal) with the throughput
+    assert "\r" not in out and "nothing compiled: every call ran eagerly" in out
+    assert re.search(r"^training \(eager\): 12 steps in [\d.]+ s; [\d,.]+ examples/s$", out, re.M)
 
 
 def test_custom_op_smoke(tmp_path):
-    assert "custom ops ok" in run_script("custom_op.py", tmp_path)
+    out = run_script("custom_op.py", tmp_path)
+    assert "custom ops ok" in out
+    # the compile announced before the first call and timed after it; the total time at the end
+    assert re.search(r"^compiling jit\(grad\(.*\.\.\.\n  compiled in \d+\.\d\d s$", out, re.M), out
+    assert re.search(r"^compiled 1 program \(0 from the disk cache\) in ", out, re.M), out
+    assert re.search(r"^total time \d+\.\d+ s$", out, re.M), out
 
 
 def test_cnn_and_transformer_models_eagerly():

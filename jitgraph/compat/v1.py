@@ -1,11 +1,13 @@
 """TensorFlow 1's static-graph API on jitgraph: ``import jitgraph.compat.v1 as tf``.
 
-    x = tf.placeholder(tf.float32, shape=(None, 3), name="x")
-    W = tf.Variable(tf.random_normal((3, 2)), name="W")
-    h = tf.nn.relu(tf.matmul(x, W))
-    with tf.Session() as sess:
-        sess.run(tf.global_variables_initializer())
-        sess.run(h, feed_dict={x: data})
+```python
+x = tf.placeholder(tf.float32, shape=(None, 3), name="x")
+W = tf.Variable(tf.random_normal((3, 2)), name="W")
+h = tf.nn.relu(tf.matmul(x, W))
+with tf.Session() as sess:
+    sess.run(tf.global_variables_initializer())
+    sess.run(h, feed_dict={x: data})
+```
 
 Building the graph computes nothing; ``Session.run`` compiles the part of the graph the fetches
 need (one ``jit`` program per set of fetches, cached per fed shape) and keeps the variables'
@@ -112,15 +114,17 @@ def group(*ops, name=None) -> Special:
 
 # ------------------------------------------------------------------ user-defined operations
 class Operation(Tensor):
-    """A user-defined op, as in the lecture's graph framework::
+    """A user-defined op, as in the lecture's graph framework:
 
-        class AddOperation(tf.Operation):
-            def __init__(self, x, y):
-                super().__init__([x, y])
-            def forward(self, x, y):
-                return x + y
-            def backward(self, upstream_grad):
-                return upstream_grad, upstream_grad
+    ```python
+    class AddOperation(tf.Operation):
+        def __init__(self, x, y):
+            super().__init__([x, y])
+        def forward(self, x, y):
+            return x + y
+        def backward(self, upstream_grad):
+            return upstream_grad, upstream_grad
+    ```
 
     ``forward`` gets the input values; ``backward`` gets the gradient of the output and
     returns one gradient per input (the inputs' values are in ``self.input_values``). Both are

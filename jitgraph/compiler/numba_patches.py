@@ -41,9 +41,12 @@ __all__ = ["PRIVATE", "SUPPORTED", "Private", "fast_paths_enabled", "installed_v
 
 #: The Numba releases the names below were checked on: ``>= SUPPORTED[0]`` and
 #: ``< SUPPORTED[1]`` (``pyproject.toml`` pins the same range, and llvmlite's matching one).
-SUPPORTED: tuple[str, str] = ("0.68", "0.69")
+SUPPORTED: tuple[str, str] = ("0.64", "0.69")
 
-_CHECKED = ("0.68.1",)     # with llvmlite 0.50.0
+# the oldest with llvmlite 0.46.0 (CI's wheel check installs it), the newest with llvmlite 0.50.0
+# (0.63 differs in its cache files' layout, 0.62 crashes on a damaged native bundle, 0.61's
+# llvmlite has typed pointers)
+_CHECKED = ("0.64.0", "0.68.1")
 
 
 class Private(NamedTuple):

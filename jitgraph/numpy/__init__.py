@@ -1,19 +1,15 @@
 """NumPy-named functions that work on arrays (eagerly) and on traced values (recording nodes).
 
-``import jitgraph.numpy as jnp``. Dtype promotion follows NumPy 2 with weak Python scalars
-(``float32_array * 2.0`` stays float32). Everything here is a composition of primitives from
-``jitgraph.ops``; nothing else knows how to compute.
-
-One module per family: ``math`` (elementwise), ``manipulation`` (shapes), ``reductions``
-(also cumulative and NaN-ignoring), ``indexing`` (also diagonals/triangles), ``products``
-(matmul, dot, einsum, convolve), ``creation``, ``sorting``, ``statistics``, ``index_update``
-(``x.at[...]``) and ``linalg`` (``jnp.linalg``); ``lax_ops`` and ``windows`` hold
-``jax.lax``'s array operations and convolutions (``jitgraph.lax`` re-exports them);
-``methods`` installs the ndarray-like operators on traced values. Every public function
-raises errors that name the function and the user's source line (``_base._located``), and
-returns its eager results as ``jitgraph.arrays.Array`` (NumPy arrays that also answer JAX's
-array methods).
+``import jitgraph.numpy as jnp``, then use it as NumPy: ``jnp.sum(jnp.tanh(x @ w))``. The same
+call computes an array when given arrays, and records a graph node when given traced values
+(inside ``jit``, ``grad``, ``vmap``, ...), so one function serves both. Dtype promotion follows
+NumPy 2 with weak Python scalars (``float32_array * 2.0`` stays float32). Eager results are
+``Array``: NumPy arrays that also answer JAX's array methods (``x.at[i].set(v)``,
+``x.block_until_ready()``). An error names the function and the line of your code that called
+it. ``jnp.linalg`` has the linear algebra; ``jax.lax``'s array operations are in
+``jitgraph.lax``.
 """
+# How the package is organised (a module per family of functions) is in docs/contributing.md.
 from __future__ import annotations
 
 from ._base import *  # noqa: F401,F403

@@ -13,6 +13,7 @@ from .. import dtypes
 from ..arrays import Array as _Result, as_array as _as_array
 from ..core import Tracer, aval_of, bind
 from ..errors import ConcretizationError, ShapeError
+from ..traceback_filter import filtered as _filtered
 
 # dtypes, re-exported under NumPy's names
 bool_ = dtypes.bool_
@@ -107,17 +108,48 @@ def _plain_operands(xs) -> bool:
     return True
 
 
-def asarray(x, dtype=None):
-    """An array (NumPy) or the traced value itself, optionally cast."""
+def _check_device(device, fn: str) -> None:
+    """``device=`` of the creation functions (the Array API's keyword): arrays made here live
+    on the host; a CUDA device is ``jitgraph.device_put``'s business."""
+    if device is None or device == "cpu" or getattr(device, "platform", None) == "cpu":
+        return
+    raise ValueError(f"jnp.{fn}: device={device!r}: jitgraph.numpy makes host arrays; "
+                     "use device='cpu' (or none), and jitgraph.device_put(x, 'cuda') for a GPU")
+
+
+def asarray(x, dtype=None, *, copy=None, device=None):
+    """An array (NumPy) or the traced value itself, optionally cast.
+
+    ``copy``, as the Array API's and NumPy 2's ``asarray``: ``None`` (default) copies only
+    where casting needs it, ``True`` always gives a new buffer, ``False`` never copies (a
+    ``ValueError`` where it would have to)."""
+    _check_device(device, "asarray")
+    src = x
     x = _operand(x)
     if dtype is not None:
-        return _cast(x, dtypes.canonical(dtype))
+        x = _cast(x, dtypes.canonical(dtype))
     if isinstance(x, Tracer):
         return x
-    return np.asarray(x, dtype=aval_of(x).dtype)
+    out = np.asarray(x, dtype=aval_of(x).dtype)
+    if copy is None:
+        return out
+    shared = isinstance(src, np.ndarray) and np.may_share_memory(out, src)
+    if copy:
+        return out.copy() if shared or out is src else out
+    if not shared:
+        raise ValueError("jnp.asarray: copy=False, but the array cannot be made without a copy "
+                         f"(from {type(src).__name__}"
+                         f"{'' if dtype is None else f' to {np.dtype(dtypes.canonical(dtype))}'})"
+                         "; use copy=None to copy where needed")
+    return out
 
 
-array = asarray
+def array(x, dtype=None, copy=True, *, device=None):
+    """A new array holding ``x`` (a copy, as ``numpy.array`` and ``jax.numpy.array`` make):
+    writing into the caller's NumPy array, or donating the result, leaves the other alone.
+    ``copy=False`` or ``None``: as ``asarray``."""
+    _check_device(device, "array")
+    return asarray(x, dtype, copy=True if copy else None if copy is None else False)
 
 
 def astype(x, dtype):
@@ -209,7 +241,7 @@ def _located(fn, name: str, prefix: str = "jnp."):
             r = fn(*args, **kwargs)
         except (ShapeError, IndexError, TypeError, ValueError) as err:
             if isinstance(err, ConcretizationError) or getattr(err, "_jg_located", False):
-                raise
+                raise _filtered(err)
             msg = str(err)
             loc = _here()
             if loc not in msg:      # (bind's errors already name the primitive and the line)
@@ -221,7 +253,9 @@ def _located(fn, name: str, prefix: str = "jnp."):
                 err._jg_located = True
             except AttributeError:  # pragma: no cover  (exceptions without a __dict__)
                 pass
-            raise
+            raise _filtered(err)
+        except Exception as err:
+            raise _filtered(err)
         # eager results answer JAX's array API (``.at``, ``block_until_ready``)
         t = r.__class__
         if t is _ndarray:

@@ -88,14 +88,42 @@ def batch_matmul(lhs, rhs, precision=None):
 
 
 # ------------------------------------------------------------------ elementwise
-add, sub, mul = _m.add, _m.subtract, _m.multiply
-max, min = _m.maximum, _m.minimum
-eq, ne, lt, le, gt, ge = (_m.equal, _m.not_equal, _m.less, _m.less_equal, _m.greater,
-                          _m.greater_equal)
+_SCALARS = (bool, int, float, complex)
+
+
+def _check_same_dtypes(name: str, operands: Sequence[Any], jnp_name: str) -> None:
+    """lax's operations take operands of one dtype, as JAX's do (jnp's promote): Python
+    scalars are weakly typed and take the arrays' dtype."""
+    kinds = [aval_of(_operand(x)).dtype for x in operands if not isinstance(x, _SCALARS)]
+    if len(set(kinds)) > 1:
+        raise TypeError(f"lax.{name}: requires arguments to have the same dtypes, got "
+                        f"{', '.join(str(d) for d in kinds)}. (Tip: jnp.{jnp_name} is a "
+                        "similar function that does automatic type promotion on inputs; "
+                        "or cast with lax.convert_element_type.)")
+
+
+def _same_dtypes(fn, name: str):
+    """``fn`` (a jnp function) as the lax operation ``name``: operands of one dtype."""
+    def op(*operands):
+        _check_same_dtypes(name, operands, fn.__name__)
+        return fn(*operands)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"``lax.{name}``: ``jnp.{fn.__name__}`` of operands of one dtype "
+                  f"(a TypeError otherwise, as in JAX; ``jnp.{fn.__name__}`` promotes).")
+    return op
+
+
+add, sub, mul = _same_dtypes(_m.add, "add"), _same_dtypes(_m.subtract, "sub"), \
+    _same_dtypes(_m.multiply, "mul")
+max, min = _same_dtypes(_m.maximum, "max"), _same_dtypes(_m.minimum, "min")
+eq, ne, lt, le, gt, ge = (_same_dtypes(f, n) for f, n in (
+    (_m.equal, "eq"), (_m.not_equal, "ne"), (_m.less, "lt"), (_m.less_equal, "le"),
+    (_m.greater, "gt"), (_m.greater_equal, "ge")))
 neg, abs, sign, floor, ceil = _m.negative, _m.abs, _m.sign, _m.floor, _m.ceil
 exp, exp2, log, log1p, expm1 = _m.exp, _m.exp2, _m.log, _m.log1p, _m.expm1
 sin, cos, tan, tanh = _m.sin, _m.cos, _m.tan, _m.tanh
-asin, acos, atan, atan2 = _m.arcsin, _m.arccos, _m.arctan, _m.arctan2
+asin, acos, atan = _m.arcsin, _m.arccos, _m.arctan
+atan2 = _same_dtypes(_m.arctan2, "atan2")
 sinh, cosh, asinh, acosh, atanh = _m.sinh, _m.cosh, _m.arcsinh, _m.arccosh, _m.arctanh
 sqrt, cbrt, square, reciprocal = _m.sqrt, _m.cbrt, _m.square, _m.reciprocal
 pow = _m.power
@@ -136,6 +164,7 @@ def round(x, rounding_method=0):
 
 def div(x, y):
     """``lax.div``: true division for floats, rounding toward zero for integers."""
+    _check_same_dtypes("div", (x, y), "divide")
     x, y = _promote(_operand(x), _operand(y))
     if dtypes.is_float(aval_of(x).dtype):
         return _m.true_divide(x, y)
@@ -148,6 +177,7 @@ def div(x, y):
 def rem(x, y):
     """``lax.rem``: the remainder of division rounding toward zero (sign of ``x``, as C's
     fmod), not NumPy's ``mod`` (sign of ``y``)."""
+    _check_same_dtypes("rem", (x, y), "fmod")
     x, y = _promote(_operand(x), _operand(y))
     m = _m.mod(x, y)
     flip_ = _m.logical_and(_m.not_equal(m, 0), _m.not_equal(_m.less(x, 0), _m.less(y, 0)))
@@ -180,6 +210,7 @@ def select(pred, on_true, on_false):
 
 def clamp(min, x, max):  # noqa: A002  (lax's argument names)
     """``lax.clamp(min, x, max)``."""
+    _check_same_dtypes("clamp", (min, x, max), "clip")
     return _m.minimum(_m.maximum(x, min), max)
 
 

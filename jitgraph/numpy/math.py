@@ -44,7 +44,21 @@ abs = _unary("abs", float_only=False)
 absolute = abs
 sign = _unary("sign", float_only=False)
 stop_gradient = _unary("stop_gradient", float_only=False,
-                       doc="Identity whose gradient is zero.")
+                       doc="""The identity, with a zero derivative, as ``jax.lax.stop_gradient``:
+    ``x``'s value, treated as a constant by ``grad``, ``jvp`` and the other derivatives.
+
+    Example:
+
+    ```pycon
+    >>> import jitgraph
+    >>> jitgraph.grad(lambda x: x * jitgraph.stop_gradient(x))(3.0)
+    array(3.)
+
+    ```
+
+    :param x: an array (or a Python number, or a traced value).
+    :returns: ``x``'s value.
+    """)
 
 
 def _binary(pname: str, float_only: bool = False, doc: str = ""):
@@ -216,7 +230,7 @@ def logaddexp(x, y):
 
 
 def logaddexp2(x, y):
-    """log2(2**x + 2**y)."""
+    """``log2(2**x + 2**y)``."""
     x, y = _promote(x, y, float_only=True)
     return true_divide(logaddexp(multiply(x, _LN2), multiply(y, _LN2)), _LN2)
 
