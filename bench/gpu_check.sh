@@ -8,7 +8,8 @@
 #
 #   bash bench/gpu_check.sh [--quick] [--sim] [--tf32] [OUT.md]   # default OUT: bench/gpu_results.md
 #
-#   --quick  fewer repeats and shorter step timeouts: under 4 minutes in all (default: under 7.5)
+#   --quick  fewer repeats, four workloads, shorter step timeouts: under 5 minutes in all
+#            (default: under 7.5)
 #   --sim    no GPU: the same steps under Numba's CUDA simulator at tiny sizes (checks this
 #            script; no driver check)
 #   --tf32   PyTorch and JAX may use TF32 matmuls (default: strict float32 on both sides)
@@ -29,7 +30,7 @@ for arg in "$@"; do
         --sim) SIM=1 ;;
         --quick) QUICK=1 ;;
         --tf32) TF32=1 ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         -*) echo "gpu_check.sh: unknown option $arg (use --quick, --sim, --tf32, OUT.md)" >&2
             exit 2 ;;
         *) case "$arg" in /*) OUT="$arg" ;; *) OUT="$PWD/$arg" ;; esac ;;
@@ -42,7 +43,9 @@ START=$(date +%s)
 # the scripts stop by themselves (--budget) a few seconds before their step's timeout
 KILL=5
 if [ "$QUICK" = 1 ]; then
-    T_INSTALL=0; T_SMI=5; T_PRE=15; T_TESTS=60; T_BENCH=110; T_PROFILE=40; LIMIT=240
+    # the benchmarks get 160 s: gpu_bench.py --quick runs four workloads of about 40 s each,
+    # enough for torch.compile's cold compile
+    T_INSTALL=0; T_SMI=5; T_PRE=15; T_TESTS=60; T_BENCH=160; T_PROFILE=40; LIMIT=290
 else
     T_INSTALL=15; T_SMI=5; T_PRE=20; T_TESTS=125; T_BENCH=210; T_PROFILE=75; LIMIT=450
 fi

@@ -59,7 +59,8 @@ class NoCublas:
     def setStream(self, *a):
         pass
 
-    setWorkspace = setPointerMode = sgemmStridedBatched = dgemmStridedBatched = setStream
+    setWorkspace = setPointerMode = setMathMode = sgemmStridedBatched = dgemmStridedBatched = \
+        setStream
 
 
 def stub_launches(driver) -> None:

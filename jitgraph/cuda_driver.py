@@ -139,6 +139,16 @@ def _check(result, what: str):
     return rest[0] if len(rest) == 1 else rest
 
 
+def _destroy_partial_capture(cu, stream: int) -> None:
+    """End a capture that failed part way and destroy the graph it had recorded (an ended
+    capture returns one even when invalidated), so the stream is usable again and nothing
+    leaks."""
+    with contextlib.suppress(Exception):
+        err, graph = cu.cuStreamEndCapture(stream)
+        if graph is not None:
+            cu.cuGraphDestroy(graph)
+
+
 class Driver:
     """The one object jitgraph's CUDA path does device work through (see the module
     docstring). ``stream`` is jitgraph's own stream unless ``using(stream)`` gave another."""
@@ -337,16 +347,24 @@ class Driver:
             return rec
         from cuda.bindings import driver as cu
         h = int(self.stream)
-        _check(cu.cuStreamBeginCapture(
-            h, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
+        # Numba frees device memory lazily; a cuMemFree inside the capture would invalidate
+        # it, so deallocations wait until the capture has ended
+        with self.cuda.defer_cleanup():
+            _check(cu.cuStreamBeginCapture(
+                h, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                "cuStreamBeginCapture")
+            try:
+                step()
+            except BaseException:
+                _destroy_partial_capture(cu, h)
+                raise
+            graph = _check(cu.cuStreamEndCapture(h), "cuStreamEndCapture")
         try:
-            step()
+            exe = _check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         except BaseException:
             with contextlib.suppress(Exception):
-                cu.cuStreamEndCapture(h)
+                cu.cuGraphDestroy(graph)
             raise
-        graph = _check(cu.cuStreamEndCapture(h), "cuStreamEndCapture")
-        exe = _check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         self.counts.captures += 1
         return CudaGraph(cu, graph, exe)
 

@@ -199,6 +199,8 @@ class Blas:
             self.ops = {"N": lib.CUBLAS_OP_N, "T": lib.CUBLAS_OP_T}
             self._create, self._set_stream, self._set_ws, self._set_pm = (
                 lib.create, lib.setStream, getattr(lib, "setWorkspace", None), lib.setPointerMode)
+            if self._set_ws is None:         # CuPy's raw binding has none: call the library
+                self._set_ws, self.no_workspace = workspace_setter_of_loaded_cublas()
             host = lib.CUBLAS_POINTER_MODE_HOST
             self._set_math = lib.setMathMode
             self._math_modes = {"float32": getattr(lib, "CUBLAS_DEFAULT_MATH", 0),
@@ -212,9 +214,18 @@ class Blas:
             self.workspace = driver.alloc(self.WORKSPACE_BYTES, np.dtype(np.uint8))
             self._set_ws(self.handle, _ptr(self.workspace), self.WORKSPACE_BYTES)
             self.capture_safe = True
+        else:
+            driver.warn_once(
+                "blas-graphs", f"jitgraph: CUDA graphs are off for programs with matrix "
+                f"products: cuBLAS ({name}'s binding) has no workspace jitgraph could set "
+                f"({self.no_workspace}), and a GEMM captured without one may allocate. Those "
+                "programs launch kernel by kernel; install nvmath-python "
+                "(pip install 'jitgraph[cuda]') for graphs with cuBLAS.")
         self._stream = None
         self._math = None             # the math mode set on the handle (config's precision)
         self._scalars: dict = {}
+
+    no_workspace = ""                 # why no workspace could be set, where none could
 
     def scalar(self, value: float, dt: np.dtype) -> np.ndarray:
         """A host scalar for cuBLAS, made once per value (read when the call is queued)."""
@@ -232,6 +243,11 @@ class Blas:
         if stream != self._stream:
             self._set_stream(self.handle, stream)
             self._stream = stream
+            if self.workspace is not None:
+                # cublasSetStream puts the handle back on cuBLAS's default workspace pool (as
+                # PyTorch does, set ours again after it): a GEMM captured into a CUDA graph
+                # must not allocate from that pool
+                self._set_ws(self.handle, _ptr(self.workspace), self.WORKSPACE_BYTES)
         precision = config.read("matmul_precision")   # float32 or TF32 tensor-core math
         if precision != self._math:
             self._set_math(self.handle, self._math_modes[precision])
@@ -241,19 +257,82 @@ class Blas:
                                pa, call.ldb, sa, be, pc, call.ldc, sc, batch)
 
 
-def load_blas(driver) -> tuple["Blas | None", str]:
-    """The driver's cuBLAS binding (made once per driver), or None and why not."""
-    if "blas" in driver.libraries:
+#: the bindings tried, in order: (name in ``Blas``, module, what a report calls it)
+BINDINGS = (("nvmath", "nvmath.bindings.cublas", "nvmath-python"),
+            ("cupy", "cupy_backends.cuda.libs.cublas", "CuPy"))
+
+
+def preload_cublas() -> str:
+    """Load ``libcublas`` from NVIDIA's wheel (``nvidia-cublas``) through ``cuda.pathfinder``
+    before a binding imports: CuPy's raw binding finds it by name on the loader's path, which a
+    pip-only environment does not have (its ``import`` then fails with ``libcublas.so.13``
+    missing). Returns what happened, for the report."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+    except ImportError:
+        return "cuda.pathfinder is not installed"
+    try:
+        loaded = load_nvidia_dynamic_lib("cublas")
+    except Exception as e:          # no cuBLAS wheel: the system's library may still load
+        return f"{type(e).__name__}: {e}"
+    return f"loaded {getattr(loaded, 'abs_path', None) or 'libcublas'}"
+
+
+def loaded_library(prefix: str, maps: str = "/proc/self/maps") -> str | None:
+    """The path of a shared library ``<prefix>.so*`` this process has loaded (Linux), or None:
+    the very file a binding loaded, so a handle it made is valid there."""
+    try:
+        with open(maps) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(maxsplit=5)        # address perms offset dev inode [path]
+        path = parts[5] if len(parts) == 6 else ""
+        if os.path.basename(path).startswith(prefix + ".so"):
+            return path
+    return None
+
+
+def workspace_setter_of_loaded_cublas():
+    """``(set_workspace(handle, ptr, nbytes), "")`` calling ``cublasSetWorkspace_v2`` of the
+    libcublas this process loaded, through ctypes, or ``(None, why not)``."""
+    import ctypes
+    path = loaded_library("libcublas")
+    if path is None:
+        return None, "no libcublas is loaded in this process"
+    try:
+        fn = ctypes.CDLL(path).cublasSetWorkspace_v2
+    except (OSError, AttributeError) as e:
+        return None, f"{path}: {e}"
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+
+    def set_workspace(handle: int, ptr: int, nbytes: int) -> None:
+        status = fn(handle, ptr, nbytes)
+        if status != 0:
+            raise RuntimeError(f"cublasSetWorkspace_v2 failed with status {status} ({path})")
+    return set_workspace, ""
+
+
+def load_blas(driver, mode: str | None = None) -> tuple["Blas | None", str]:
+    """The driver's cuBLAS binding (made once per driver), or None and why not. ``mode``
+    (default: ``JITGRAPH_CUDA_MATMUL``, ``auto``): ``fallback`` for the tiled kernel, or a
+    binding's name (``nvmath``, ``cupy``) to take only that one."""
+    if "blas" in driver.libraries and mode is None:
         return driver.libraries["blas"]
+    mode = mode or os.environ.get("JITGRAPH_CUDA_MATMUL", "auto")
     res: tuple = (None, "")
-    if os.environ.get("JITGRAPH_CUDA_MATMUL", "auto") == "fallback":
+    if mode == "fallback":
         res = (None, "JITGRAPH_CUDA_MATMUL=fallback")
     elif os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         res = (None, "the CUDA simulator has no cuBLAS")
     else:
+        preloaded = preload_cublas()
         errors = []
-        for name, module in (("nvmath", "nvmath.bindings.cublas"),
-                             ("cupy", "cupy_backends.cuda.libs.cublas")):
+        for name, module, _ in BINDINGS:
+            if mode not in ("auto", name):
+                continue
             try:
                 import importlib
                 res = (Blas(name, importlib.import_module(module), driver), "")
@@ -261,9 +340,27 @@ def load_blas(driver) -> tuple["Blas | None", str]:
             except Exception as e:      # not installed, or a binding that does not load
                 errors.append(f"{module}: {type(e).__name__}: {e}")
         else:
-            res = (None, "; ".join(errors))
+            res = (None, "; ".join(errors) + f" (libcublas preload: {preloaded})")
     driver.libraries["blas"] = res
     return res
+
+
+def select_matmul(driver, mode: str) -> tuple["Blas | None", str]:
+    """Switch the driver's products to ``mode`` (``auto``, ``fallback``, ``nvmath``, ``cupy``)
+    from now on: every prepared ``Product`` binds again on its next call (the binding is
+    cached per driver, so setting ``JITGRAPH_CUDA_MATMUL`` after the first product changes
+    nothing). A program already captured as a CUDA graph keeps what it captured."""
+    driver.libraries.pop("blas", None)
+    return load_blas(driver, mode)
+
+
+def binding_label(driver, why: bool = False) -> str:
+    """What products run on now: ``cuBLAS (nvmath-python)``, ``cuBLAS (CuPy)`` or ``tiled
+    kernel`` (with ``why``: and the reason no cuBLAS), as benchmark rows name it."""
+    blas, reason = load_blas(driver)
+    if blas is None:
+        return "tiled kernel" + (f" ({reason})" if why and reason else "")
+    return f"cuBLAS ({dict((n, label) for n, _, label in BINDINGS)[blas.name]})"
 
 
 def cublas_available(driver=None) -> bool:

@@ -5,9 +5,11 @@ hardware would run badly.
 
 Checks, per kernel (each distinct kernel is compiled once):
 
-* it compiles to PTX (libNVVM) and assembles (``ptxas -arch=sm_XY -v``; where libNVVM writes a
-  newer ``.version`` than this ptxas reads, the PTX is assembled as the version ptxas names:
-  generated kernels use no new PTX feature);
+* it compiles to PTX (libNVVM) and assembles (``ptxas -arch=sm_XY -v``), as libNVVM wrote it;
+* its PTX ``.version`` is one the oldest driver the ``cuda`` extra supports accepts
+  (``OLDEST_DRIVER``: CUDA 13.0, PTX ISA 9.0): a newer libNVVM (13.5 writes PTX 9.5) makes
+  kernels that such a driver loads only because nvJitLink links them first, which is
+  reported rather than hidden by rewriting the version;
 * no register spills: ptxas reports ``0 bytes spill stores, 0 bytes spill loads``;
 * single precision stays single precision: a kernel whose arrays and computed values (the
   graph values of its step, not weak Python scalars) are float32 beside integer and bool
@@ -112,6 +114,18 @@ _OPCODE = re.compile(r"^(?:@!?%\w+\s+)?([a-z][\w.]*)")
 _SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
 _VERSION = re.compile(r"Unsupported \.version \S+; current version is '([\d.]+)'")
+_PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.M)
+#: the oldest CUDA driver the ``cuda`` extra (the cu13 wheels) supports, and the newest PTX ISA
+#: version it compiles: a driver JIT-compiles PTX up to its own CUDA version's ISA
+OLDEST_DRIVER = (13, 0)
+PTX_ISA = {(12, 0): (8, 0), (12, 1): (8, 1), (12, 2): (8, 2), (12, 3): (8, 3), (12, 4): (8, 4),
+           (12, 5): (8, 5), (12, 6): (8, 5), (12, 8): (8, 7), (12, 9): (8, 8), (13, 0): (9, 0)}
+
+
+def ptx_version(ptx: str) -> tuple[int, int]:
+    """The ``.version`` directive of a PTX module."""
+    m = _PTX_VERSION.search(ptx)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def instructions(ptx: str) -> list[str]:
@@ -159,20 +173,17 @@ def ptxas(ptx: str, cc=(9, 0)) -> dict:
     arch = f"sm_{cc[0]}{cc[1]}"
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.ptx")
-        for _ in range(2):
-            with open(src, "w") as f:
-                f.write(ptx)
-            r = subprocess.run([ptxas_path(), f"-arch={arch}", "-v", src, "-o",
-                                os.path.join(d, "k.cubin")], capture_output=True, text=True)
-            text = r.stdout + r.stderr
-            # libNVVM newer than ptxas writes a newer ``.version`` than ptxas reads: generated
-            # kernels use no new PTX feature, so assemble them as the version ptxas has
-            m = _VERSION.search(text)
-            if r.returncode == 0 or m is None:
-                break
-            ptx = re.sub(r"^\.version \S+", f".version {m.group(1)}", ptx, count=1, flags=re.M)
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([ptxas_path(), f"-arch={arch}", "-v", src, "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True)
+        text = r.stdout + r.stderr
     if r.returncode != 0:
-        raise RuntimeError(f"ptxas -arch={arch} failed:\n{text}")
+        m = _VERSION.search(text)
+        why = (f"libNVVM wrote PTX {'.'.join(map(str, ptx_version(ptx)))}, newer than this "
+               f"ptxas reads ({m.group(1)}): use the ptxas of the same CUDA release as libNVVM "
+               "(pip install nvidia-cuda-nvcc of that version)\n") if m else ""
+        raise RuntimeError(f"ptxas -arch={arch} failed: {why}{text}")
     spills = [tuple(map(int, m)) for m in _SPILLS.findall(text)]
     regs = [int(m) for m in _REGS.findall(text)]
     return {"registers": max(regs, default=0), "stack": sum(s[0] for s in spills),
@@ -193,7 +204,7 @@ def analyse(name: str, ptx: str, dtypes, cc, fastmath: bool, values=()) -> dict:
     f64 = float64_instructions(ptx)
     ops = {_OPCODE.match(s).group(1) for s in instructions(ptx)}
     return {"kernel": name, "dtypes": [np.dtype(d).name for d in dtypes], "fastmath": fastmath,
-            **ptxas(ptx, cc), "values": sorted({np.dtype(d).name for d in values}),
+            **ptxas(ptx, cc), "ptx_version": list(ptx_version(ptx)), "values": sorted({np.dtype(d).name for d in values}),
             "single_precision": _single_precision(list(dtypes) + list(values)),
             "f64_count": len(f64), "f64_sample": f64[:6],
             "tanh_approx": "tanh.approx.f32" in ops,
@@ -266,6 +277,27 @@ def _normalise(src: str) -> str:
     return re.sub(r"_[0-9a-f]{12}\b", "_H", src)
 
 
+class _TargetWithoutDriver:
+    """The CUDA target as the pipeline uses it, minus the check that a driver is there (this
+    check runs without a GPU): the same context and code generator, warp shuffles on, as on
+    a real GPU."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __getattr__(self, name):
+        return getattr(self.target, name)
+
+    def context(self, options):
+        from jitgraph.compiler.backends.cuda import CudaContext
+        return CudaContext()
+
+    def codegen(self, plan, ctx, options):
+        from jitgraph.compiler.backends.cuda import CudaCodegen
+        return CudaCodegen(plan, ctx, shuffle=True, fastmath=options.fastmath,
+                           profile=options.profile)
+
+
 def program_kernels(fn, args, cc=(9, 0), fastmath=False, **patch) -> list[dict]:
     """Generate the CUDA module of ``jit(fn, fastmath=...)(*args)``, compile each kernel to
     PTX and assemble it; returns one record per kernel (raises on the first failure). A kernel
@@ -273,23 +305,22 @@ def program_kernels(fn, args, cc=(9, 0), fastmath=False, **patch) -> list[dict]:
     from numba import cuda, from_dtype, types
 
     import jitgraph
+    from jitgraph.compiler import pipeline
     from jitgraph.compiler.backends import cuda as codegen_cuda
-    from jitgraph.compiler.backends.base import emit_program
-    from jitgraph.compiler.backends.cuda import CudaCodegen, CudaContext
+    from jitgraph.compiler.backends.base import CompileOptions
     from jitgraph.compiler.backends.cuda_program import cache_key
-    from jitgraph.compiler.fusion import make_plan
-    from jitgraph.compiler.lower import inline_calls
     from jitgraph.compiler.settings import disk_cache, fingerprint
 
     old = {k: getattr(codegen_cuda, k) for k in patch}
     for k, v in patch.items():
         setattr(codegen_cuda, k, v)
     try:
-        graph = inline_calls(jitgraph.make_graph(fn)(*args))
-        ctx = CudaContext()
-        plan = make_plan(graph, ctx)
-        gen = CudaCodegen(plan, ctx, shuffle=True, fastmath=fastmath)
-        module_text = emit_program(gen, plan, set())[0]
+        # the program jit(fn, device="cuda") compiles: the pipeline's own lowering (custom
+        # calls inlined, the fused rewrites applied), fusion and code generation
+        graph = jitgraph.make_graph(fn)(*args)
+        gen = pipeline.generate_graph(graph, _TargetWithoutDriver(pipeline.target_of("cuda")),
+                                      CompileOptions(fastmath=fastmath, name="ptx_check"))
+        plan, module_text = gen.plan, gen.module
         source, info = module_text.source, module_text.info
     finally:
         for k, v in old.items():
@@ -559,6 +590,13 @@ def _differentiable(case) -> bool:
 def problems(rec: dict) -> list[str]:
     """What is wrong with one kernel record (empty: clean)."""
     out = []
+    oldest = PTX_ISA[OLDEST_DRIVER]
+    version = tuple(rec.get("ptx_version", (0, 0)))
+    if version > oldest:
+        out.append(f"PTX {version[0]}.{version[1]} is newer than a CUDA "
+                   f"{OLDEST_DRIVER[0]}.{OLDEST_DRIVER[1]} driver compiles "
+                   f"({oldest[0]}.{oldest[1]}): the kernel loads there only because nvJitLink "
+                   "links it first; use a libNVVM no newer than the oldest driver supported")
     if rec["spill_stores"] or rec["spill_loads"]:
         out.append(f"spills ({rec['spill_stores']} bytes stores, {rec['spill_loads']} bytes "
                    f"loads, {rec['registers']} registers)")

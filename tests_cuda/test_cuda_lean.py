@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import shutil
+import subprocess
 import warnings
 
 import numpy as np
@@ -39,6 +42,13 @@ def _on_device(tree):
 
 
 # ---------------------------------------------------------------- cuBLAS, faked
+def _require_simulator() -> None:
+    """The fakes below compute on device pointers from the host: on the simulator device
+    memory is host memory; on a real GPU (JITGRAPH_CUDA_REAL=1) reading it would segfault."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("reads device memory from the host (a NumPy fake of cuBLAS): simulator only")
+
+
 def _view(ptr: int, n: int, dtype) -> np.ndarray:
     raw = (ctypes.c_char * (n * np.dtype(dtype).itemsize)).from_address(ptr)
     return np.frombuffer(raw, dtype=dtype)
@@ -46,12 +56,17 @@ def _view(ptr: int, n: int, dtype) -> np.ndarray:
 
 class FakeCupyCublas:
     """CuPy's raw cuBLAS names, evaluated with NumPy on host pointers (the simulator's device
-    memory is host memory). Records what it was handed."""
+    memory is host memory). Records what it was handed. As the real cuBLAS, ``setStream``
+    puts the handle back on the default workspace pool: a GEMM run without the workspace
+    jitgraph set is counted (``pool_gemms``), as one captured into a CUDA graph could
+    allocate."""
     CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_POINTER_MODE_HOST = 0, 1, 0
     CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH = 0, 3
 
     def __init__(self):
+        _require_simulator()
         self.streams, self.workspace, self.calls, self.math_modes = [], None, 0, []
+        self.pool_gemms = 0
 
     def setMathMode(self, handle, mode):
         self.math_modes.append(mode)
@@ -61,6 +76,7 @@ class FakeCupyCublas:
 
     def setStream(self, handle, stream):
         self.streams.append(stream)
+        self.workspace = None                  # cublasSetStream: back to the default pool
 
     def setWorkspace(self, handle, ptr, nbytes):
         self.workspace = (ptr, nbytes)
@@ -71,6 +87,7 @@ class FakeCupyCublas:
     def _gemm(self, dtype, handle, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C,
               ldc, sc, batch):
         self.calls += 1
+        self.pool_gemms += self.workspace is None
         t = {0: "N", 1: "T"}
         size = np.dtype(dtype).itemsize
         big = 1 << 12
@@ -166,7 +183,7 @@ def runs():
             out[mode] = dict(counts=c, program=prog, losses=losses, want=want,
                              params=jitgraph.device_get(p), cpu_params=pc,
                              library_calls=lib.calls - calls, streams=lib.streams,
-                             workspace=lib.workspace)
+                             workspace=lib.workspace, pool_gemms=lib.pool_gemms)
     return out
 
 
@@ -196,6 +213,7 @@ def test_graph_replay_is_one_launch_per_step(runs):
     assert r["library_calls"] == 2 * 5            # the replays ran the five products each
     assert set(r["streams"]) == {driver().stream_handle}       # cuBLAS on the driver's stream
     assert r["workspace"][1] == cuda_matmul.Blas.WORKSPACE_BYTES   # preallocated: capturable
+    assert r["pool_gemms"] == 0                   # no GEMM (captured ones included) on the pool
 
 
 @pytest.mark.parametrize("mode", ["direct", "graph"])
@@ -262,6 +280,121 @@ def test_batched_product_with_epilogue_is_one_cublas_call(fake_blas):
     np.testing.assert_allclose(out, 0.5 * a.transpose(0, 2, 1) @ b - c, rtol=1e-12)
     assert fake_blas.calls == 1 and fake_blas.streams == [driver().stream_handle]
     assert fake_blas.workspace[1] == cuda_matmul.Blas.WORKSPACE_BYTES
+    assert fake_blas.pool_gemms == 0
+
+
+def test_the_workspace_is_set_again_after_every_stream_change(fake_blas):
+    """cublasSetStream resets the handle's workspace to cuBLAS's pool: jitgraph sets its own
+    again after each one, so no GEMM (captured or not) runs on the pool."""
+    blas = driver().libraries["blas"][0]
+    call = cuda_matmul.BlasCall("N", "N", 1, 1, 1, 1, 1, 1)
+    for stream in (11, 12, 12, 11):                # (the simulator's streams are all 0)
+        blas.gemm(stream, "float32", call, 0, 0, 0, 0, 0, 0, 0, 0, 0)   # batch 0: no data
+    assert fake_blas.streams == [11, 12, 11]       # set only when it changes
+    assert fake_blas.calls == 4 and fake_blas.pool_gemms == 0
+    assert fake_blas.workspace == (cuda_matmul._ptr(blas.workspace), blas.WORKSPACE_BYTES)
+
+
+class FakeCupyWithoutWorkspace(FakeCupyCublas):
+    """CuPy's raw binding as it is: no ``setWorkspace``."""
+
+    def __getattribute__(self, name):
+        if name == "setWorkspace":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+_FAKE_LIBCUBLAS = r"""
+#include <stddef.h>
+static void *last_handle, *last_ptr; static size_t last_bytes; static int calls;
+int cublasSetWorkspace_v2(void *handle, void *ptr, size_t bytes) {
+    last_handle = handle; last_ptr = ptr; last_bytes = bytes; calls++; return 0;
+}
+int fake_calls(void) { return calls; }
+size_t fake_bytes(void) { return last_bytes; }
+void *fake_handle(void) { return last_handle; }
+"""
+
+
+def test_cupy_without_set_workspace_sets_it_through_the_loaded_library(tmp_path, monkeypatch):
+    """CuPy's binding has no setWorkspace: jitgraph calls cublasSetWorkspace_v2 of the libcublas
+    the process loaded (here a stand-in built for the test), so graphs stay on."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the stand-in libcublas")
+    src, lib = tmp_path / "fake_cublas.c", tmp_path / "libcublas.so.13"
+    src.write_text(_FAKE_LIBCUBLAS)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    monkeypatch.setattr(cuda_matmul, "loaded_library",
+                        lambda prefix: str(lib) if prefix == "libcublas" else None)
+    fake = FakeCupyWithoutWorkspace()
+    d = driver()
+    blas = cuda_matmul.Blas("cupy", fake, d)
+    c = ctypes.CDLL(str(lib))
+    c.fake_bytes.restype = ctypes.c_size_t
+    c.fake_handle.restype = ctypes.c_void_p
+    assert blas.capture_safe and c.fake_calls() == 1
+    assert (c.fake_handle(), c.fake_bytes()) == (7, cuda_matmul.Blas.WORKSPACE_BYTES)
+    with _blas_entry(blas):
+        f = jitgraph.jit(lambda a, b: a @ b, device="cuda")
+        a, b = np.ones((2, 3), F32), np.ones((3, 2), F32)
+        np.testing.assert_allclose(np.asarray(f(a, b)), a @ b)
+    assert c.fake_calls() == 2                   # set again after the first setStream
+
+
+def test_cupy_without_any_workspace_warns_once_that_graphs_are_off(monkeypatch):
+    monkeypatch.setattr(cuda_matmul, "loaded_library", lambda prefix: None)
+    d = driver()
+    d._warned.discard("blas-graphs")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        blas = cuda_matmul.Blas("cupy", FakeCupyWithoutWorkspace(), d)
+        cuda_matmul.Blas("cupy", FakeCupyWithoutWorkspace(), d)
+    msgs = [str(m.message) for m in w if "CUDA graphs are off" in str(m.message)]
+    assert len(msgs) == 1 and "no libcublas is loaded" in msgs[0] and "nvmath" in msgs[0]
+    assert not blas.capture_safe
+    with _blas_entry(blas):
+        f = jitgraph.jit(lambda a, b: a @ b, device="cuda")     # cuda_graph=True (default)
+        a, b = _on_device(np.ones((2, 3), F32)), _on_device(np.ones((3, 2), F32))
+        before = d.counts.captures
+        for _ in range(WARMUP["graph"] + 2):
+            out = f(a, b)
+        np.testing.assert_allclose(np.asarray(out), np.full((2, 2), 3.0))
+        assert d.counts.captures == before           # launched directly, never captured
+
+
+@contextlib.contextmanager
+def _blas_entry(blas):
+    d = driver()
+    saved = d.libraries.pop("blas", None)
+    d.libraries["blas"] = (blas, "")
+    try:
+        yield
+    finally:
+        d.libraries.pop("blas")
+        if saved is not None:
+            d.libraries["blas"] = saved
+
+
+def test_select_matmul_switches_prepared_products(fake_blas):
+    """The binding is cached per driver: select_matmul (not the environment variable) moves
+    products already prepared to the tiled kernel and back, and binding_label says which."""
+    d = driver()
+    f = jitgraph.jit(lambda a, b: a @ b, device="cuda", cuda_graph=False)
+    a, b = np.ones((2, 3), F32), np.ones((3, 2), F32)
+    np.asarray(f(a, b))
+    label = {"FakeCupyCublas": "cuBLAS (CuPy)", "FakeNvmathCublas": "cuBLAS (nvmath-python)"}
+    assert fake_blas.calls == 1 and cuda_matmul.binding_label(d) == label[type(fake_blas).__name__]
+    entry = d.libraries["blas"]
+    try:
+        cuda_matmul.select_matmul(d, "fallback")
+        assert cuda_matmul.binding_label(d) == "tiled kernel"
+        assert cuda_matmul.binding_label(d, why=True) == "tiled kernel (JITGRAPH_CUDA_MATMUL=fallback)"
+        np.testing.assert_allclose(np.asarray(f(a, b)), a @ b)
+        assert fake_blas.calls == 1                      # the tiled kernel ran
+    finally:
+        d.libraries["blas"] = entry
+    np.asarray(f(a, b))
+    assert fake_blas.calls == 2                          # back on cuBLAS
 
 
 def test_missing_cublas_binding_warns_once_and_uses_the_tiled_kernel():
@@ -311,6 +444,14 @@ class _FakeCuda:
     def stream(self):
         return _FakeStream(100)
 
+    @contextlib.contextmanager
+    def defer_cleanup(self):
+        self.log.append(("defer_cleanup",))
+        try:
+            yield
+        finally:
+            self.log.append(("cleanup_resumed",))
+
     def event(self, timing=True):
         return self.Event()
 
@@ -326,10 +467,13 @@ class _FakeBindings:
 
     def __init__(self):
         self.log = []
+        self.fail = set()          # names that return an error (999)
 
     def __getattr__(self, name):
         def call(*args):
             self.log.append((name,) + args)
+            if name in self.fail:
+                return (999, None)
             return (0, f"{name}-result") if name in ("cuStreamEndCapture",
                                                        "cuGraphInstantiate") else (0,)
         return call
@@ -363,11 +507,14 @@ def test_foreign_inputs_are_ordered_by_an_event_on_their_stream(gpu_driver):
 
 
 def test_real_capture_brackets_the_step_and_replays_on_our_stream(gpu_driver):
-    d, _, cu = gpu_driver
+    d, fake, cu = gpu_driver
     assert d.capture_mode == "cuda"
     seen = []
-    g = d.capture(lambda: seen.append(cu.log[-1][0]))
-    assert seen == ["cuStreamBeginCapture"]          # the step ran inside the capture
+    g = d.capture(lambda: seen.append((cu.log[-1][0], fake.log[-1][0])))
+    # the step ran inside the capture, with Numba's deallocations deferred (a cuMemFree
+    # would invalidate the capture) until it ended
+    assert seen == [("cuStreamBeginCapture", "defer_cleanup")]
+    assert fake.log == [("defer_cleanup",), ("cleanup_resumed",)]
     assert [c[0] for c in cu.log] == ["cuStreamBeginCapture", "cuStreamEndCapture",
                                       "cuGraphInstantiate"]
     assert cu.log[0][1:] == (100, 2)                   # our stream, thread-local mode
@@ -377,9 +524,20 @@ def test_real_capture_brackets_the_step_and_replays_on_our_stream(gpu_driver):
 
     def broken():
         raise ValueError("a library refused the capture")
+    n = len(cu.log)
     with pytest.raises(ValueError):
         d.capture(broken)
-    assert cu.log[-1][0] == "cuStreamEndCapture"      # the capture is closed on failure
+    # the capture is closed on failure and the partial graph it returned destroyed
+    assert cu.log[n + 1:] == [("cuStreamEndCapture", 100),
+                              ("cuGraphDestroy", "cuStreamEndCapture-result")]
+    assert fake.log[-1] == ("cleanup_resumed",)
+    # a graph that does not instantiate is destroyed too, and the error names the call
+    cu.fail.add("cuGraphInstantiate")
+    n = len(cu.log)
+    with pytest.raises(RuntimeError, match="cuGraphInstantiate failed"):
+        d.capture(lambda: None)
+    assert cu.log[-1] == ("cuGraphDestroy", "cuStreamEndCapture-result")
+    assert d.counts.captures == 1
 
 
 def test_a_failed_capture_falls_back_to_direct_launches_with_one_warning(monkeypatch):
@@ -417,3 +575,38 @@ def test_memory_analysis_counts_the_split_reductions_partials():
     assert m.argument_size_in_bytes == cpu.argument_size_in_bytes == x.nbytes
     assert m.peak_memory_in_bytes == x.nbytes + 4 + m.temp_size_in_bytes
     assert cpu.peak_memory_in_bytes == x.nbytes + 4
+
+
+def test_libcublas_is_preloaded_before_a_binding_imports(monkeypatch):
+    """In a pip-only environment CuPy's binding finds libcublas.so.13 only once NVIDIA's wheel
+    has put it in the process: load_blas preloads it through cuda.pathfinder first."""
+    import importlib
+    order = []
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")        # (load_blas's check only)
+    monkeypatch.setattr(cuda_matmul, "preload_cublas", lambda: order.append("preload") or "ok")
+
+    def import_module(name):
+        order.append(name)
+        if name == "cupy_backends.cuda.libs.cublas" and "preload" in order:
+            return FakeCupyCublas.__new__(FakeCupyCublas)
+        raise ImportError(f"no {name}")
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    d = driver()
+    saved = d.libraries.pop("blas", None)
+    try:
+        monkeypatch.setattr(cuda_matmul, "Blas", lambda name, lib, drv: ("made", name))
+        blas, why = cuda_matmul.load_blas(d, "auto")
+        assert blas == ("made", "cupy") and why == ""
+        assert order == ["preload", "nvmath.bindings.cublas", "cupy_backends.cuda.libs.cublas"]
+        order.clear()
+        blas, why = cuda_matmul.load_blas(d, "nvmath")       # one binding only: its error
+        assert blas is None and "nvmath.bindings.cublas: ImportError" in why
+        assert "cupy" not in why and "libcublas preload: ok" in why
+    finally:
+        d.libraries.pop("blas", None)
+        if saved is not None:
+            d.libraries["blas"] = saved
+
+
+def test_the_real_preload_reports_instead_of_raising():
+    assert isinstance(cuda_matmul.preload_cublas(), str)     # here: no cuBLAS wheel, a reason

@@ -102,3 +102,21 @@ def test_fastmath_uses_approximate_tanh_and_exp(report):
     assert fast and all(k["fastmath"] for k in fast)
     assert any(k["tanh_approx"] for k in fast) and not any(k["precise_exp"] for k in fast)
     assert not any(k["tanh_approx"] for k in default) and any(k["precise_exp"] for k in default)
+
+
+def test_ptx_newer_than_the_oldest_supported_driver_is_a_problem():
+    """NVVM 13.5 writes PTX 9.5; a CUDA 13.0 driver compiles 9.0: reported, not rewritten."""
+    sys.path.insert(0, HERE)
+    try:
+        import ptx_check
+    finally:
+        sys.path.remove(HERE)
+    clean = {"spill_stores": 0, "spill_loads": 0, "registers": 32, "single_precision": False,
+             "f64_count": 0, "dtypes": ["float32"]}
+    assert ptx_check.OLDEST_DRIVER == (13, 0) and ptx_check.PTX_ISA[(13, 0)] == (9, 0)
+    assert ptx_check.problems(dict(clean, ptx_version=[9, 0])) == []
+    (msg,) = ptx_check.problems(dict(clean, ptx_version=[9, 5]))
+    assert "PTX 9.5 is newer than a CUDA 13.0 driver compiles (9.0)" in msg and "nvJitLink" in msg
+    assert ptx_check.ptx_version(".version 9.5\n.target sm_90\n") == (9, 5)
+    # the check assembles what libNVVM wrote: no rewriting of the version
+    assert "re.sub" not in open(ptx_check.__file__).read().split("def ptxas(")[1].split("def ")[0]
