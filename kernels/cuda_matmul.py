@@ -214,7 +214,7 @@ class Blas:
             self.workspace = driver.alloc(self.WORKSPACE_BYTES, np.dtype(np.uint8))
             self._set_ws(self.handle, _ptr(self.workspace), self.WORKSPACE_BYTES)
             self.capture_safe = True
-        else:
+        elif driver is not None:
             driver.warn_once(
                 "blas-graphs", f"jitgraph: CUDA graphs are off for programs with matrix "
                 f"products: cuBLAS ({name}'s binding) has no workspace jitgraph could set "

@@ -84,9 +84,9 @@ def programs():
 
 PINS = {
     "cpu/mlp_step": "53486be1f55b6a6bdab1b39d2e83b9a378e9c5fc699978c0598cd6106750f1ed",
-    "cuda/mlp_step": "1ae3ef0f0fa28b7286afe3ac6432ccc99ce38f5ce15ced806e4bffef08b90241",
+    "cuda/mlp_step": "55def57d5f20478338ecb094c0f390406d3489be73e632261c7e142f29850528",
     "cpu/softmax_xent": "0623d67a27db1c7c88a86af21e6232980add84087fc4d2ab244eb015db58a548",
-    "cuda/softmax_xent": "347f4b077f119998c3c3bb93806b11f3e2649c7fe164aa87d8553224fbfc697c",
+    "cuda/softmax_xent": "917a5c19c8c7d689cf7c1a7880e2790e18202f88faf80a5bce1ae5f121e0bccc",
     "cpu/elementwise_grad": "d0b5b9240ef620a2a99f66e81e76785ebf7febb22d4a06560a4655e246c3df82",
     "cuda/elementwise_grad": "598704181df245fbc9085e11ba20521eefef8c15033656822bb2f39ee6784eb9",
     "cpu/column_sums": "291ccbc6beb42ba20487a23b5dbc2521c514762bd959d5156b4c950ab6099bf2",
@@ -94,7 +94,7 @@ PINS = {
     "cpu/cumulative": "38119432e20a669408749273fab429cce999ad403a05926e27b924546c55e41e",
     "cuda/cumulative": "9fc8bc768fb18c4750cf0691769a6d03b21e5cfba50276028d6ee29e7263de0c",
     "cpu/long_rows": "075c3bc7a3100513f41bae1de75dd0ac1069e15c9b7520dd1a99382693ccceb6",
-    "cuda/long_rows": "5c483fa5ab97bd5d28e7bf7514a31a916b6fcc4693b3d856bf32a5fb7702fa9a",
+    "cuda/long_rows": "f99a5530e0b62f741b7d6183c2c9d254f97c9a9c9fa8cd1bec89aab7041368c8",
     "cpu/sgd_vjp": "36d429da0cd5b58986bb3882f471ae5516d9ce18b28f998b17ee2f48c416d2ee",
     "cuda/sgd_vjp": "4d84e94aa5019f8416d6248aa0787209a6b531cf81567308bbe9d1814a3a02e5"
 }

@@ -98,6 +98,40 @@ def test_elementwise_2_26_fills_the_device_with_unrolled_loads():
     assert grid == (5,) and "range(4096 + cuda.grid(1), 5000" in src
 
 
+def _kernel_body(src: str, kind: str) -> str:
+    start = src.index(f"def k0_loop_{kind}")
+    return src[start:].split("\n\n\n")[0]
+
+
+def _loads_before_accumulations(body: str) -> None:
+    """Inside the unrolled loop: four copies, every load of the input before the first
+    accumulation, the copies accumulated in element order (rl_u0 first)."""
+    loop = body[body.index("for rb in range("):body.index("for rl in range(")]
+    lines = loop.splitlines()
+    loads = [i for i, l in enumerate(lines) if "= in0[" in l]
+    accs = [i for i, l in enumerate(lines) if l.strip().startswith("acc") and "=" in l]
+    assert len(loads) == T.ELEMENTS_PER_THREAD and max(loads) < min(accs), loop
+    assert all(f"rl_u{j} = rb" in loop for j in range(T.ELEMENTS_PER_THREAD))
+    order = [l.split("_u")[-1][:1] for l in lines if l.strip().startswith("acc")]
+    assert order == sorted(order), order
+
+
+def test_split_reductions_and_rows_keep_four_loads_in_flight():
+    """The split reduction's first pass, a block-per-row and a warp-per-row kernel each take
+    ELEMENTS_PER_THREAD elements per iteration, loads first, then the plain loop for the
+    rest (the elementwise kernels' scheme)."""
+    src = generate(lambda x: jnp.sum(jnp.tanh(x) * 2.0), zeros(1 << 22))
+    body = _kernel_body(src, "part")
+    _loads_before_accumulations(body)
+    assert "main_end = lo + ((min(lo + " in body and "for rl in range(main_end + tid," in body
+    rows = _kernel_body(generate(lambda z: jnp.sum(z * z, axis=1), zeros(64, 5000)), "kernel")
+    _loads_before_accumulations(rows)
+    assert "main_end = (5000) // 1024 * 1024" in rows
+    warp = _kernel_body(generate(lambda z: jnp.max(z, axis=1), zeros(4096, 1000)), "kernel")
+    _loads_before_accumulations(warp)
+    assert "main_end = (1000) // 128 * 128" in warp and "for rl in range(main_end + lane, 1000, 32)" in warp
+
+
 def test_rows_warp_per_short_row_block_per_long_row():
     # (128, 10): a warp per row, one row per block (128 blocks: all the work there is)
     src = generate(lambda z: nn.softmax(z), zeros(128, 10))
@@ -259,3 +293,42 @@ def test_run_tiled_gemm_batched_on_grid_x():
                               1.0, 0.0, None, tile)
     np.testing.assert_allclose(out.copy_to_host().reshape(batch, m, n),
                                a @ b.transpose(0, 2, 1), rtol=1e-12)
+
+
+def test_unrolled_row_loops_compute_what_the_plain_loop_does():
+    """Rows of 1100 (a block per row: a 1024-element group, then a tail of 76) and of 200 (a
+    warp per row: groups of 128, then 72): sums, and the first index of a repeated maximum
+    (the unrolled copies accumulate in element order), against NumPy."""
+    r = np.random.default_rng(0)
+    for cols in (1100, 200):
+        z = r.standard_normal((2, cols)).astype(F32)
+        z[0, [5, 700 % cols, cols - 3]] = 9.0          # ties: the first one wins
+        z[1, [cols - 1, 1]] = 7.0
+        f = jitgraph.jit(lambda a: (jnp.sum(a * a, axis=1), jnp.argmax(a, axis=1)),
+                         device="cuda")
+        s, i = (np.asarray(v) for v in f(z))
+        np.testing.assert_allclose(s, (z.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+        np.testing.assert_array_equal(i, np.argmax(z, axis=1))
+
+
+def test_a_mean_of_gathered_rows_spreads_over_the_grid():
+    """Softmax cross-entropy's loss (8192, 32000): the mean of the label logits gathers one
+    element per row; its reduction is split over 32 blocks of 256 threads (not one block of
+    32 dependent loads per thread), and the class indices of the backward's one-hot are
+    computed, not loaded."""
+    def xent(z, labels):
+        return -jnp.mean(jnp.take_along_axis(nn.log_softmax(z, axis=-1), labels[:, None], 1))
+    src = generate(jitgraph.value_and_grad(xent), zeros(8192, 32000),
+                   np.zeros(8192, np.int64))
+    ls = {k.split("_")[0] + "_" + k.split("_")[2]: (g, b) for k, g, b in launches(src)}
+    assert ls["k1_part"] == ((32,), (256,)) and ls["k1_final"][0] == (1,)
+    assert "c1[" not in src and "c0[" not in src
+
+
+def test_split_mean_of_gathered_rows_matches_numpy():
+    r = np.random.default_rng(3)
+    z = r.standard_normal((2100, 5)).astype(F32)            # 2100 >= the gather split length
+    labels = r.integers(0, 5, 2100)
+    f = jitgraph.jit(lambda a, y: jnp.mean(jnp.take_along_axis(a, y[:, None], 1)), device="cuda")
+    np.testing.assert_allclose(float(np.asarray(f(z, labels))),
+                               z[np.arange(2100), labels].astype(np.float64).mean(), rtol=1e-5)

@@ -34,6 +34,20 @@ def literal(value, dtype) -> str:
     return f"np.{dtype.name}({float(v)!r})"
 
 
+def progression(c: np.ndarray) -> tuple[int, int] | None:
+    """``(start, step)`` when the integer constant ``c`` is ``start + step * i`` along its one
+    axis longer than 1 (an ``arange``, the class indices a one-hot comparison reads), else
+    None. Such a constant is computed from the index instead of loaded: no memory traffic,
+    and no array a kernel has to keep in cache."""
+    if c.dtype.kind not in "iu" or c.size < 2 or sum(d != 1 for d in c.shape) != 1:
+        return None
+    flat = c.reshape(-1).astype(np.int64)
+    start, step = int(flat[0]), int(flat[1] - flat[0])
+    if not np.array_equal(flat, start + step * np.arange(flat.size, dtype=np.int64)):
+        return None
+    return start, step
+
+
 def offset(idx: Sequence[str], shape: Sequence[int]) -> str:
     """Row-major linear offset of a multi-index into a flat array."""
     terms = []
@@ -104,6 +118,7 @@ class Emitter:
         self.memo: dict = {}
         self.ops: set = set()
         self._n = 0
+        self._progressions: dict = {}       # constant -> (start, step) or None
 
     def _new(self, expr: str) -> str:
         name = f"{self.prefix}{self._n}"
@@ -139,6 +154,17 @@ class Emitter:
             if self._is_aligned(v, idx):
                 return self.aligned_locals[v]
             raise CannotFuse(f"{v} read at {idx}, not at the outer index")
+        c = self.plan.graph.consts.get(v)
+        if c is not None:
+            prog = self._progressions.get(v, False)
+            if prog is False:
+                prog = self._progressions[v] = progression(c)
+            if prog is not None:          # computed from the index, not loaded
+                (i,) = [e for e, d in zip(idx, v.aval.shape) if d != 1]
+                start, step = prog
+                expr = i if step == 1 else f"{step} * {i}"
+                expr = expr if start == 0 else f"{start} + {expr}"
+                return self._new(self.ctx.cast(f"({expr})", v.aval.dtype))
         if v in self.plan.materialized or v in self.plan.graph.consts or v in self.plan.input_set:
             pos = self.plan.available_at(v)
             if pos >= self.step_pos and not (

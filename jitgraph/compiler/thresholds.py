@@ -49,6 +49,12 @@ SPLIT_MIN_INNER = 1 << 15  # a reduction row at least this long is split over ma
 SPLIT_MAX_OUTER = 64       # ...when there are this few rows (else one block per row suffices)
 SPLIT_CHUNK = 1 << 12      # smallest chunk (elements per block) of a split reduction; the SM
                            # count sizes the chunks above it
+# A row whose elements are gathered (each a load whose address is another load: the label's
+# logit of each example in a cross-entropy's mean) is bound by latency, not bandwidth: split
+# from this long, in chunks this short, so the dependent loads spread over the grid instead
+# of queueing in one block (a mean over 8192 rows: 32 blocks, not one of 32 loads per thread)
+GATHER_SPLIT_MIN_INNER = 1 << 11
+GATHER_SPLIT_CHUNK = 1 << 8
 COLUMN_MIN_OUTER = 32      # leading-axis reductions with at least this many outputs: columns
 COLUMN_ROWS = 8            # reduced-dim slices per column block (block = 32 x COLUMN_ROWS)
 COLUMN_PART_MIN = 64       # a column reduction split over blocks: reduced slices per part, at least

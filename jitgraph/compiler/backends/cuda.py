@@ -15,6 +15,11 @@ differs from the CPU:
   more blocks when the columns alone would leave SMs idle (partials, then a combining kernel);
 * reductions of a few huge rows (full sums): split in chunks over many blocks, partials to a
   scratch buffer, then a second small kernel per row combines them and runs the scalar stage;
+  rows of gathered elements (the label logits of a cross-entropy's mean) are split from a
+  shorter length, in shorter chunks (``GATHER_SPLIT_*``): their loads wait on loads;
+* every loop over a row's elements (split passes, block and warp rows) takes
+  ``ELEMENTS_PER_THREAD`` elements per iteration, loads first, as the elementwise kernels do
+  (``_row_loop``), so a thread keeps that many loads in flight;
 
 Grids come from the device (``cuda_geometry``: SM count, resident blocks, grid limits), as
 constants in the generated source, so the disk cache keeps one module per geometry.
@@ -31,7 +36,7 @@ import re
 
 import numpy as np
 
-from ...core import returns_input_type, scalar_function
+from ...core import GATHER, returns_input_type, scalar_function
 from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..host import DEVICE_CALLS, on_device
@@ -40,8 +45,9 @@ from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, colum
                            store_lines, subgraph_comment)
 from ..memory import MemoryPlan
 from ..thresholds import (COLUMN_MIN_OUTER, COLUMN_PART_MIN, COLUMN_ROWS,  # noqa: F401
-                          ELEMENTS_PER_THREAD, MAX_BLOCKS, MAX_THREADS, SPLIT_CHUNK,
-                          SPLIT_MAX_OUTER, SPLIT_MIN_INNER, WARP_ROW_MAX, WARP_ROWS)
+                          ELEMENTS_PER_THREAD, GATHER_SPLIT_CHUNK, GATHER_SPLIT_MIN_INNER,
+                          MAX_BLOCKS, MAX_THREADS, SPLIT_CHUNK, SPLIT_MAX_OUTER,
+                          SPLIT_MIN_INNER, WARP_ROW_MAX, WARP_ROWS)
 from .base import ModuleText
 from .cuda_geometry import DeviceLimits, device_limits, min_blocks, stride_grid
 
@@ -358,6 +364,58 @@ class CudaCodegen:
             out.append(pad + "cuda.syncthreads()")
         return out
 
+    def _row_loop(self, st, k: LoopKernel, base: str, offset: str, stop: str, stride: int,
+                  pad: str, guard: str | None = None) -> list[str]:
+        """The loop of one thread over its elements of a row, ``base + offset``, every
+        ``stride``-th, up to ``stop``: the index decomposition and the stage's statements,
+        the accumulation into its reductions, its elementwise stores (under ``guard``).
+
+        Where the statements are plain assignments, ``ELEMENTS_PER_THREAD`` copies per
+        iteration, as the elementwise kernels do: every copy's loads and arithmetic first,
+        then the accumulations in element order, then the stores, so a thread has that many
+        independent loads in flight instead of one. The remaining elements (fewer than a
+        group) take the plain loop. Each accumulator combines its elements in the same
+        order as the plain loop: results are bitwise the same."""
+        body = k.body
+        dec = _decompose("rl", body.r_vars, k.inner_shape, "")
+        accs = self._accumulate(st, "rl", "")
+        stores = store_lines(self.plan, st, k, "")
+        u = ELEMENTS_PER_THREAD
+        inner = pad + "    "
+
+        def stored(lines: list[str], p: str) -> list[str]:
+            if not lines:
+                return []
+            if guard is None:
+                return [p + l for l in lines]
+            return [p + f"if {guard}:"] + [p + "    " + l for l in lines]
+        out = []
+        simple = u > 1 and all(_ASSIGN.match(l) and not l.rstrip().endswith(":")
+                               for l in dec + st.lines)
+        start = f"{base} + {offset}" if base != "0" else offset
+        tail_start = start
+        if simple:
+            group = u * stride
+            span = stop if base == "0" else f"({stop}) - {base}"
+            out.append(pad + f"main_end = " + (f"{base} + " if base != "0" else "")
+                       + f"({span}) // {group} * {group}")
+            names = {"rl", "_q"} | {_ASSIGN.match(l).group(1) for l in dec + st.lines}
+            out.append(pad + f"for rb in range({start}, main_end, {group}):")
+            for j in range(u):
+                out.append(inner + f"rl_u{j} = rb" + (f" + {j * stride}" if j else ""))
+                out += [inner + l for l in _renamed(dec + st.lines, names, f"_u{j}")]
+            for j in range(u):
+                out += [inner + l for l in _renamed(accs, names, f"_u{j}")]
+            out += stored([l for j in range(u) for l in _renamed(stores, names, f"_u{j}")],
+                          inner)
+            _close_block(out, inner)
+            tail_start = f"main_end + {offset}"
+        out.append(pad + f"for rl in range({tail_start}, {stop}, {stride}):")
+        out += [inner + l for l in dec + st.lines + accs]
+        out += stored(stores, inner)
+        _close_block(out, inner)
+        return out
+
     def _warp_rows(self, k: LoopKernel, params) -> str:
         """Short rows (at most ``WARP_ROW_MAX``): a warp per row, ``rows`` rows per block
         (block ``(32, rows)``); lanes stride over the row, warp reductions combine them. A
@@ -394,14 +452,7 @@ class CudaCodegen:
                     lines += [pad + "if lane == 0 and live:"] + stores
                 continue
             lines += self._init_accs(st, pad)
-            lines.append(pad + f"for rl in range(lane, {r_size}, {ws}):")
-            lines += _decompose("rl", body.r_vars, k.inner_shape, pad + "    ")
-            lines += [pad + "    " + l for l in st.lines]
-            lines += self._accumulate(st, "rl", pad + "    ")
-            stores = store_lines(self.plan, st, k, pad + "        ")
-            if stores:
-                lines += [pad + "    if live:"] + stores
-            _close_block(lines, pad + "    ")
+            lines += self._row_loop(st, k, "0", "lane", str(r_size), ws, pad, guard="live")
             lines += self._warp_reduce(st, pad)
             for (n, acc, _, _) in st.reductions:
                 if n.out in self.plan.needed:
@@ -441,12 +492,7 @@ class CudaCodegen:
                 lines += self._scalar_stage(st, k, pad)
                 continue
             lines += self._init_accs(st, pad)
-            lines.append(pad + f"for rl in range(tid, {r_size}, {t}):")
-            lines += _decompose("rl", body.r_vars, k.inner_shape, pad + "    ")
-            lines += [pad + "    " + l for l in st.lines]
-            lines += self._accumulate(st, "rl", pad + "    ")
-            lines += store_lines(self.plan, st, k, pad + "    ")
-            _close_block(lines, pad + "    ")
+            lines += self._row_loop(st, k, "0", "tid", str(r_size), t, pad)
             lines += self._block_reduce(st, t, pad)
             lines += self._reduction_stores(st, k, pad)
         grid = stride_grid(self.limits, o_size, t, MAX_BLOCKS)
@@ -563,21 +609,29 @@ class CudaCodegen:
                          self._launcher(k.name, params, [(kern, grid, (32, ry))])), params
 
     # ------------------------------------------------------------ split reductions
+    @staticmethod
+    def _gathers(k: LoopKernel) -> bool:
+        """Whether the kernel's first loop stage gathers (loads at loaded addresses)."""
+        return any(n.prim.lowering.kind == GATHER for n in k.body.ops)
+
     def _split(self, k: LoopKernel) -> bool:
         st = k.body.stages
         o_size = int(np.prod(k.outer_shape, dtype=np.int64))
         r_size = int(np.prod(k.inner_shape, dtype=np.int64))
-        return (r_size >= SPLIT_MIN_INNER and o_size <= SPLIT_MAX_OUTER and st[0].kind == "loop"
+        least = GATHER_SPLIT_MIN_INNER if self._gathers(k) else SPLIT_MIN_INNER
+        return (r_size >= least and o_size <= SPLIT_MAX_OUTER and st[0].kind == "loop"
                 and bool(st[0].reductions) and all(s.kind == "scalar" for s in st[1:])
                 and len(st) <= 2
                 and not any(r[3].startswith("arg") for s in st for r in s.reductions))
 
-    def split_chunks(self, o_size: int, r_size: int) -> tuple[int, int]:
+    def split_chunks(self, o_size: int, r_size: int,
+                     least: int = SPLIT_CHUNK) -> tuple[int, int]:
         """(chunks per row, elements per chunk) of a split reduction: one full wave of
         ``MAX_THREADS``-thread blocks over all rows (at least ``MIN_BLOCKS_PER_SM`` per SM),
-        chunks no shorter than ``SPLIT_CHUNK``, each a multiple of the warp size."""
+        chunks no shorter than ``least`` (``SPLIT_CHUNK``; ``GATHER_SPLIT_CHUNK`` for rows
+        of gathers), each a multiple of the warp size."""
         wave = max(self.limits.wave(MAX_THREADS), min_blocks(self.limits))
-        chunks = max(1, min(-(-r_size // SPLIT_CHUNK), -(-wave // max(1, o_size))))
+        chunks = max(1, min(-(-r_size // least), -(-wave // max(1, o_size))))
         ws = self.limits.warp_size
         chunk = -(-(-(-r_size // chunks)) // ws) * ws
         return -(-r_size // chunk), chunk
@@ -589,7 +643,8 @@ class CudaCodegen:
         body = k.body
         o_size = int(np.prod(k.outer_shape, dtype=np.int64))
         r_size = int(np.prod(k.inner_shape, dtype=np.int64))
-        chunks, chunk = self.split_chunks(o_size, r_size)
+        chunks, chunk = self.split_chunks(
+            o_size, r_size, GATHER_SPLIT_CHUNK if self._gathers(k) else SPLIT_CHUNK)
         t = threads_for(chunk)
         loop = body.stages[0]
         parts = []
@@ -609,11 +664,7 @@ class CudaCodegen:
         lines.append(pad + f"lo = (bb % {chunks}) * {chunk}")
         lines += _decompose("ob", body.o_vars, k.outer_shape, pad)
         lines += self._init_accs(loop, pad)
-        lines.append(pad + f"for rl in range(lo + tid, min(lo + {chunk}, {r_size}), {t}):")
-        lines += _decompose("rl", body.r_vars, k.inner_shape, pad + "    ")
-        lines += [pad + "    " + l for l in loop.lines]
-        lines += self._accumulate(loop, "rl", pad + "    ")
-        lines += store_lines(self.plan, loop, k, pad + "    ")
+        lines += self._row_loop(loop, k, "lo", "tid", f"min(lo + {chunk}, {r_size})", t, pad)
         lines += self._block_reduce(loop, t, pad)
         lines.append(pad + "if tid == 0:")
         lines += [pad + f"    {p}[bb] = {r[1]}" for p, r in zip(parts, loop.reductions)]
