@@ -332,3 +332,52 @@ def test_split_mean_of_gathered_rows_matches_numpy():
     f = jitgraph.jit(lambda a, y: jnp.mean(jnp.take_along_axis(a, y[:, None], 1)), device="cuda")
     np.testing.assert_allclose(float(np.asarray(f(z, labels))),
                                z[np.arange(2100), labels].astype(np.float64).mean(), rtol=1e-5)
+
+
+def _lse(z):
+    """logsumexp as written out: the maximum, then the sum of exp(z - max) (nn.logsumexp
+    guards a non-finite maximum, so its scalar stage is not the maximum alone)."""
+    m = jnp.max(z, axis=-1, keepdims=True)
+    return jnp.log(jnp.sum(jnp.exp(z - m), axis=-1)) + m[..., 0]
+
+
+def test_softmax_rows_are_read_once_forward():
+    """The row's maximum and the sum of exp(x - max) come from one pass (an online
+    max-and-sum: a larger maximum rescales the running sum), in block rows and warp rows."""
+    for cols in (32000, 1000):
+        u = T.ELEMENTS_PER_THREAD
+        lse = _kernel_body(generate(_lse, zeros(64, cols)), "kernel")
+        assert sum("= in0[" in l for l in lse.splitlines()) == u + 1, lse   # one pass
+        assert "_mn = maximum(" in lse and "math.exp((_m1 - _mn))" in lse
+        # log-softmax: that pass, then the one writing the outputs (three passes before)
+        ls = _kernel_body(generate(lambda z: nn.log_softmax(z, axis=-1), zeros(64, cols)),
+                          "kernel")
+        assert sum("= in0[" in l for l in ls.splitlines()) == 2 * (u + 1), ls
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # (-inf - -inf in the simulator)
+@pytest.mark.parametrize("cols", [1100, 200])
+def test_online_max_and_sum_matches_the_two_pass_result(cols):
+    """Block rows (1100) and warp rows (200), with a row of equal values, one growing
+    maximum after another, a row holding -inf, and a row all -inf (its softmax is NaN, as
+    NumPy's; its logsumexp -inf)."""
+    r = np.random.default_rng(5)
+    z = (r.standard_normal((6, cols)) * 3).astype(F32)
+    z[1] = 2.0
+    z[2] = np.linspace(-50, 50, cols)                     # the maximum grows at every element
+    z[3, ::7] = -np.inf
+    z[4] = -np.inf
+    z[5, -1] = 80.0                                       # exp(80 - max) rescaling, late
+    f = jitgraph.jit(lambda a: (nn.log_softmax(a, axis=-1), _lse(a)), device="cuda")
+    with np.errstate(invalid="ignore"):
+        ls, lse = (np.asarray(v) for v in f(z))
+        z64 = z.astype(np.float64)
+        m = z64.max(1, keepdims=True)
+        want_lse = (m + np.log(np.exp(z64 - m).sum(1, keepdims=True)))[:, 0]
+        want_ls = z64 - want_lse[:, None]
+    np.testing.assert_allclose(lse[:4], want_lse[:4], rtol=2e-6)
+    np.testing.assert_allclose(lse[5], want_lse[5], rtol=2e-6)
+    assert np.isnan(lse[4]) and np.all(np.isnan(ls[4]))    # (-inf - -inf, as NumPy's)
+    fin = np.isfinite(want_ls[:4])
+    np.testing.assert_allclose(ls[:4][fin], want_ls[:4][fin], rtol=1e-5, atol=1e-5)
+    assert np.all(ls[3, ::7] == -np.inf)

@@ -17,6 +17,9 @@ differs from the CPU:
   scratch buffer, then a second small kernel per row combines them and runs the scalar stage;
   rows of gathered elements (the label logits of a cross-entropy's mean) are split from a
   shorter length, in shorter chunks (``GATHER_SPLIT_*``): their loads wait on loads;
+* a row's maximum followed by the sum of ``exp(x - max)`` (softmax, log-softmax, cross-
+  entropy) is one pass, an online max-and-sum (``_online``): the running sum is rescaled
+  when the running maximum grows, and partials combine as (max, sum) pairs;
 * every loop over a row's elements (split passes, block and warp rows) takes
   ``ELEMENTS_PER_THREAD`` elements per iteration, loads first, as the elementwise kernels do
   (``_row_loop``), so a thread keeps that many loads in flight;
@@ -365,7 +368,7 @@ class CudaCodegen:
         return out
 
     def _row_loop(self, st, k: LoopKernel, base: str, offset: str, stop: str, stride: int,
-                  pad: str, guard: str | None = None) -> list[str]:
+                  pad: str, guard: str | None = None, accs: list[str] | None = None) -> list[str]:
         """The loop of one thread over its elements of a row, ``base + offset``, every
         ``stride``-th, up to ``stop``: the index decomposition and the stage's statements,
         the accumulation into its reductions, its elementwise stores (under ``guard``).
@@ -378,7 +381,7 @@ class CudaCodegen:
         order as the plain loop: results are bitwise the same."""
         body = k.body
         dec = _decompose("rl", body.r_vars, k.inner_shape, "")
-        accs = self._accumulate(st, "rl", "")
+        accs = self._accumulate(st, "rl", "") if accs is None else accs
         stores = store_lines(self.plan, st, k, "")
         u = ELEMENTS_PER_THREAD
         inner = pad + "    "
@@ -416,6 +419,102 @@ class CudaCodegen:
         _close_block(out, inner)
         return out
 
+    # ------------------------------------------------------------ online max-and-sum
+    def _online(self, stages, i: int):
+        """``(exp_template, x, j)`` when stage ``i`` is a row's maximum of a loaded ``x`` and
+        stage ``j`` the sum of ``exp(x - max)`` over the same ``x`` (``j = i + 1``, or
+        ``i + 2`` after a scalar stage that only copies the maximum): softmax, log-softmax,
+        logsumexp written out, cross-entropy. One pass then computes both, rescaling the
+        running sum whenever the running maximum grows, so the row is read once instead of
+        twice. None otherwise."""
+        a = stages[i]
+        if not (a.kind == "loop" and len(a.reductions) == 1 and a.reductions[0][3] == "max"
+                and not a.stores and len(a.lines) == 1):
+            return None
+        na, acc_a, x, _ = a.reductions[0]
+        load = _ASSIGN.match(a.lines[0])
+        if load is None or load.group(1) != x:
+            return None
+        mx, j = acc_a, i + 1
+        if j < len(stages) and stages[j].kind == "scalar":
+            b = stages[j]
+            m = _ASSIGN.match(b.lines[0]) if len(b.lines) == 1 else None
+            if m is None or b.lines[0] != f"{m.group(1)} = {acc_a}":
+                return None
+            mx, j = m.group(1), j + 1
+        if j >= len(stages):
+            return None
+        c = stages[j]
+        if not (c.kind == "loop" and len(c.reductions) == 1 and c.reductions[0][3] == "sum"
+                and not c.stores and len(c.lines) == 3):
+            return None
+        nc, _, e, _ = c.reductions[0]
+        dt = np.dtype(na.inputs[0].aval.dtype)
+        if dt.name not in ("float32", "float64") or np.dtype(nc.inputs[0].aval.dtype) != dt:
+            return None
+        x2, d, ex = (_ASSIGN.match(line) for line in c.lines)
+        if None in (x2, d, ex) or c.lines[0][x2.end():] != a.lines[0][load.end():]:
+            return None
+        if c.lines[1] != f"{d.group(1)} = ({x2.group(1)} - {mx})" or ex.group(1) != e:
+            return None
+        rhs = c.lines[2][ex.end():]
+        word = rf"\b{re.escape(d.group(1))}\b"
+        if len(re.findall(word, rhs)) != 1 or "math.exp(" not in rhs:
+            return None
+        return re.sub(word, "({})", rhs), x, j
+
+    @staticmethod
+    def _online_update(m: str, s: str, x: str, exp: str) -> list[str]:
+        """One element ``x`` into the running ``(m, s)``: a new maximum rescales the sum
+        (``_ninf``: minus infinity in the row's dtype, set before the loop)."""
+        return [f"_mn = maximum({m}, {x})",
+                "if _mn != _ninf:",
+                f"    {s} = {s} * {exp.format(f'{m} - _mn')} + {exp.format(f'{x} - _mn')}",
+                f"{m} = _mn"]
+
+    @staticmethod
+    def _online_combine(m1: str, s1: str, m2: str, s2: str, exp: str, out_m: str,
+                        out_s: str) -> list[str]:
+        """Two partial ``(max, sum)`` pairs into one (each sum rescaled to the larger max)."""
+        return [f"_m1 = {m1}", f"_m2 = {m2}", "_mn = maximum(_m1, _m2)",
+                "if _mn != _ninf:",
+                f"    {out_s} = {s1} * {exp.format('_m1 - _mn')} + {s2} * {exp.format('_m2 - _mn')}",
+                f"{out_m} = _mn"]
+
+    def _online_block_reduce(self, m: str, s: str, exp: str, t: int, pad: str) -> list[str]:
+        out = [pad + f"sm_{m}[tid] = {m}", pad + f"sm_{s}[tid] = {s}", pad + "cuda.syncthreads()"]
+        h = t // 2
+        while h >= 1:
+            out.append(pad + f"if tid < {h}:")
+            out += [pad + "    " + l for l in self._online_combine(
+                f"sm_{m}[tid]", f"sm_{s}[tid]", f"sm_{m}[tid + {h}]", f"sm_{s}[tid + {h}]", exp,
+                f"sm_{m}[tid]", f"sm_{s}[tid]")]
+            out.append(pad + "cuda.syncthreads()")
+            h //= 2
+        return out + [pad + f"{m} = sm_{m}[0]", pad + f"{s} = sm_{s}[0]", pad + "cuda.syncthreads()"]
+
+    def _online_warp_reduce(self, m: str, s: str, exp: str, shuffle: bool, pad: str) -> list[str]:
+        if shuffle:
+            out = []
+            for off in (16, 8, 4, 2, 1):
+                out += [pad + f"_mo = cuda.shfl_down_sync(0xffffffff, {m}, {off})",
+                        pad + f"_so = cuda.shfl_down_sync(0xffffffff, {s}, {off})"]
+                out += [pad + l for l in self._online_combine(m, s, "_mo", "_so", exp, m, s)]
+            return out + [pad + f"{m} = cuda.shfl_sync(0xffffffff, {m}, 0)",
+                          pad + f"{s} = cuda.shfl_sync(0xffffffff, {s}, 0)"]
+        out = [pad + f"sm_{m}[ty, lane] = {m}", pad + f"sm_{s}[ty, lane] = {s}",
+               pad + "cuda.syncthreads()"]
+        h = 16
+        while h >= 1:
+            out.append(pad + f"if lane < {h}:")
+            out += [pad + "    " + l for l in self._online_combine(
+                f"sm_{m}[ty, lane]", f"sm_{s}[ty, lane]", f"sm_{m}[ty, lane + {h}]",
+                f"sm_{s}[ty, lane + {h}]", exp, f"sm_{m}[ty, lane]", f"sm_{s}[ty, lane]")]
+            out.append(pad + "cuda.syncthreads()")
+            h //= 2
+        return out + [pad + f"{m} = sm_{m}[ty, 0]", pad + f"{s} = sm_{s}[ty, 0]",
+                      pad + "cuda.syncthreads()"]
+
     def _warp_rows(self, k: LoopKernel, params) -> str:
         """Short rows (at most ``WARP_ROW_MAX``): a warp per row, ``rows`` rows per block
         (block ``(32, rows)``); lanes stride over the row, warp reductions combine them. A
@@ -444,16 +543,30 @@ class CudaCodegen:
         lines.append(pad + f"live = ob0 + ty < {o_size}")
         lines.append(pad + f"ob = min(ob0 + ty, {o_size - 1})")
         lines += _decompose("ob", body.o_vars, k.outer_shape, pad)
-        for st in body.stages:
+        stages, done = body.stages, set()
+        for i, st in enumerate(stages):
             if st.kind == "scalar":
                 lines += [pad + l for l in st.lines]
                 stores = store_lines(self.plan, st, k, pad + "    ")
                 if stores:
                     lines += [pad + "if lane == 0 and live:"] + stores
                 continue
-            lines += self._init_accs(st, pad)
-            lines += self._row_loop(st, k, "0", "lane", str(r_size), ws, pad, guard="live")
-            lines += self._warp_reduce(st, pad)
+            online = None if i in done else self._online(stages, i)
+            if online is not None:       # the max and the sum of exp(x - max) in one pass
+                exp, x, j = online
+                m, sm = st.reductions[0][1], stages[j].reductions[0][1]
+                lines += self._init_accs(st, pad) + self._init_accs(stages[j], pad)
+                lines.append(pad + f"_ninf = {st.reductions[0][1]}")   # (max's start: -inf)
+                lines += self._row_loop(st, k, "0", "lane", str(r_size), ws, pad, guard="live",
+                                        accs=self._online_update(m, sm, x, exp))
+                lines += self._online_warp_reduce(
+                    m, sm, exp, self.shuffle and np.dtype(
+                        st.reductions[0][0].inputs[0].aval.dtype).name in _SHUFFLE_DTYPES, pad)
+                done.add(j)
+            elif i not in done:
+                lines += self._init_accs(st, pad)
+                lines += self._row_loop(st, k, "0", "lane", str(r_size), ws, pad, guard="live")
+                lines += self._warp_reduce(st, pad)
             for (n, acc, _, _) in st.reductions:
                 if n.out in self.plan.needed:
                     lines.append(pad + "if lane == 0 and live:")
@@ -487,13 +600,25 @@ class CudaCodegen:
         lines.append(f"    for ob in range({_BX}, {o_size}, {_NBX}):")
         lines += _decompose("ob", body.o_vars, k.outer_shape, "        ")
         pad = "        "
-        for st in body.stages:
+        stages, done = body.stages, set()
+        for i, st in enumerate(stages):
             if st.kind == "scalar":
                 lines += self._scalar_stage(st, k, pad)
                 continue
-            lines += self._init_accs(st, pad)
-            lines += self._row_loop(st, k, "0", "tid", str(r_size), t, pad)
-            lines += self._block_reduce(st, t, pad)
+            online = None if i in done else self._online(stages, i)
+            if online is not None:       # the max and the sum of exp(x - max) in one pass
+                exp, x, j = online
+                m, sm = st.reductions[0][1], stages[j].reductions[0][1]
+                lines += self._init_accs(st, pad) + self._init_accs(stages[j], pad)
+                lines.append(pad + f"_ninf = {st.reductions[0][1]}")   # (max's start: -inf)
+                lines += self._row_loop(st, k, "0", "tid", str(r_size), t, pad,
+                                        accs=self._online_update(m, sm, x, exp))
+                lines += self._online_block_reduce(m, sm, exp, t, pad)
+                done.add(j)
+            elif i not in done:
+                lines += self._init_accs(st, pad)
+                lines += self._row_loop(st, k, "0", "tid", str(r_size), t, pad)
+                lines += self._block_reduce(st, t, pad)
             lines += self._reduction_stores(st, k, pad)
         grid = stride_grid(self.limits, o_size, t, MAX_BLOCKS)
         return "\n".join(lines + ["", ""] + self._launcher(k.name, params, [(kern, grid, t)]))
