@@ -463,6 +463,19 @@ class CudaCodegen:
             return None
         return re.sub(word, "({})", rhs), x, j
 
+    def _online_start(self, st, stages, online, k: LoopKernel, offset: str, stop: str,
+                      stride: int, pad: str, guard: str | None = None):
+        """The accumulators' start and the one loop of an online max-and-sum (``_online``):
+        ``(exp_template, max_acc, sum_acc, sum_stage_index, lines)``; the caller combines
+        the threads' pairs (block or warp)."""
+        exp, x, j = online
+        m, sm = st.reductions[0][1], stages[j].reductions[0][1]
+        lines = self._init_accs(st, pad) + self._init_accs(stages[j], pad)
+        lines.append(pad + f"_ninf = {m}")             # (the maximum's start: minus infinity)
+        lines += self._row_loop(st, k, "0", offset, stop, stride, pad, guard=guard,
+                                accs=self._online_update(m, sm, x, exp))
+        return exp, m, sm, j, lines
+
     @staticmethod
     def _online_update(m: str, s: str, x: str, exp: str) -> list[str]:
         """One element ``x`` into the running ``(m, s)``: a new maximum rescales the sum
@@ -553,13 +566,9 @@ class CudaCodegen:
                 continue
             online = None if i in done else self._online(stages, i)
             if online is not None:       # the max and the sum of exp(x - max) in one pass
-                exp, x, j = online
-                m, sm = st.reductions[0][1], stages[j].reductions[0][1]
-                lines += self._init_accs(st, pad) + self._init_accs(stages[j], pad)
-                lines.append(pad + f"_ninf = {st.reductions[0][1]}")   # (max's start: -inf)
-                lines += self._row_loop(st, k, "0", "lane", str(r_size), ws, pad, guard="live",
-                                        accs=self._online_update(m, sm, x, exp))
-                lines += self._online_warp_reduce(
+                exp, m, sm, j, head = self._online_start(st, stages, online, k, "lane",
+                                                         str(r_size), ws, pad, guard="live")
+                lines += head + self._online_warp_reduce(
                     m, sm, exp, self.shuffle and np.dtype(
                         st.reductions[0][0].inputs[0].aval.dtype).name in _SHUFFLE_DTYPES, pad)
                 done.add(j)
@@ -607,13 +616,9 @@ class CudaCodegen:
                 continue
             online = None if i in done else self._online(stages, i)
             if online is not None:       # the max and the sum of exp(x - max) in one pass
-                exp, x, j = online
-                m, sm = st.reductions[0][1], stages[j].reductions[0][1]
-                lines += self._init_accs(st, pad) + self._init_accs(stages[j], pad)
-                lines.append(pad + f"_ninf = {st.reductions[0][1]}")   # (max's start: -inf)
-                lines += self._row_loop(st, k, "0", "tid", str(r_size), t, pad,
-                                        accs=self._online_update(m, sm, x, exp))
-                lines += self._online_block_reduce(m, sm, exp, t, pad)
+                exp, m, sm, j, head = self._online_start(st, stages, online, k, "tid",
+                                                         str(r_size), t, pad)
+                lines += head + self._online_block_reduce(m, sm, exp, t, pad)
                 done.add(j)
             elif i not in done:
                 lines += self._init_accs(st, pad)
