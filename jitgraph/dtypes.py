@@ -43,6 +43,20 @@ def canonical(dtype) -> np.dtype:
                     f"{', '.join(str(s) for s in SUPPORTED)}")
 
 
+def requested(dtype) -> np.dtype:
+    """A dtype a caller asked for (``dtype=``, ``astype``): honoured, or refused with a
+    TypeError saying what to ask for instead, never silently changed (arrays of other dtypes
+    passed in are still converted, as ``canonical`` says)."""
+    d = np.dtype(dtype)
+    c = canonical(d)
+    if c != d:
+        raise TypeError(f"dtype {d} is not supported (jitgraph computes in "
+                        f"{', '.join(str(s) for s in SUPPORTED)}) and would have been "
+                        f"changed to {c}: ask for {c}, or convert the result with NumPy "
+                        f"(np.asarray(x).astype(np.{d.name}))")
+    return c
+
+
 def is_float(dtype) -> bool:
     return np.dtype(dtype).kind == "f"
 

@@ -27,6 +27,7 @@ from .debug_nans import argument_names, diagnose
 from .distributed import DEFAULT_BUCKET_BYTES
 from .jit import jit
 from .optim import GradientTransformation, apply_updates
+from .traceback_filter import api_boundary
 from .transforms import value_and_grad
 from .tree import tree_map
 
@@ -64,6 +65,7 @@ class TrainStep:
             self._jitted = DataParallelStep(loss_fn, optimizer, has_aux, donate,
                                             bucket_bytes or DEFAULT_BUCKET_BYTES, overlap)
 
+    @api_boundary
     def __call__(self, params, opt_state, *batch) -> Any:
         if self.check_nan and self.donate:       # keep the pre-step values to locate the op
             params, opt_state = copy_tree(params), copy_tree(opt_state)

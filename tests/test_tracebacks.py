@@ -207,3 +207,31 @@ def test_jnp_array_copies_so_donating_it_leaves_the_numpy_array_alone():
     assert jnp.asarray(w, device="cpu").shape == (3,)
     with pytest.raises(ValueError, match="device_put"):
         jnp.asarray(w, device="cuda")
+
+
+def test_layers_and_train_steps_are_boundaries_too():
+    """A shape error in an nn layer called eagerly, in a user's module around it, and in a
+    train_step: the user's frames, and one of jitgraph's."""
+    from jitgraph import nn, optim
+    from jitgraph.random import key
+    lin = nn.Linear(3, 4, key=key(0))
+
+    class Model(nn.Module):                         # a user's module: not wrapped
+        def __init__(self):
+            self.lin = lin
+
+        def __call__(self, x):
+            return self.lin(x)
+    for call in (lambda: lin(np.ones((2, 5))), lambda: Model()(np.ones((2, 5)))):
+        with pytest.raises(Exception) as info:
+            call()
+        internal, user = _split(info.value)
+        assert len(internal) <= 1, [f"{f.filename}:{f.lineno}" for f in internal]
+        assert user[0].filename == HERE
+    assert Model.__call__.__module__ == __name__   # its own __call__, as written
+
+    step = jitgraph.train_step(lambda m, x: jnp.sum(m(x)), optim.sgd(0.1))
+    with pytest.raises(Exception) as info:
+        step(lin, optim.sgd(0.1).init(lin), np.ones((2, 5)))
+    internal, _ = _split(info.value)
+    assert len(internal) <= 1, [f"{f.filename}:{f.lineno}" for f in internal]

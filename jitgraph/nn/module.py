@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..core import Tracer
+from ..traceback_filter import api_boundary
 from ..tree import register_pytree_node, tree_flatten, tree_leaves
 
 
@@ -52,6 +53,11 @@ class Module:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         register_pytree_node(cls, _flatten, lambda aux, ch, cls=cls: _unflatten(cls, aux, ch))
+        # jitgraph's own layers are API boundaries: an error inside one shows the user's
+        # frames only (traceback_filter); a user's subclass keeps its __call__ as written
+        call = cls.__dict__.get("__call__")
+        if call is not None and cls.__module__.startswith("jitgraph."):
+            cls.__call__ = api_boundary(call)
 
     def parameters(self) -> list:
         """The array leaves, in pytree order."""

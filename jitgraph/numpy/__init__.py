@@ -23,8 +23,13 @@ from .products import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
 from .statistics import *  # noqa: F401,F403
+from .array_api import *  # noqa: F401,F403
 from .index_update import at  # noqa: F401  (also installs Tracer.at)
 from . import linalg  # noqa: F401  (jnp.linalg)
+
+#: the revision of the Python Array API standard whose names this namespace follows (not yet
+#: all of it: complex and unsigned dtypes, the bitwise functions and ``fft`` are missing)
+__array_api_version__ = "2023.12"
 from .vectorize import vectorize  # noqa: F401
 import numpy as np
 

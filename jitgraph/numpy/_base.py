@@ -127,7 +127,7 @@ def asarray(x, dtype=None, *, copy=None, device=None):
     src = x
     x = _operand(x)
     if dtype is not None:
-        x = _cast(x, dtypes.canonical(dtype))
+        x = _cast(x, dtypes.requested(dtype))
     if isinstance(x, Tracer):
         return x
     out = np.asarray(x, dtype=aval_of(x).dtype)
@@ -152,9 +152,16 @@ def array(x, dtype=None, copy=True, *, device=None):
     return asarray(x, dtype, copy=True if copy else None if copy is None else False)
 
 
-def astype(x, dtype):
-    """``x`` cast to ``dtype`` (traced values too); the derivative passes through float casts."""
-    return _cast(_operand(x), dtypes.canonical(dtype))
+def astype(x, dtype, *, copy=True, device=None):
+    """``x`` cast to ``dtype`` (traced values too); the derivative passes through float casts.
+    ``copy=False`` (the Array API's keyword) returns a concrete ``x`` itself when it already
+    has the dtype; by default the result is a new array, as NumPy's ``astype``."""
+    _check_device(device, "astype")
+    src = _operand(x)
+    out = _cast(src, dtypes.requested(dtype))
+    if copy and out is src and isinstance(out, np.ndarray):
+        return out.copy()
+    return out
 
 
 def _as_bool(x):

@@ -17,7 +17,7 @@ from .manipulation import broadcast_to
 # ------------------------------------------------------------------ creation (constants)
 def _dt(dtype, default=None):
     if dtype is not None:
-        return dtypes.canonical(dtype)
+        return dtypes.requested(dtype)
     return default if default is not None else config.float_dtype()
 
 

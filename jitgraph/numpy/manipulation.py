@@ -53,10 +53,16 @@ def _resolve_shape(newshape, size_: int) -> tuple[int, ...]:
     return tuple(newshape)
 
 
-def reshape(x, newshape, *more):
+def reshape(x, newshape=None, *more, shape=None):
     """``x`` with a new shape of the same size (one dimension may be -1); ``reshape(x, 2, 3)``
-    also works."""
+    also works, and ``shape=`` (the Array API's and NumPy 2's keyword)."""
     x = _operand(x)
+    if shape is not None:
+        if newshape is not None or more:
+            raise TypeError("jnp.reshape: give the new shape once (newshape or shape=)")
+        newshape = shape
+    if newshape is None:
+        raise TypeError("jnp.reshape: the new shape is missing")
     if more:
         newshape = (newshape,) + more
     a = aval_of(x)

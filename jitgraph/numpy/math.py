@@ -158,9 +158,17 @@ def where(condition, x=None, y=None):
     return bind(_P.select, c, x, y)
 
 
-def clip(x, a_min=None, a_max=None):
-    """``x`` limited to ``[a_min, a_max]`` (either may be None); the gradient is zero where
-    clipped."""
+def clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002  (the Array API's names)
+    """``x`` limited to ``[a_min, a_max]`` (either may be None; ``min=``/``max=`` are the Array
+    API's and NumPy 2's names for them); the gradient is zero where clipped."""
+    if min is not None:
+        if a_min is not None:
+            raise TypeError("jnp.clip: give a_min or min, not both")
+        a_min = min
+    if max is not None:
+        if a_max is not None:
+            raise TypeError("jnp.clip: give a_max or max, not both")
+        a_max = max
     if a_min is not None:
         x = maximum(x, a_min)
     if a_max is not None:

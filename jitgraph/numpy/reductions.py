@@ -67,8 +67,10 @@ def mean(x, axis=None, keepdims=False):
     return true_divide(sum(x, axis=axes, keepdims=keepdims), builtins.max(_count(x, axes), 0) or np.nan)
 
 
-def var(x, axis=None, ddof=0, keepdims=False):
-    """Variance over ``axis`` with ``ddof`` delta degrees of freedom."""
+def var(x, axis=None, ddof=0, keepdims=False, *, correction=None):
+    """Variance over ``axis`` with ``ddof`` delta degrees of freedom (``correction``, the
+    Array API's name for it, may be given instead)."""
+    ddof = _correction(ddof, correction, "var")
     x = _operand(x)
     if not dtypes.is_float(aval_of(x).dtype):
         x = astype(x, float64)
@@ -78,11 +80,20 @@ def var(x, axis=None, ddof=0, keepdims=False):
     return true_divide(sum(centered * centered, axis=axes, keepdims=keepdims), n if n > 0 else np.nan)
 
 
-def std(x, axis=None, ddof=0, keepdims=False):
+def _correction(ddof, correction, fn: str):
+    if correction is None:
+        return ddof
+    if ddof:
+        raise ValueError(f"jnp.{fn}: give ddof or correction (the same thing), not both")
+    return correction
+
+
+def std(x, axis=None, ddof=0, keepdims=False, *, correction=None):
     """sqrt(var); where the variance is 0 (one element, or all equal) the derivative is taken
-    as 0 instead of 0 * inf (for a single element std is identically 0)."""
+    as 0 instead of 0 * inf (for a single element std is identically 0). ``correction``: the
+    Array API's name for ``ddof``."""
     from .math import greater, where
-    v = var(x, axis=axis, ddof=ddof, keepdims=keepdims)
+    v = var(x, axis=axis, ddof=_correction(ddof, correction, "std"), keepdims=keepdims)
     pos = greater(v, 0)
     return where(pos, sqrt(where(pos, v, 1.0)), v)
 

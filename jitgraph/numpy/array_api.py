@@ -1,0 +1,126 @@
+"""Names of the Python Array API standard that NumPy 2 spells differently or lacks, over the
+NumPy-named functions: dtype queries (``finfo``, ``iinfo``, ``isdtype``, ``result_type``,
+``can_cast``) and the standard's spellings of existing operations (``concat``,
+``permute_dims``, ``matrix_transpose``, ``pow``, ``positive``, ``unstack``, ``vecdot``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..core import Tracer, aval_of
+from ._base import _locate_module, _operand, asarray
+from .manipulation import concatenate, swapaxes, transpose
+from .math import multiply, power
+from .reductions import sum as _sum
+
+__all__ = ["finfo", "iinfo", "isdtype", "result_type", "can_cast", "concat", "permute_dims",
+           "matrix_transpose", "pow", "positive", "unstack", "vecdot"]
+
+_KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral": "iu",
+          "real floating": "f", "complex floating": "c", "numeric": "iufc"}
+
+
+def _dtype_of(x: Any) -> np.dtype:
+    """The dtype of an array, a traced value, a dtype or a jnp scalar type."""
+    if isinstance(x, Tracer) or isinstance(x, np.ndarray):
+        return np.dtype(aval_of(x).dtype) if isinstance(x, Tracer) else x.dtype
+    return np.dtype(getattr(x, "dtype", x))
+
+
+def finfo(dtype: Any) -> np.finfo:
+    """Machine limits of a float dtype (``eps``, ``max``, ``min``, ``tiny``, ``bits``), as
+    ``numpy.finfo``; an array or traced value gives its dtype's."""
+    return np.finfo(_dtype_of(dtype))
+
+
+def iinfo(dtype: Any) -> np.iinfo:
+    """Machine limits of an integer dtype (``min``, ``max``, ``bits``), as ``numpy.iinfo``."""
+    return np.iinfo(_dtype_of(dtype))
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    """Whether ``dtype`` is of ``kind``: a dtype, a kind name of the standard (``"bool"``,
+    ``"signed integer"``, ``"unsigned integer"``, ``"integral"``, ``"real floating"``,
+    ``"complex floating"``, ``"numeric"``), or a tuple of those."""
+    d = np.dtype(dtype)
+    if isinstance(kind, tuple):
+        return any(isdtype(d, k) for k in kind)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise ValueError(f"jnp.isdtype: unknown kind {kind!r}; the kinds are {sorted(_KINDS)}")
+        return d.kind in _KINDS[kind]
+    return d == np.dtype(kind)
+
+
+def result_type(*arrays_and_dtypes: Any) -> np.dtype:
+    """The dtype an operation on these arrays, dtypes and Python scalars gives: jitgraph's
+    promotion (NumPy 2's, Python scalars weak)."""
+    if not arrays_and_dtypes:
+        raise ValueError("jnp.result_type: at least one array or dtype is needed")
+    items = []
+    for a in arrays_and_dtypes:
+        if isinstance(a, (bool, int, float)):
+            items.append((dtypes.python_scalar_dtype(a), True))
+        else:
+            items.append((_dtype_of(a), False))
+    return np.dtype(dtypes.result_type(*items)[0])
+
+
+def can_cast(from_: Any, to: Any) -> bool:
+    """Whether a value of ``from_``'s dtype casts to ``to`` without changing kind downward
+    (NumPy's ``same_kind`` rule is not it: the standard's is ``safe``)."""
+    return bool(np.can_cast(_dtype_of(from_), np.dtype(to), casting="safe"))
+
+
+def concat(arrays, axis: int | None = 0):
+    """``concatenate`` under the standard's name (``axis=None`` joins them flattened)."""
+    if axis is None:
+        return concatenate([asarray(a).reshape(-1) for a in arrays], axis=0)
+    return concatenate(arrays, axis=axis)
+
+
+def permute_dims(x, axes):
+    """``transpose(x, axes)`` under the standard's name (``axes`` required)."""
+    return transpose(x, tuple(axes))
+
+
+def matrix_transpose(x):
+    """``x`` with its last two axes swapped (a stack of matrices transposed)."""
+    x = _operand(x)
+    if aval_of(x).ndim < 2:
+        raise ValueError(f"jnp.matrix_transpose: needs at least 2 dimensions, got shape "
+                         f"{aval_of(x).shape}")
+    return swapaxes(x, -1, -2)
+
+
+def pow(x1, x2):  # noqa: A001  (the standard's name)
+    """``power`` under the standard's name."""
+    return power(x1, x2)
+
+
+def positive(x):
+    """``+x``: the array itself (a copy of an array's values, for traced values the value)."""
+    x = _operand(x)
+    return x if isinstance(x, Tracer) else np.array(x, copy=True)
+
+
+def unstack(x, axis: int = 0) -> tuple:
+    """The slices of ``x`` along ``axis``, as a tuple (the inverse of ``stack``)."""
+    x = _operand(x)
+    n = aval_of(x).shape[axis]
+    moved = x if axis in (0, -aval_of(x).ndim) else transpose(
+        x, [axis % aval_of(x).ndim] + [i for i in range(aval_of(x).ndim)
+                                       if i != axis % aval_of(x).ndim])
+    return tuple(moved[i] for i in range(n))
+
+
+def vecdot(x1, x2, axis: int = -1):
+    """The dot product of vectors along ``axis`` (broadcast over the other axes):
+    ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed)."""
+    return _sum(multiply(x1, x2), axis=axis)
+
+
+_locate_module(globals(), __name__)

@@ -1,0 +1,83 @@
+"""The Array API standard's names and keywords that NumPy spells differently: dtype queries,
+``concat``/``permute_dims``/``matrix_transpose``/``pow``/``positive``/``unstack``/``vecdot``,
+and ``correction=``, ``clip(min=, max=)``, ``reshape(shape=)``, ``astype(copy=)``,
+``asarray(copy=, device=)``; eager, under jit and differentiated, against NumPy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitgraph
+import jitgraph.numpy as jnp
+
+X = np.arange(24.0).reshape(2, 3, 4) / 7
+
+
+def test_dtype_queries():
+    assert jnp.finfo(jnp.float32).eps == np.finfo(np.float32).eps
+    assert jnp.finfo(np.ones(2, np.float32)).bits == 32          # an array: its dtype's
+    assert jnp.iinfo(jnp.int32).max == 2 ** 31 - 1 and jnp.iinfo("int64").min == -2 ** 63
+    assert jnp.isdtype(jnp.float64, "real floating") and not jnp.isdtype(jnp.int32, "real floating")
+    assert jnp.isdtype(jnp.int32, ("bool", "integral")) and jnp.isdtype(jnp.bool_, "bool")
+    assert jnp.isdtype(np.float32, np.float32)
+    with pytest.raises(ValueError, match="unknown kind"):
+        jnp.isdtype(jnp.float32, "floaty")
+    assert jnp.result_type(np.ones(2, np.float32), 2.0) == np.float32     # weak scalar
+    assert jnp.result_type(jnp.int32, jnp.float32) == np.float64
+    assert jnp.result_type(np.ones(2, np.int32), 1) == np.int32
+    assert jnp.can_cast(jnp.int32, jnp.float64) and not jnp.can_cast(jnp.float64, jnp.int32)
+    assert jnp.__array_api_version__ == "2023.12"
+
+
+@pytest.mark.parametrize("name, fn, ref", [
+    ("concat", lambda m, x: m.concat([x, 2 * x], axis=1), lambda x: np.concatenate([x, 2 * x], 1)),
+    ("concat None", lambda m, x: m.concat([x, x], axis=None), lambda x: np.concatenate([x.ravel()] * 2)),
+    ("permute_dims", lambda m, x: m.permute_dims(x, (2, 0, 1)), lambda x: x.transpose(2, 0, 1)),
+    ("matrix_transpose", lambda m, x: m.matrix_transpose(x), lambda x: np.swapaxes(x, -1, -2)),
+    ("pow", lambda m, x: m.pow(x, 3), lambda x: x ** 3),
+    ("positive", lambda m, x: m.positive(x) * 1.0, lambda x: +x),
+    ("unstack", lambda m, x: m.stack(m.unstack(x, axis=1), axis=0), lambda x: np.moveaxis(x, 1, 0)),
+    ("vecdot", lambda m, x: m.vecdot(x, x + 1), lambda x: np.sum(x * (x + 1), -1)),
+    ("std correction", lambda m, x: m.std(x, axis=1, correction=1), lambda x: np.std(x, 1, ddof=1)),
+    ("var correction", lambda m, x: m.var(x, correction=2), lambda x: np.var(x, ddof=2)),
+    ("clip min max", lambda m, x: m.clip(x, min=0.5, max=2.0), lambda x: np.clip(x, 0.5, 2.0)),
+    ("reshape shape", lambda m, x: m.reshape(x, shape=(4, 6)), lambda x: x.reshape(4, 6)),
+])
+def test_names_eager_and_jit(name, fn, ref):
+    want = ref(X)
+    np.testing.assert_allclose(fn(jnp, X), want, rtol=1e-12)
+    np.testing.assert_allclose(jitgraph.jit(lambda x: fn(jnp, x))(X), want, rtol=1e-12)
+
+
+def test_gradients_through_the_new_names():
+    def f(x):
+        return (jnp.sum(jnp.vecdot(jnp.matrix_transpose(x), jnp.pow(x, 2).transpose(0, 2, 1)))
+                + jnp.sum(jnp.std(x, axis=-1, correction=1)) + jnp.sum(jnp.unstack(x)[1]))
+    jitgraph.check_grads(f, (X,), order=1)
+
+
+def test_keyword_conflicts_are_errors():
+    with pytest.raises(ValueError, match="ddof or correction"):
+        jnp.std(X, ddof=1, correction=1)
+    with pytest.raises(TypeError, match="a_min or min"):
+        jnp.clip(X, 0.0, min=1.0)
+    with pytest.raises(TypeError, match="once"):
+        jnp.reshape(X, (4, 6), shape=(4, 6))
+
+
+def test_astype_copy():
+    a = np.ones(3)
+    assert not np.shares_memory(jnp.astype(a, np.float64), a)
+    assert np.shares_memory(jnp.astype(a, np.float64, copy=False), a)
+    assert jnp.astype(a, jnp.float32, copy=False).dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int8, np.float16, jnp.uint8])
+def test_a_requested_dtype_is_honoured_or_refused_never_changed(dtype):
+    for make in (lambda: jnp.zeros(3, dtype=dtype), lambda: jnp.asarray([1, 2], dtype=dtype),
+                 lambda: jnp.astype(np.ones(2), dtype), lambda: jnp.arange(3, dtype=dtype)):
+        with pytest.raises(TypeError, match="is not supported .* would have been changed"):
+            make()
+    # arrays of those dtypes passed in are still converted (an image of uint8 pixels)
+    assert jnp.asarray(np.ones(3, np.uint8)).dtype == np.int32
+    assert jnp.zeros(2, dtype=jnp.int32).dtype == np.int32
