@@ -46,7 +46,8 @@ if SIMULATOR:
     # The simulator evaluates ``math.log(0.0)`` with Python's math module, which raises where
     # the GPU returns -inf: generated kernels get IEEE semantics from NumPy instead.
     math = types.SimpleNamespace(erf=_math.erf, **{n: _ieee(getattr(np, n)) for n in (
-        "exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "sqrt", "fmod")})
+        "exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "sqrt", "fmod",
+        "copysign")})
 else:
     math = _math            # libdevice on the GPU
 

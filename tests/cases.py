@@ -808,6 +808,13 @@ dual("round[decimals]", lambda m, x: m.round(x * 3.0, 2), _TIES, grad=False)
 # binary
 dual("arctan2[bcast]", lambda m, y, x: m.arctan2(y, x), rn(2, 3), away(3), argnums=(0, 1))
 dual("hypot[bcast]", lambda m, x, y: m.hypot(x, y), rn(2, 1), away(3), argnums=(0, 1))
+dual("copysign[bcast]", lambda m, x, y: m.copysign(x, y), away(2, 3), away(3), argnums=(0, 1))
+dual("copysign[signed zeros and nans]", lambda m, x, y: m.copysign(x, y), pos(6),
+     np.array([-0.0, 0.0, -np.nan, np.nan, -np.inf, 2.0]), grad=False)
+# x away from the multiples of y, where fmod jumps
+dual("fmod[bcast]", lambda m, x, y: m.fmod(x, y),
+     (np.arange(-5, 7).reshape(2, 6) * 1.25 + 0.3), np.array([1.25] * 3 + [-1.25] * 3),
+     argnums=(0, 1))
 dual("logaddexp[bcast]", lambda m, x, y: m.logaddexp(x, y), rn(2, 3), rn(3) * 30.0,
      argnums=(0, 1))
 dual("logaddexp[inf]", lambda m, x, y: m.logaddexp(x, y),

@@ -81,3 +81,32 @@ def test_a_requested_dtype_is_honoured_or_refused_never_changed(dtype):
     # arrays of those dtypes passed in are still converted (an image of uint8 pixels)
     assert jnp.asarray(np.ones(3, np.uint8)).dtype == np.int32
     assert jnp.zeros(2, dtype=jnp.int32).dtype == np.int32
+
+
+_A = np.array([1.0, -1.0, np.inf, 1.0, 7.0, -7.0, 7.0, -7.5, 0.0, -0.0, np.nan, 5.0, -5.0])
+_B = np.array([np.inf, np.inf, 2.0, -0.0, 2.0, 2.0, -2.0, 2.0, 3.0, 3.0, 1.0, 0.0, 0.0])
+
+
+def _same_bits(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(got[ok], want[ok])
+    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))   # -0.0 too
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_special_values_as_numpy(compiled):
+    """floor_divide with infinities and signed zeros (NumPy's npy_divmod), signbit of a
+    negative NaN, rounding that keeps -0.0, fmod's sign: bit for bit, eager and compiled."""
+    run = jitgraph.jit if compiled else (lambda f: f)
+    with np.errstate(all="ignore"):
+        _same_bits(run(jnp.floor_divide)(_A, _B), np.floor_divide(_A, _B))
+        _same_bits(run(jnp.fmod)(_A, np.where(_B == 0, 3.0, _B)),
+                   np.fmod(_A, np.where(_B == 0, 3.0, _B)))
+    s = np.array([-np.nan, -0.0, 0.0, np.nan, -1.0, -np.inf])
+    np.testing.assert_array_equal(run(jnp.signbit)(s), np.signbit(s))
+    r = np.array([-0.0, -0.4, -0.5, 0.5, 1.5, 2.5, -2.5, -3.7, np.inf, -np.inf])
+    _same_bits(run(jnp.round)(r), np.round(r))
+    _same_bits(run(lambda v: jnp.copysign(2.0, v))(s), np.copysign(2.0, s))

@@ -91,8 +91,23 @@ def floor_divide(x, y):
     """Elementwise ``x // y`` (rounded towards minus infinity); no derivative."""
     x, y = _promote(x, y)
     if dtypes.is_float(_dtype_weak(x)[0]):
-        return floor(x / y)
+        return _float_floor_divide(x, y)
     return bind(_P.floordiv, x, y)
+
+
+def _float_floor_divide(x, y):
+    """NumPy's float ``//`` (its ``npy_divmod``): the quotient of ``x - fmod(x, y)`` by
+    ``y``, one less where the remainder and ``y`` differ in sign, rounded to the nearest
+    integer, a signed zero where it is 0; ``x / y`` where ``y`` is 0. So ``-1 // inf`` is -1,
+    ``inf // 2`` NaN and ``1 // -0.0`` -inf, where ``floor(x / y)`` gives -0.0, inf, -inf."""
+    m = fmod(x, y)
+    div = true_divide(subtract(x, m), y)
+    fix = logical_and(not_equal(m, 0), not_equal(less(y, 0), less(m, 0)))
+    div = where(fix, subtract(div, 1.0), div)
+    fl = floor(div)
+    fl = where(greater(subtract(div, fl), 0.5), add(fl, 1.0), fl)
+    fl = where(equal(div, 0), copysign(0.0, true_divide(x, y)), fl)
+    return where(equal(y, 0), true_divide(x, y), fl)
 
 
 def logical_and(x, y):
@@ -287,7 +302,8 @@ def rint(x):
     x = _float(x)
     r = floor(add(x, 0.5))
     tie = logical_and(equal(subtract(r, x), 0.5), not_equal(mod(r, 2.0), 0.0))
-    return where(tie, subtract(r, 1.0), r)
+    # x's sign on the result: -0.4 and -0.0 round to -0.0, as NumPy's
+    return copysign(where(tie, subtract(r, 1.0), r), x)
 
 
 def round(x, decimals=0):
@@ -367,10 +383,16 @@ def heaviside(x, h0):
 
 
 def copysign(x, y):
-    """Elementwise ``abs(x)`` with the sign of ``y``."""
+    """Elementwise ``abs(x)`` with the sign bit of ``y`` (-0.0's and a NaN's too)."""
     x, y = _promote(x, y, float_only=True)
-    neg = logical_or(less(y, 0), logical_and(equal(y, 0), less(true_divide(1.0, y), 0)))
-    return where(neg, negative(abs(x)), abs(x))
+    return bind(_P.copysign, x, y)
+
+
+def fmod(x, y):
+    """Elementwise remainder of ``x / y`` truncated toward zero (the sign of ``x``, as C's
+    ``fmod`` and ``numpy.fmod``; ``mod`` takes the sign of ``y``)."""
+    x, y = _promote(x, y, float_only=True)
+    return bind(_P.fmod, x, y)
 
 
 def logical_xor(x, y):
@@ -379,9 +401,9 @@ def logical_xor(x, y):
 
 
 def signbit(x):
-    """Elementwise: the sign bit is set (true for -0.0 and negative values)."""
+    """Elementwise: the sign bit is set (true for -0.0, negative values and a negative NaN)."""
     x = _float(x)
-    return logical_or(less(x, 0), logical_and(equal(x, 0), less(true_divide(1.0, x), 0)))
+    return less(copysign(1.0, x), 0)
 
 
 def float_power(x, y):

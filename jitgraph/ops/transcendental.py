@@ -1,5 +1,5 @@
 """More elementwise primitives: inverse trig and hyperbolic functions, log2/log10/exp2,
-erfc, lgamma, atan2, hypot, and SciPy special functions.
+erfc, lgamma, atan2, hypot, copysign, fmod, and SciPy special functions.
 
 The ones Numba's ``math`` module has (and CUDA's libdevice has under the same names) carry a
 code-generation record calling it, so they fuse into the surrounding loop kernel. ``digamma``,
@@ -112,3 +112,23 @@ arctan2_p = binary("arctan2", np.arctan2, call("atan2"), *_binary_rule(_atan2_pa
                    float_only=True)
 hypot_p = binary("hypot", np.hypot, call("hypot"), *_binary_rule(_hypot_partials),
                  float_only=True)
+
+
+def _copysign_partials(out, x, y):
+    # |x| with y's sign bit: the slope in x is +-1 (0 at x = 0), none in y
+    return jnp.sign(out) * jnp.sign(x), jnp.zeros_like(y)
+
+
+def _fmod_partials(out, x, y):
+    # x - trunc(x / y) * y: slope 1 in x, -trunc(x / y) in y (where it is defined)
+    return jnp.ones_like(x), -jnp.trunc(jnp.true_divide(x - out, y))
+
+
+# The sign bit itself (NaN's and -0.0's included), as the C library reads it: NumPy's
+# copysign and signbit are defined by it, so comparisons with 0 cannot stand in
+copysign_p = binary("copysign", np.copysign, call("copysign"),
+                    *_binary_rule(_copysign_partials), float_only=True)
+# C's fmod: the remainder of division truncated toward zero (sign of x), NumPy's fmod
+# (Numba's CPU target has no math.fmod; its np.fmod on scalars is C's)
+fmod_p = binary("fmod", np.fmod, call("fmod", functions={"cpu": "np.fmod", "cuda": "math.fmod"}),
+                *_binary_rule(_fmod_partials), float_only=True)
