@@ -110,3 +110,36 @@ def test_special_values_as_numpy(compiled):
     r = np.array([-0.0, -0.4, -0.5, 0.5, 1.5, 2.5, -2.5, -3.7, np.inf, -np.inf])
     _same_bits(run(jnp.round)(r), np.round(r))
     _same_bits(run(lambda v: jnp.copysign(2.0, v))(s), np.copysign(2.0, s))
+
+
+def test_data_dependent_functions_eagerly_and_a_clear_error_traced():
+    x = np.array([[3, 1, 3], [2, 1, 1]])
+    np.testing.assert_array_equal(jnp.unique_values(x), [1, 2, 3])
+    v, c = jnp.unique_counts(x)
+    np.testing.assert_array_equal(c, [3, 1, 2])
+    r = jnp.unique_inverse(x)
+    np.testing.assert_array_equal(r.values[r.inverse_indices], x)   # the shape of x
+    a = jnp.unique_all(x)
+    np.testing.assert_array_equal(a.values[a.inverse_indices], x)
+    np.testing.assert_array_equal(x.ravel()[a.indices], a.values)
+    for got, want in zip(jnp.nonzero(x > 1), np.nonzero(x > 1)):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(jitgraph.ConcretizationError, match="nonzero: the result's shape"):
+        jitgraph.jit(jnp.nonzero)(x)
+
+
+def test_linalg_extension_names():
+    a = np.arange(2 * 3 * 3, dtype=np.float64).reshape(2, 3, 3)
+    L = jnp.linalg
+    np.testing.assert_array_equal(L.trace(a), np.trace(a, axis1=-2, axis2=-1))
+    np.testing.assert_array_equal(L.diagonal(a, offset=1), np.diagonal(a, 1, -2, -1))
+    np.testing.assert_array_equal(L.matrix_transpose(a), np.swapaxes(a, -1, -2))
+    np.testing.assert_array_equal(L.vecdot(a, a), np.sum(a * a, -1))
+    np.testing.assert_array_equal(L.outer(np.arange(2.0), np.arange(3.0)), np.outer(np.arange(2.0), np.arange(3.0)))
+    np.testing.assert_array_equal(L.cross(a, a[::-1]), np.cross(a, a[::-1]))
+    np.testing.assert_array_equal(L.tensordot(a, a, axes=([1, 2], [1, 2])),
+                                  np.tensordot(a, a, axes=([1, 2], [1, 2])))
+    with pytest.raises(ValueError, match="1-dimensional"):
+        L.outer(a, a)
+    g = jitgraph.jit(jitgraph.grad(lambda m: L.trace(m).sum() + L.vecdot(m, m).sum()))(a)
+    np.testing.assert_allclose(g, np.eye(3)[None].repeat(2, 0) + 2 * a)

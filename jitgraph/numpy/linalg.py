@@ -275,4 +275,53 @@ def tensorsolve(a, b, axes=None):
     raise NotImplementedError("linalg.tensorsolve is not supported; reshape to a matrix and "
                               "use linalg.solve")
 
+# ------------------------------------------------------------------ the standard's extension
+def matrix_transpose(x):
+    """The last two axes swapped (``jnp.matrix_transpose``), as the Array API's linalg has it."""
+    from .array_api import matrix_transpose as _mt
+    return _mt(x)
+
+
+def vecdot(x1, x2, axis: int = -1):
+    """Dot products of vectors along ``axis`` (``jnp.vecdot``)."""
+    from .array_api import vecdot as _vd
+    return _vd(x1, x2, axis=axis)
+
+
+def outer(x1, x2):
+    """The outer product of two vectors (``jnp.outer``; the standard takes 1-d operands)."""
+    from .products import outer as _outer
+    for v, name in ((x1, "x1"), (x2, "x2")):
+        if aval_of(_operand(v)).ndim != 1:
+            raise ValueError(f"jnp.linalg.outer: {name} must be 1-dimensional, got shape "
+                             f"{aval_of(_operand(v)).shape}")
+    return _outer(x1, x2)
+
+
+def tensordot(x1, x2, axes=2):
+    """``jnp.tensordot`` under the linalg extension's name."""
+    from .products import tensordot as _td
+    return _td(x1, x2, axes=axes)
+
+
+def trace(x, offset: int = 0, dtype=None):
+    """The sum of each matrix's ``offset`` diagonal over the last two axes (the standard's
+    convention; ``jnp.trace`` takes the first two)."""
+    from .indexing import trace as _trace
+    out = _trace(x, offset=offset, axis1=-2, axis2=-1)
+    return out if dtype is None else astype(out, dtype)
+
+
+def diagonal(x, offset: int = 0):
+    """Each matrix's ``offset`` diagonal over the last two axes."""
+    from .indexing import diagonal as _diag
+    return _diag(x, offset=offset, axis1=-2, axis2=-1)
+
+
+def cross(x1, x2, axis: int = -1):
+    """The cross product of 3-vectors along ``axis`` (``jnp.cross``)."""
+    from .products import cross as _cross
+    return _cross(x1, x2, axis=axis)
+
+
 _locate_module(globals(), __name__)

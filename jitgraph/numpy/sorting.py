@@ -5,6 +5,8 @@ gradient scatters the cotangent back through the permutation.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..core import aval_of, bind
@@ -66,6 +68,66 @@ def unique(x, return_index=False, return_inverse=False, return_counts=False, axi
     _concrete("unique", x)
     return np.unique(np.asarray(x), return_index=return_index, return_inverse=return_inverse,
                      return_counts=return_counts, axis=axis)
+
+
+class UniqueAllResult(NamedTuple):
+    """What ``unique_all`` returns (the Array API's field names)."""
+    values: np.ndarray
+    indices: np.ndarray
+    inverse_indices: np.ndarray
+    counts: np.ndarray
+
+
+class UniqueCountsResult(NamedTuple):
+    """What ``unique_counts`` returns."""
+    values: np.ndarray
+    counts: np.ndarray
+
+
+class UniqueInverseResult(NamedTuple):
+    """What ``unique_inverse`` returns."""
+    values: np.ndarray
+    inverse_indices: np.ndarray
+
+
+def unique_values(x):
+    """The sorted distinct values of ``x`` (flattened), as the Array API's ``unique_values``
+    (eager only: the size depends on the values)."""
+    _concrete("unique_values", x)
+    return np.unique(np.asarray(x))
+
+
+def unique_counts(x) -> UniqueCountsResult:
+    """``(values, counts)`` of the distinct values of ``x`` (eager only)."""
+    _concrete("unique_counts", x)
+    return UniqueCountsResult(*np.unique(np.asarray(x), return_counts=True))
+
+
+def unique_inverse(x) -> UniqueInverseResult:
+    """``(values, inverse_indices)``: ``values[inverse_indices]`` rebuilds ``x`` (its shape, as
+    NumPy 2's; eager only)."""
+    _concrete("unique_inverse", x)
+    a = np.asarray(x)
+    v, inv = np.unique(a, return_inverse=True)
+    return UniqueInverseResult(v, inv.reshape(a.shape))
+
+
+def unique_all(x) -> UniqueAllResult:
+    """``(values, indices, inverse_indices, counts)`` of the distinct values (eager only)."""
+    _concrete("unique_all", x)
+    a = np.asarray(x)
+    v, idx, inv, cnt = np.unique(a, return_index=True, return_inverse=True, return_counts=True)
+    return UniqueAllResult(v, idx, inv.reshape(a.shape), cnt)
+
+
+def nonzero(x) -> tuple:
+    """The indices of the non-zero elements, one array per axis, as ``numpy.nonzero`` (eager
+    only: their number depends on the values; under ``jit`` use ``where`` with a mask)."""
+    _concrete("nonzero", x)
+    a = np.asarray(x)
+    if a.ndim == 0:
+        raise ValueError("jnp.nonzero: a 0-d array has no axes to index (NumPy 2 refuses it too)")
+    return np.nonzero(a)
 
 
 _locate_module(globals(), __name__)
