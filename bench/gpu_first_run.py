@@ -176,11 +176,10 @@ def smoke() -> None:
     want = host
     for _ in range(6):
         want, want_loss = cpu(want, x, y)
-    bindings = [n for n, _, _ in cuda_matmul.BINDINGS
-                if cuda_matmul.select_matmul(d, n)[0] is not None] + ["fallback"]
     ok = True
-    for name in bindings:
-        cuda_matmul.select_matmul(d, name)
+    for name in [n for n, _, _ in cuda_matmul.BINDINGS] + ["fallback"]:
+        if cuda_matmul.select_matmul(d, name)[0] is None and name != "fallback":
+            continue                      # (not installed here: env said why)
         label = cuda_matmul.binding_label(d)
         step = jitgraph.jit(_sgd, device="cuda", donate_argnums=0)     # graphs on (default)
         p, xd, yd = jitgraph.device_put((host, x, y))

@@ -27,7 +27,7 @@ import numpy as np
 from .core import Graph, Node, Var, keeping_sources, run_impl
 from .errors import where
 from .transforms import trace_to_graph
-from .tree import key_paths, tree_flatten
+from .tree import argument_leaf_names, key_paths, tree_flatten
 
 __all__ = ["Diagnosis", "diagnose", "explain_constant", "first_bad_output", "holds",
            "argument_names", "WORDS"]
@@ -201,7 +201,8 @@ def diagnose(fun: Callable, args: Sequence[Any], kwargs: dict | None = None, *,
     node = run.first_maker(live, kind)
     if node is not None:
         return Diagnosis(run.describe(node, kind), node=node)
-    for v, name in zip(graph.inputs, _leaf_names(args, kwargs, names)):
+    leaf_names = argument_leaf_names(args, kwargs, params=names, expressions=True)
+    for v, name in zip(graph.inputs, leaf_names):
         if v in live and run.holds(v, kind):
             x, where_ = run.env[v], ""
             if x.ndim:
@@ -212,15 +213,6 @@ def diagnose(fun: Callable, args: Sequence[Any], kwargs: dict | None = None, *,
                              argument=name)
     return Diagnosis(f"a constant of the function holds {word} and no operation made one "
                      "(an array it closes over, or jnp.nan used as a value)")
-
-
-def _leaf_names(args, kwargs, names) -> list[str]:
-    out = []
-    for a, name in zip(args, names):
-        out += [name + p for p in key_paths(a)]
-    for k in sorted(kwargs):          # (the pytree order of a dict)
-        out += [k + p for p in key_paths(kwargs[k])]
-    return out
 
 
 class _Run:

@@ -350,8 +350,7 @@ def select_matmul(driver, mode: str) -> tuple["Blas | None", str]:
     from now on: every prepared ``Product`` binds again on its next call (the binding is
     cached per driver, so setting ``JITGRAPH_CUDA_MATMUL`` after the first product changes
     nothing). A program already captured as a CUDA graph keeps what it captured."""
-    driver.libraries.pop("blas", None)
-    return load_blas(driver, mode)
+    return load_blas(driver, mode)       # (a mode given: made again, whatever is cached)
 
 
 def binding_label(driver, why: bool = False) -> str:

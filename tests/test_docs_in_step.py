@@ -88,32 +88,30 @@ def _command_lines(prefix: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def test_documented_jitgraph_commands_parse():
-    lines = _command_lines("python -m jitgraph")
-    assert any(argv[:2] == ["cache", "prune"] for _, argv in lines), lines
+def _refused(lines, parser) -> list:
+    """The documented command lines ``parser`` refuses (``--help`` itself always parses)."""
     bad = []
     for page, argv in lines:
         if not argv or argv[0] == "--help":
             continue
-        # placeholders (2G, DIR) are values of the options before them
-        try:
-            cli.parser().parse_args(argv)
+        try:        # placeholders (2G, DIR) are values of the options before them
+            parser.parse_args(argv)
         except SystemExit:
             bad.append((page, argv))
+    return bad
+
+
+def test_documented_jitgraph_commands_parse():
+    lines = _command_lines("python -m jitgraph")
+    assert any(argv[:2] == ["cache", "prune"] for _, argv in lines), lines
+    bad = _refused(lines, cli.parser())
     assert not bad, f"documented `python -m jitgraph` commands the CLI refuses: {bad}"
 
 
 def test_documented_bench_commands_parse():
     lines = _command_lines("python -m jitgraph.bench") + _command_lines("python -m jitgraph.profiler")
     assert lines
-    bad = []
-    for page, argv in lines:
-        if not argv:
-            continue
-        try:
-            profiler.command_line().parse_args(argv)
-        except SystemExit:
-            bad.append((page, argv))
+    bad = _refused(lines, profiler.command_line())
     assert not bad, f"documented `python -m jitgraph.bench` commands it refuses: {bad}"
 
 

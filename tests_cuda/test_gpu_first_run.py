@@ -11,12 +11,18 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_first_run_phases_on_the_simulator(tmp_path):
+def _first_run(tmp_path, phases: str, timeout: float):
+    """``bench/gpu_first_run.py --sim --phases PHASES``: (the process, the report path)."""
     out = tmp_path / "first_run.md"
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JITGRAPH_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.run([sys.executable, "bench/gpu_first_run.py", "--sim", "--phases",
-                        "env,smoke,step", "--out", str(out)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=400)
+    p = subprocess.run([sys.executable, "bench/gpu_first_run.py", "--sim", "--phases", phases,
+                        "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    return p, out
+
+
+def test_first_run_phases_on_the_simulator(tmp_path):
+    p, out = _first_run(tmp_path, "env,smoke,step", 400)
     report = out.read_text()
     assert p.returncode == 0, report + p.stderr[-3000:]
     for section in ("## env", "## smoke", "## step", "## summary"):
@@ -34,9 +40,5 @@ def test_first_run_phases_on_the_simulator(tmp_path):
 
 
 def test_first_run_reports_a_failing_phase_and_goes_on(tmp_path):
-    out = tmp_path / "first_run.md"
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JITGRAPH_CACHE_DIR=str(tmp_path / "cache"))
-    p = subprocess.run([sys.executable, "bench/gpu_first_run.py", "--sim", "--phases",
-                        "nosuch", "--out", str(out)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p, _ = _first_run(tmp_path, "nosuch", 120)
     assert p.returncode == 2 and "unknown phases" in p.stderr

@@ -135,7 +135,7 @@ def asarray(x, dtype=None, *, copy=None, device=None):
         return out
     shared = isinstance(src, np.ndarray) and np.may_share_memory(out, src)
     if copy:
-        return out.copy() if shared or out is src else out
+        return out.copy() if shared else out
     if not shared:
         raise ValueError("jnp.asarray: copy=False, but the array cannot be made without a copy "
                          f"(from {type(src).__name__}"
@@ -149,7 +149,7 @@ def array(x, dtype=None, copy=True, *, device=None):
     writing into the caller's NumPy array, or donating the result, leaves the other alone.
     ``copy=False`` or ``None``: as ``asarray``."""
     _check_device(device, "array")
-    return asarray(x, dtype, copy=True if copy else None if copy is None else False)
+    return asarray(x, dtype, copy=None if copy is None else bool(copy))
 
 
 def astype(x, dtype, *, copy=True, device=None):

@@ -12,7 +12,7 @@ import numpy as np
 from .. import dtypes
 from ..core import Tracer, aval_of
 from ._base import _locate_module, _operand, asarray
-from .manipulation import concatenate, swapaxes, transpose
+from .manipulation import concatenate, moveaxis, swapaxes, transpose
 from .math import multiply, power
 from .reductions import sum as _sum
 
@@ -25,8 +25,8 @@ _KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral
 
 def _dtype_of(x: Any) -> np.dtype:
     """The dtype of an array, a traced value, a dtype or a jnp scalar type."""
-    if isinstance(x, Tracer) or isinstance(x, np.ndarray):
-        return np.dtype(aval_of(x).dtype) if isinstance(x, Tracer) else x.dtype
+    if isinstance(x, Tracer):
+        return np.dtype(x.aval.dtype)
     return np.dtype(getattr(x, "dtype", x))
 
 
@@ -109,12 +109,8 @@ def positive(x):
 
 def unstack(x, axis: int = 0) -> tuple:
     """The slices of ``x`` along ``axis``, as a tuple (the inverse of ``stack``)."""
-    x = _operand(x)
-    n = aval_of(x).shape[axis]
-    moved = x if axis in (0, -aval_of(x).ndim) else transpose(
-        x, [axis % aval_of(x).ndim] + [i for i in range(aval_of(x).ndim)
-                                       if i != axis % aval_of(x).ndim])
-    return tuple(moved[i] for i in range(n))
+    moved = moveaxis(_operand(x), axis, 0)
+    return tuple(moved[i] for i in range(aval_of(moved).shape[0]))
 
 
 def vecdot(x1, x2, axis: int = -1):
