@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -390,6 +392,19 @@ def _busy_cpu_seconds() -> float | None:
         return busy / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+@contextlib.contextmanager
+def spinning(n: int):
+    """``n`` processes that each keep a CPU busy while the block runs (a loaded machine; they
+    inherit this process's CPU affinity, so they compete for the same CPUs)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def time_per_call(fn, *, number: int = 10_000, repeats: int = 15, warmup_calls: int = 200,

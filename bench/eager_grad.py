@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import common  # noqa: I001  (first: sets thread limits before numpy/torch/jax load)
 
-import contextlib
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-from common import (ResultTable, check_close, guarded, import_error, import_jitgraph,
+from common import (ResultTable, spinning, check_close, guarded, import_error, import_jitgraph,
                     print_kv, sample_host, _try_import)
 
 
@@ -363,19 +361,6 @@ def _compare(title: str, fn_results: dict, checks: dict) -> str:
             c = check_close(name, got, want[0], rtol=0.0, atol=rtol * scale)
             note += f"; {name} {c}" + ("" if c != "ok" else f" (rtol {rtol:g})")
     return note
-
-
-@contextlib.contextmanager
-def spinning(n: int):
-    """``n`` processes that each keep a CPU busy while the block runs (a loaded machine; they
-    inherit this process's CPU affinity, so they compete for the same CPUs)."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def _measure(title: str, program, libs: dict, opts: dict, unit: str):

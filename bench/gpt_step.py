@@ -4,7 +4,7 @@ torch.compile vs jax.jit, the same model written the same way in each, same init
 
     python bench/gpt_step.py [--size tiny|small|large] [--untied] [--attention library]
                              [--optimizer sgd] [--repeats N] [--quick] [--json out.json]
-                             [--python-jax PATH] [--python-torch PATH]
+                             [--python-jax PATH] [--python-torch PATH] [--busy N]
 
 Each framework runs in a new process (so ``ru_maxrss``, the RSS high-water mark, is that
 framework's own), in turn: jitgraph first (it builds the model and saves its weights and the
@@ -14,6 +14,9 @@ imports); jitgraph also its planned peak (``lower(...).memory_analysis()``). The
 of every framework must agree with jitgraph's to 1e-4 relative. Ratios are to the best peer.
 ``--python-jax`` / ``--python-torch`` run that framework's process with another interpreter
 (a virtual environment holding JAX, say); that process imports neither jitgraph nor Numba.
+``--busy N`` keeps N processes spinning (one CPU each) while each framework runs: the loaded
+machine of a shared server or CI runner, where a step that needs every core at once at every
+barrier loses most.
 """
 from __future__ import annotations
 
@@ -357,7 +360,8 @@ def run(args) -> dict:
             if common._quiet_budget() > 0:      # --wait-quiet / BENCH_WAIT_QUIET
                 common.wait_quiet(verbose=True)
             print(f"running {ROW[n]} in a new process ({pythons[n]}) ...", flush=True)
-            results[n] = run_child(n, pythons[n], workdir, args.child_timeout)
+            with common.spinning(args.busy):
+                results[n] = run_child(n, pythons[n], workdir, args.child_timeout)
             if "error" in results[n]:
                 print(f"{ROW[n]}: unavailable ({results[n]['error']})", flush=True)
 
@@ -375,7 +379,8 @@ def run(args) -> dict:
         f"GPT training step ({args.size}: {s['layers']} layers, d={s['dim']}, {s['heads']} heads, "
         f"T={s['context']}, batch {s['batch']}, vocab {s['vocab']}, "
         f"{'tied' if cfg['tied'] else 'untied'}, {cfg['attention']} attention, "
-        f"{cfg['optimizer']}, float32) (ms/step)",
+        f"{cfg['optimizer']}, float32"
+        + (f", {args.busy} spinning processes beside it" if args.busy else "") + ") (ms/step)",
         unit="ms", extra_cols=("x best peer", "tokens/s", "first call s", "RSS imports MiB",
                                "peak RSS MiB", "RSS x best peer", "planned peak MiB", "check"))
     for n in names:
@@ -404,7 +409,7 @@ def run(args) -> dict:
               f"{timings['jitgraph'].median / best_t:.2f}x; peak memory <= the best peer's: "
               f"RSS {jg['peak_rss'] / best_rss:.2f}x, planned peak "
               f"{jg['planned_peak'] / best_rss:.2f}x the best peer's RSS", flush=True)
-    return {"table": table.as_dict(), "config": cfg, "results": results}
+    return {"table": table.as_dict(), "config": cfg, "results": results, "busy": args.busy}
 
 
 def extra_args(p) -> None:
@@ -420,6 +425,9 @@ def extra_args(p) -> None:
                    help="interpreter for the jax process (default: this one)")
     p.add_argument("--python-torch", default=None, metavar="PATH",
                    help="interpreter for the torch process (default: this one)")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="run N processes that spin on a CPU each while every framework runs "
+                        "(a busy machine)")
     p.add_argument("--child-timeout", type=float, default=3600.0, metavar="SECONDS")
 
 

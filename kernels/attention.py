@@ -39,11 +39,12 @@ def _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0, j1):
     """Scaled, masked scores of query rows i0:i1 against keys j0:j1 (the scale is the
     product's alpha), whether any was masked, and (if so) whether each counts for the
     gradient (False where a mask or the causal cut replaced it). Only tiles with a mask or
-    crossing the causal diagonal take the per-element loop."""
+    bias take the per-element loop; without one, the callers apply the causal cut (``_seen``:
+    no exponential for the keys after each row's index)."""
     s = np.empty((i1 - i0, j1 - j0), q.dtype)
     blas_gemm(scale, q[b, i0:i1], False, k[b, j0:j1], True, 0.0, s)
     cut = causal and j1 - 1 > i0
-    if kind == 0 and not cut:
+    if kind == 0:   # the causal cut alone is applied by the callers (_seen)
         return s, False, np.ones((1, 1), np.bool_)
     live = np.ones(s.shape, np.bool_)
     eb = ebi[b]
@@ -79,6 +80,15 @@ def _exp_shifted(s, r, n, shift, mul):
 
 
 @njit(cache=True, nogil=True)
+def _seen(kind, causal, i, j0, n):
+    """How many of the n keys from j0 on row i sees: those up to its own index under the
+    causal cut alone (the rest have probability 0: no exponential computed for them)."""
+    if kind == 0 and causal:
+        return max(0, min(n, i - j0 + 1))
+    return n
+
+
+@njit(cache=True, nogil=True)
 def _work_item(t, n):
     """(batch, first row, end row) of work item ``t``: the blocks of ``n`` rows of each batch."""
     blocks = (n + BLOCK - 1) // BLOCK
@@ -101,10 +111,13 @@ def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum
         s, _, _ = _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0, j1)
         n = j1 - j0
         for r in range(rows):
-            mx = max(m[r], row_max(s, r, n))
+            nv = _seen(kind, causal, i0 + r, j0, n)
+            mx = max(m[r], row_max(s, r, nv))
             alpha = fast_exp(m[r] - mx) if mx > -np.inf else q.dtype.type(1.0)
-            _exp_shifted(s, r, n, mx, q.dtype.type(1.0))
-            ssum[r] = ssum[r] * alpha + row_sum(s, r, n)
+            _exp_shifted(s, r, nv, mx, q.dtype.type(1.0))
+            for c in range(nv, n):
+                s[r, c] = 0.0
+            ssum[r] = ssum[r] * alpha + row_sum(s, r, nv)
             m[r] = mx
             if alpha != 1.0:
                 for c in range(dv):
@@ -138,9 +151,13 @@ def _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsu
     n = j1 - j0
     for r in range(i1 - i0):
         di = delta[b, i0 + r]
-        _exp_shifted(s, r, n, rmax[b, i0 + r], q.dtype.type(1.0) / rsum[b, i0 + r])
-        for c in range(n):
+        nv = _seen(kind, causal, i0 + r, j0, n)
+        _exp_shifted(s, r, nv, rmax[b, i0 + r], q.dtype.type(1.0) / rsum[b, i0 + r])
+        for c in range(nv):
             dp[r, c] = s[r, c] * (dp[r, c] - di) * scale
+        for c in range(nv, n):      # past the causal cut: probability and cotangent 0
+            s[r, c] = 0.0
+            dp[r, c] = 0.0
         if masked:
             for c in range(n):
                 if not live[r, c]:

@@ -140,6 +140,8 @@ def register() -> dict[str, int]:
         for routine, symbol in ROUTINES.items():
             llvm.add_symbol(symbol, addresses[routine])
             _REGISTERED[symbol] = addresses[routine]
+        from .blas_spin import shorten_idle_spin
+        shorten_idle_spin()     # idle BLAS workers sleep 0.4 ms after a product, not 0.1 s
     return dict(_REGISTERED)
 
 
