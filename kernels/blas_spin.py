@@ -23,9 +23,13 @@ import ctypes
 import os
 import struct
 
+import numpy as np
+
 SPIN_CYCLES = 1 << 20           # about 0.4 ms at 2.5 GHz
 _SYMBOL, _ANCHOR = b"thread_timeout", b"openblas_thread_timeout"
 _SHT_SYMTAB = 2
+_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                 ("value", "<u8"), ("size", "<u8")])     # one ELF64 symbol, 24 bytes
 _DONE: dict[str, str] = {}      # library path -> what was done ("set 2**28 -> 2**20", "skipped: ...")
 
 
@@ -48,13 +52,14 @@ def _symbols(path: str, names: tuple[bytes, ...]) -> dict[bytes, list[tuple[int,
             f.seek(strtab[4])
             strings = f.read(strtab[5])
             f.seek(sec[4])
-            syms = f.read(sec[5])
-            for off in range(0, len(syms) - 23, 24):
-                st_name, _, _, _, value, size = struct.unpack_from("<IBBHQQ", syms, off)
-                end = strings.find(b"\0", st_name)
-                name = strings[st_name:end]
-                if name in found:
-                    found[name].append((value, size))
+            syms = np.frombuffer(f.read(sec[5] - sec[5] % 24), _SYM)
+            for name in names:      # every offset the name can start at (tails are shared)
+                offsets, at = [], strings.find(name + b"\0")
+                while at >= 0:
+                    offsets.append(at)
+                    at = strings.find(name + b"\0", at + 1)
+                hit = syms[np.isin(syms["name"], offsets)]
+                found[name] += [(int(v), int(z)) for v, z in zip(hit["value"], hit["size"])]
     return found
 
 
