@@ -88,6 +88,15 @@ def _matmul(a, b):
                          f"{sb2[-2]}) at {_where(user_frame(2))}; transpose an operand?")
     if len(sa2) == 2 and len(sb2) == 2:
         batch = ()              # (no batch dims: nothing to broadcast)
+    elif len(sb2) == 2:
+        # (..., M, K) @ (K, N) is one (rows, K) @ (K, N) product, as XLA's dot_general: no
+        # copy of b per batch, one large product instead of a batch of small ones, and a
+        # gradient for b that is one product too (not a batch of them summed)
+        rows = int(np.prod(sa2[:-1], dtype=np.int64))
+        out = bind(_P.matmul, reshape(a2, (rows, sa2[-1])), b2)
+        oshape = sa2[:-2] + ((sa2[-2],) if len(sa) > 1 else ()) + ((sb2[-1],) if len(sb) > 1
+                                                                   else ())
+        return reshape(out, oshape)
     else:
         from ..ops.elementwise import broadcast_shapes
         try:

@@ -45,26 +45,52 @@ def row_major_strides(shape) -> list[int]:
     return st[::-1]
 
 
+def _dim_groups(a: list[int], b: list[int]) -> list[tuple[list[int], list[int]]] | None:
+    """The finest pairing of consecutive dims of ``a`` and of ``b`` (positions) whose sizes
+    multiply to the same number; None where the sizes do not pair up."""
+    groups, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        gi, gj, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb and i < len(a):
+                gi.append(i)
+                pa, i = pa * a[i], i + 1
+            elif pb < pa and j < len(b):
+                gj.append(j)
+                pb, j = pb * b[j], j + 1
+            else:
+                return None
+        groups.append((gi, gj))
+    return groups if i == len(a) and j == len(b) else None
+
+
 def reshape_index_map(out_idx, in_aval, out_aval, *, shape):
-    """Row-major linear offset of the output index, split again in the input shape.
+    """Row-major linear offset of the output index, split again in the input shape, group by
+    group: dims merged into one cost a multiply-add, not a division and a remainder, so a
+    loop over a reshaped buffer indexes it as plainly as the buffer itself (and vectorizes).
 
     Size-1 dimensions dropped or added cost no arithmetic."""
     in_nz = [(i, d) for i, d in enumerate(in_aval.shape) if d != 1]
     out_nz = [(i, d) for i, d in enumerate(out_aval.shape) if d != 1]
-    if [d for _, d in in_nz] == [d for _, d in out_nz]:
-        res = ["0"] * in_aval.ndim
-        for (ii, _), (oi, _) in zip(in_nz, out_nz):
-            res[ii] = out_idx[oi]
-        return res
-    terms = [f"{e} * {s}" if s != 1 else e
-             for e, s, d in zip(out_idx, row_major_strides(out_aval.shape), out_aval.shape) if d != 1]
-    lin = "(" + " + ".join(terms) + ")" if terms else "0"
-    res = []
-    for s, d in zip(row_major_strides(in_aval.shape), in_aval.shape):
-        if d == 1:
-            res.append("0")
-        else:
-            res.append(f"(({lin} // {s}) % {d})" if s != 1 else f"({lin} % {d})")
+    groups = None if 0 in in_aval.shape else _dim_groups([d for _, d in in_nz],
+                                                         [d for _, d in out_nz])
+    if groups is None:
+        groups = [(list(range(len(in_nz))), list(range(len(out_nz))))]
+    res = ["0"] * in_aval.ndim
+    for gi, gj in groups:
+        outs = [out_nz[k] for k in gj]
+        terms = [f"{out_idx[oi]} * {s}" if s != 1 else out_idx[oi]
+                 for (oi, _), s in zip(outs, row_major_strides([d for _, d in outs]))]
+        lin = terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+        ins = [in_nz[k] for k in gi]
+        for n, ((ii, d), s) in enumerate(zip(ins, row_major_strides([d for _, d in ins]))):
+            if len(ins) == 1:
+                res[ii] = lin
+            elif n == 0:
+                res[ii] = f"({lin} // {s})"       # below d: the group's offset is in range
+            else:
+                res[ii] = f"(({lin} // {s}) % {d})" if s != 1 else f"({lin} % {d})"
     return res
 
 
