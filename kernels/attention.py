@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import numpy as np
 from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
+import numba
 from numba import njit
 
 from .fastmath import fast_exp
 from .matmul import blas_gemm
-from .rows import row_max, row_sum
+from .rows import row_max
 from .threads import run_split as _threads
 
 BLOCK = 128         # query rows and keys per tile (products on one BLAS thread each)
+BATCH_SWEEP_MIN = 4  # batches per thread from which the gradient takes one sweep a batch
 
 
 @njit(cache=True, nogil=True)
@@ -79,6 +81,22 @@ def _exp_shifted(s, r, n, shift, mul):
         s[r, c] = fast_exp(s[r, c] - shift) * mul
 
 
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def _exp_sum(s, r, n, shift):
+    """s[r, :n] <- exp(s[r, :n] - shift), returning their sum (one vectorized pass; 0 where
+    shift is -inf: nothing seen yet)."""
+    if shift == -np.inf:
+        for c in range(n):
+            s[r, c] = 0.0
+        return s.dtype.type(0.0)
+    tot = s.dtype.type(0.0)
+    for c in range(n):
+        e = fast_exp(s[r, c] - shift)
+        s[r, c] = e
+        tot += e
+    return tot
+
+
 @njit(cache=True, nogil=True)
 def _seen(kind, causal, i, j0, n):
     """How many of the n keys from j0 on row i sees: those up to its own index under the
@@ -113,15 +131,18 @@ def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum
         for r in range(rows):
             nv = _seen(kind, causal, i0 + r, j0, n)
             mx = max(m[r], row_max(s, r, nv))
-            alpha = fast_exp(m[r] - mx) if mx > -np.inf else q.dtype.type(1.0)
-            _exp_shifted(s, r, nv, mx, q.dtype.type(1.0))
+            tot = _exp_sum(s, r, nv, mx)
             for c in range(nv, n):
                 s[r, c] = 0.0
-            ssum[r] = ssum[r] * alpha + row_sum(s, r, nv)
+            if m[r] == -np.inf:     # the first keys this row sees: nothing to rescale
+                ssum[r] = tot
+            else:
+                alpha = fast_exp(m[r] - mx)
+                ssum[r] = ssum[r] * alpha + tot
+                if alpha != 1.0:
+                    for c in range(dv):
+                        acc[r, c] *= alpha
             m[r] = mx
-            if alpha != 1.0:
-                for c in range(dv):
-                    acc[r, c] *= alpha
         blas_gemm(1.0, s, False, v[b, j0:j1], False, 1.0, acc)
     for r in range(rows):
         inv = q.dtype.type(1.0) / ssum[r]
@@ -200,9 +221,42 @@ def _query_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, del
 
 
 @njit(cache=True, nogil=True)
-def row_dots(do, o, delta, start, step):
-    """delta[b, i] = do[b, i] . o[b, i] for batches start, start + step, ..."""
-    for b in range(start, o.shape[0], step):
+def _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do,
+                 dq, dk, dv, b):
+    """dq, dk and dv of batch ``b`` in one sweep (its rows' ``delta`` first): each tile's
+    probabilities and score cotangents are computed once and feed all three products (five
+    products a tile, not the seven of the two sweeps); one work item owns the whole batch,
+    so dq accumulates without races, in a fixed order."""
+    tq, tk = q.shape[1], k.shape[1]
+    row_dots(do, o, delta, b, q.shape[0], b + 1)
+    dq[b, :, :] = 0.0
+    dk[b, :, :] = 0.0
+    dv[b, :, :] = 0.0
+    for j0 in range(0, tk, BLOCK):
+        j1 = min(j0 + BLOCK, tk)
+        gk = dk[b, j0:j1]
+        gv = dv[b, j0:j1]
+        for i0 in range(j0 if causal else 0, tq, BLOCK):
+            i1 = min(i0 + BLOCK, tq)
+            p, ds = _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
+                                       rsum, delta, do, b, i0, i1, j0, j1)
+            blas_gemm(1.0, p, True, do[b, i0:i1], False, 1.0, gv)
+            blas_gemm(1.0, ds, True, q[b, i0:i1], False, 1.0, gk)
+            blas_gemm(1.0, ds, False, k[b, j0:j1], False, 1.0, dq[b, i0:i1])
+
+
+@njit(cache=True, nogil=True)
+def batch_items(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do, dq,
+                dk, dv, start, step):
+    for b in range(start, q.shape[0], step):
+        _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do,
+                     dq, dk, dv, b)
+
+
+@njit(cache=True, nogil=True)
+def row_dots(do, o, delta, start, stop, step):
+    """delta[b, i] = do[b, i] . o[b, i] for batches start, start + step, ... below stop."""
+    for b in range(start, stop, step):
         for i in range(o.shape[1]):
             acc = o.dtype.type(0.0)
             for c in range(o.shape[2]):
@@ -241,7 +295,13 @@ def attention_backward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, 
     """dq, dk, dv of the forward pass above, given its o, row max and sum and the cotangent do."""
     nb, tq, tk = q.shape[0], q.shape[1], k.shape[1]
     delta = np.empty((nb, tq), q.dtype)
-    _threads(lambda s, st: row_dots(do, o, delta, s, st), nb)
+    if nb >= BATCH_SWEEP_MIN * numba.get_num_threads() or tk <= BLOCK:
+        # enough batches to keep every thread busy (or one key block, where the key sweep
+        # has no more work items): one sweep a batch
+        _threads(lambda s, st: batch_items(q, k, v, extra, ebi, kind, causal, fill, scale, o,
+                                           rmax, rsum, delta, do, dq, dk, dv, s, st), nb)
+        return
+    _threads(lambda s, st: row_dots(do, o, delta, s, nb, st), nb)
     args = (q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do)
     _threads(lambda s, st: key_items(*args, dk, dv, s, st), nb * ((tk + BLOCK - 1) // BLOCK))
     _threads(lambda s, st: query_items(*args, dq, s, st), nb * ((tq + BLOCK - 1) // BLOCK))

@@ -86,6 +86,25 @@ def test_causal_over_several_tiles():
         np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("masked", ["causal", "padded"])
+def test_gradient_in_one_sweep_per_batch_over_several_tiles(masked, monkeypatch):
+    """The backward's one-sweep-a-batch path (dq, dk, dv from each tile at once), which
+    enough batches per thread take, over 260 keys: three key blocks, the last ragged."""
+    from jitgraph.kernels import attention as kernels
+    monkeypatch.setattr(kernels, "BATCH_SWEEP_MIN", 1)
+    t = 260
+    q, k, v = (RNG.standard_normal((4, 2, t, 4)) for _ in range(3))
+    mask = np.tril(np.ones((t, t), bool)) if masked == "causal" else \
+        (np.arange(t) < np.array([t, 200, 130, 7])[:, None])[:, None, None, :]
+    vg = jg.value_and_grad(_loss(lambda q, k, v: nn.dot_product_attention(q, k, v, mask)),
+                           argnums=(0, 1, 2))
+    ref = vg(q, k, v)
+    val, grads = jg.jit(vg)(q, k, v)
+    np.testing.assert_allclose(val, ref[0], rtol=1e-12)
+    for g, r in zip(grads, ref[1]):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-12)
+
+
 def test_float32_cross_attention_other_lengths():
     q = RNG.standard_normal((3, 130, 16)).astype(np.float32)
     k, v = (RNG.standard_normal((3, 70, 16)).astype(np.float32) for _ in range(2))

@@ -83,19 +83,19 @@ def programs():
 
 
 PINS = {
-    "cpu/mlp_step": "53486be1f55b6a6bdab1b39d2e83b9a378e9c5fc699978c0598cd6106750f1ed",
+    "cpu/mlp_step": "ceb59f863da9131ba1f3747dfe6c855e77ce1f928373b6d8d801b55df0372c4f",
     "cuda/mlp_step": "55def57d5f20478338ecb094c0f390406d3489be73e632261c7e142f29850528",
-    "cpu/softmax_xent": "0623d67a27db1c7c88a86af21e6232980add84087fc4d2ab244eb015db58a548",
+    "cpu/softmax_xent": "9aab18e3e2e70daf0f0c9d501e00001b0bc9691c62e599f5dd481fd24dda000b",
     "cuda/softmax_xent": "917a5c19c8c7d689cf7c1a7880e2790e18202f88faf80a5bce1ae5f121e0bccc",
-    "cpu/elementwise_grad": "d0b5b9240ef620a2a99f66e81e76785ebf7febb22d4a06560a4655e246c3df82",
+    "cpu/elementwise_grad": "a48e122a8466595cb7fc76e761bed49c24dc519f8a59fd379ed00b8934837e19",
     "cuda/elementwise_grad": "598704181df245fbc9085e11ba20521eefef8c15033656822bb2f39ee6784eb9",
-    "cpu/column_sums": "291ccbc6beb42ba20487a23b5dbc2521c514762bd959d5156b4c950ab6099bf2",
+    "cpu/column_sums": "e38c0e8f58f2617f6ec4f16167c3b998f4ab5c112cace57a1b881ed602a96b05",
     "cuda/column_sums": "b5e975119331822ec050dc8b8f140f971a6c50f09d35a54939e41b24fd1607ae",
-    "cpu/cumulative": "38119432e20a669408749273fab429cce999ad403a05926e27b924546c55e41e",
+    "cpu/cumulative": "3a15002883b561b71c1b93aee5901ada56c80a40ede3ad3bc8db0174aebff8ac",
     "cuda/cumulative": "9fc8bc768fb18c4750cf0691769a6d03b21e5cfba50276028d6ee29e7263de0c",
-    "cpu/long_rows": "075c3bc7a3100513f41bae1de75dd0ac1069e15c9b7520dd1a99382693ccceb6",
+    "cpu/long_rows": "3dfac202bb97c0231a5adbd406f007b28b4737471ce49d5751e24d64be075952",
     "cuda/long_rows": "f99a5530e0b62f741b7d6183c2c9d254f97c9a9c9fa8cd1bec89aab7041368c8",
-    "cpu/sgd_vjp": "36d429da0cd5b58986bb3882f471ae5516d9ce18b28f998b17ee2f48c416d2ee",
+    "cpu/sgd_vjp": "088cc6f4acd03e290d3caffdb4e5fb188e9aeac30705cdb47fc5429ada266c59",
     "cuda/sgd_vjp": "4d84e94aa5019f8416d6248aa0787209a6b531cf81567308bbe9d1814a3a02e5"
 }
 

@@ -35,13 +35,30 @@ def extra_operand(extra: tuple, batch: tuple, dtype) -> tuple[np.ndarray, np.nda
     return np.ascontiguousarray(e.reshape((-1,) + e.shape[-2:])), ebi
 
 
+class _PlainOperands:
+    """The kernels' operands for no mask or bias, made once per batch shape and dtype for
+    one step (the kernels only read them): a host step's Python costs every call."""
+
+    def __init__(self):
+        self.made: dict = {}
+
+    def get(self, batch: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
+        key = (batch, dtype)
+        hit = self.made.get(key)
+        if hit is None:
+            hit = self.made[key] = extra_operand((), batch, dtype)
+        return hit
+
+
 def _forward(node: Node) -> Callable:
     from ..kernels.attention import attention_forward
     p = node.params
 
+    plain = _PlainOperands()
+
     def call(q, k, v, *extra):
         batch, tq = q.shape[:-2], q.shape[-2]
-        e, ebi = extra_operand(extra, batch, q.dtype)
+        e, ebi = plain.get(batch, q.dtype) if not extra else extra_operand(extra, batch, q.dtype)
         qf, kf, vf = _flat(q), _flat(k), _flat(v)
         o = np.empty(qf.shape[:2] + (vf.shape[2],), q.dtype)
         m, tot = np.empty(qf.shape[:2], q.dtype), np.empty(qf.shape[:2], q.dtype)
@@ -57,10 +74,12 @@ def _backward(node: Node) -> Callable:
     from ..kernels.attention import attention_backward
     p = node.params
 
+    plain = _PlainOperands()
+
     def call(q, k, v, *rest):
         extra, (o, m, tot, do) = rest[:-4], rest[-4:]
         batch, tq = q.shape[:-2], q.shape[-2]
-        e, ebi = extra_operand(extra, batch, q.dtype)
+        e, ebi = plain.get(batch, q.dtype) if not extra else extra_operand(extra, batch, q.dtype)
         qf, kf, vf = _flat(q), _flat(k), _flat(v)
         dq, dk, dv = np.empty_like(qf), np.empty_like(kf), np.empty_like(vf)
         with one_blas_thread():
