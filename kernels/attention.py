@@ -4,9 +4,12 @@ the (Tq, Tk) score matrix (the FlashAttention recipe, in Numba).
 The forward pass walks each block of query rows over the key blocks with a running row
 maximum and row sum (an online softmax), so only a (rows, keys) tile of scores exists at a
 time; it also returns each row's maximum and sum. The backward pass recomputes the tile
-probabilities from them: one parallel sweep over key blocks accumulates
-``dk`` and ``dv``, a second over query blocks accumulates ``dq`` (two sweeps rather than
-atomic adds, so every result is computed in one fixed order: deterministic). The tile
+probabilities from them. With enough batches for every thread (``BATCH_SWEEP_MIN`` a
+thread) or a single key block, one work item owns a batch and one sweep over its tiles
+accumulates ``dq``, ``dk`` and ``dv`` together (five products a tile); otherwise one parallel
+sweep over key blocks accumulates ``dk`` and ``dv`` and a second over query blocks ``dq``
+(seven products a tile, but as many work items as key or query blocks). Neither uses
+atomic adds, so every result is computed in one fixed order: deterministic. The tile
 products go through BLAS (``matmul.blas_gemm``, the one product function generated programs
 call, so it is compiled once for all of them). Work items (batch x block) run
 in parallel on Python threads (the kernels release the GIL; a ``prange`` loop costs seconds
