@@ -35,21 +35,22 @@ def _extremum(name: str, larger: bool):
     (1024, 1024) array); a compare and select on integers and bools."""
     @intrinsic
     def combine(typingctx, a, b):
-        if a != b or not isinstance(a, (types.Float, types.Integer, types.Boolean)):
+        t = a if a == b else typingctx.unify_pairs(a, b)   # (an accumulator and its values
+        if not isinstance(t, (types.Float, types.Integer, types.Boolean)):  # share a dtype)
             return None
 
         def codegen(context, builder, sig, args):
-            x, y = args
-            if isinstance(a, types.Float):
-                lt = context.get_value_type(a)
+            x, y = (context.cast(builder, v, ty, t) for v, ty in zip(args, sig.args))
+            if isinstance(t, types.Float):
+                lt = context.get_value_type(t)
                 fn = builder.module.declare_intrinsic(
                     "llvm." + name, [lt], ir.FunctionType(lt, [lt, lt]))
-                return builder.call(fn, args)
-            if isinstance(a, types.Boolean):
+                return builder.call(fn, (x, y))
+            if isinstance(t, types.Boolean):
                 return builder.or_(x, y) if larger else builder.and_(x, y)
-            cmp = builder.icmp_signed if a.signed else builder.icmp_unsigned
+            cmp = builder.icmp_signed if t.signed else builder.icmp_unsigned
             return builder.select(cmp(">" if larger else "<", x, y), x, y)
-        return a(a, b), codegen
+        return t(a, b), codegen
     combine.__name__ = combine.__qualname__ = name + "_step"
     return combine
 
