@@ -231,7 +231,7 @@ def _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, 
     products a tile, not the seven of the two sweeps); one work item owns the whole batch,
     so dq accumulates without races, in a fixed order."""
     tq, tk = q.shape[1], k.shape[1]
-    row_dots(do, o, delta, b, q.shape[0], b + 1)
+    row_dots(do, o, delta, b, b + 1, 1)
     dq[b, :, :] = 0.0
     dk[b, :, :] = 0.0
     dv[b, :, :] = 0.0

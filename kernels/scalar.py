@@ -35,8 +35,9 @@ def _extremum(name: str, larger: bool):
     (1024, 1024) array); a compare and select on integers and bools."""
     @intrinsic
     def combine(typingctx, a, b):
-        t = a if a == b else typingctx.unify_pairs(a, b)   # (an accumulator and its values
-        if not isinstance(t, (types.Float, types.Integer, types.Boolean)):  # share a dtype)
+        # an accumulator and its values share a dtype; unify them where they do not
+        t = a if a == b else typingctx.unify_pairs(a, b)
+        if not isinstance(t, (types.Float, types.Integer, types.Boolean)):
             return None
 
         def codegen(context, builder, sig, args):

@@ -35,18 +35,20 @@ def extra_operand(extra: tuple, batch: tuple, dtype) -> tuple[np.ndarray, np.nda
     return np.ascontiguousarray(e.reshape((-1,) + e.shape[-2:])), ebi
 
 
-class _PlainOperands:
-    """The kernels' operands for no mask or bias, made once per batch shape and dtype for
-    one step (the kernels only read them): a host step's Python costs every call."""
+class _ExtraOperands:
+    """``extra_operand`` for one step, with the operands of no mask or bias made once per batch
+    shape and dtype (the kernels only read them): a host step's Python costs every call."""
 
     def __init__(self):
-        self.made: dict = {}
+        self.plain: dict = {}
 
-    def get(self, batch: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
+    def get(self, extra: tuple, batch: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
+        if extra:
+            return extra_operand(extra, batch, dtype)
         key = (batch, dtype)
-        hit = self.made.get(key)
+        hit = self.plain.get(key)
         if hit is None:
-            hit = self.made[key] = extra_operand((), batch, dtype)
+            hit = self.plain[key] = extra_operand((), batch, dtype)
         return hit
 
 
@@ -54,11 +56,11 @@ def _forward(node: Node) -> Callable:
     from ..kernels.attention import attention_forward
     p = node.params
 
-    plain = _PlainOperands()
+    operands = _ExtraOperands()
 
     def call(q, k, v, *extra):
         batch, tq = q.shape[:-2], q.shape[-2]
-        e, ebi = plain.get(batch, q.dtype) if not extra else extra_operand(extra, batch, q.dtype)
+        e, ebi = operands.get(extra, batch, q.dtype)
         qf, kf, vf = _flat(q), _flat(k), _flat(v)
         o = np.empty(qf.shape[:2] + (vf.shape[2],), q.dtype)
         m, tot = np.empty(qf.shape[:2], q.dtype), np.empty(qf.shape[:2], q.dtype)
@@ -74,12 +76,12 @@ def _backward(node: Node) -> Callable:
     from ..kernels.attention import attention_backward
     p = node.params
 
-    plain = _PlainOperands()
+    operands = _ExtraOperands()
 
     def call(q, k, v, *rest):
         extra, (o, m, tot, do) = rest[:-4], rest[-4:]
         batch, tq = q.shape[:-2], q.shape[-2]
-        e, ebi = plain.get(batch, q.dtype) if not extra else extra_operand(extra, batch, q.dtype)
+        e, ebi = operands.get(extra, batch, q.dtype)
         qf, kf, vf = _flat(q), _flat(k), _flat(v)
         dq, dk, dv = np.empty_like(qf), np.empty_like(kf), np.empty_like(vf)
         with one_blas_thread():
