@@ -222,8 +222,35 @@ def smoke() -> None:
     got = jitgraph.jit(lambda p, q: p @ q.T + 1.0, device="cuda")(*jitgraph.device_put((a, a)))
     ok &= _check(f"product {m}x{m} @ transposed, epilogue ({cuda_matmul.binding_label(d)})",
                  jitgraph.device_get(got), a.astype(np.float64) @ a.T.astype(np.float64) + 1.0)
+    ok &= _narrow_steps(d, host, x, y, sizes)
     if not ok:
         raise AssertionError("a smoke check did not match (rows above)")
+
+
+def _narrow_steps(d, host, x, y, sizes) -> bool:
+    """The MLP step in bfloat16 and float16 on every binding: its products go to cuBLAS's
+    GemmEx (16-bit operands, float32 accumulation on tensor cores) or to the tiled kernel's
+    16-bit path, checked against the CPU backend in the same dtype."""
+    from jitgraph.kernels import cuda_matmul
+    try:
+        import ml_dtypes
+    except ImportError:
+        say("| 16-bit float MLP steps | skipped | ml_dtypes is not installed |")
+        return True
+    ok = True
+    for dt, tol in ((np.dtype(ml_dtypes.bfloat16), 4e-2), (np.dtype(np.float16), 6e-3)):
+        hp, hx, hy = jitgraph.tree_map(lambda a: np.asarray(a).astype(dt), (host, x, y))
+        want = jitgraph.jit(_sgd)(hp, hx, hy)
+        for name in [n for n, _, _ in cuda_matmul.BINDINGS] + ["fallback"]:
+            if cuda_matmul.select_matmul(d, name)[0] is None and name != "fallback":
+                continue
+            label = cuda_matmul.binding_label(d)
+            ex = "GemmEx" if name != "fallback" else "tiled, 16-bit operands"
+            got = jitgraph.jit(_sgd, device="cuda")(*jitgraph.device_put((hp, hx, hy)))
+            ok &= _check(f"{dt.name} MLP step {'-'.join(map(str, sizes))}, products on "
+                         f"{label} ({ex})", jitgraph.device_get(got), want, tol=tol)
+    cuda_matmul.select_matmul(d, "auto")
+    return ok
 
 
 # ---------------------------------------------------------------- 3. the cached MLP step

@@ -133,7 +133,7 @@ def _cond_batch(args, dims, *, _branches, name):
 
 cond_p = register(Primitive(
     "cond", kind="opaque", abstract_eval=_cond_aval, impl=_cond_impl, vjp=_cond_vjp,
-    jvp=_cond_jvp, multiple_results=True))
+    jvp=_cond_jvp, multiple_results=True, moves_data=True))
 cond_p.batch = _cond_batch
 
 
@@ -276,7 +276,7 @@ def _scan_batch(args, dims, *, _body, num_consts, num_carry, length, reverse, na
 
 scan_p = register(Primitive(
     "scan", kind="opaque", abstract_eval=_scan_aval, impl=_scan_impl, vjp=_scan_vjp,
-    jvp=_scan_jvp, multiple_results=True))
+    jvp=_scan_jvp, multiple_results=True, moves_data=True))
 scan_p.batch = _scan_batch
 
 
@@ -355,7 +355,7 @@ def _while_batch(args, dims, *, _cond, _body, n_cc, n_bc, name):
 
 while_p = register(Primitive(
     "while", kind="opaque", abstract_eval=_while_aval, impl=_while_impl, vjp=_while_vjp,
-    jvp=_while_jvp, multiple_results=True))
+    jvp=_while_jvp, multiple_results=True, moves_data=True))
 while_p.batch = _while_batch
 
 
@@ -377,7 +377,7 @@ def _barrier_batch(args, dims):
 optimization_barrier_p = register(Primitive(
     "optimization_barrier", kind="opaque", abstract_eval=_barrier_aval,
     impl=lambda *xs: tuple(xs), vjp=lambda cts, outs, *xs: list(cts),
-    jvp=lambda ts, outs, *xs: list(ts), multiple_results=True, batch=_barrier_batch))
+    jvp=lambda ts, outs, *xs: list(ts), multiple_results=True, batch=_barrier_batch, moves_data=True))
 
 
 def _remat_aval(*avals, _graph, prevent_cse, name, policy=None):

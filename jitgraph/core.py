@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import config, dtypes
+from .dtypes import NARROW_SET
 from .arrays import Array
 from .errors import ConcretizationError, LeakedTracerError, ShapeError, user_frame, where
 
@@ -64,8 +65,9 @@ class Aval:
         return short_dtype(self.dtype) + "[" + ",".join(map(str, self.shape)) + "]"
 
 
-_DTYPE_TYPES = frozenset(type(np.dtype(t)) for t in ("bool", "int32", "int64", "float32", "float64"))
-_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+_DTYPE_TYPES = frozenset(type(d) for d in dtypes.SUPPORTED)
+_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool",
+          "float16": "f16", "bfloat16": "bf16"}
 
 
 def short_dtype(dtype) -> str:
@@ -318,6 +320,11 @@ class Primitive:
     :param multiple_results: whether it returns a list of arrays.
     :param differentiable: ``False``: no gradient flows through it (autodiff treats its outputs
         as constants).
+    :param moves_data: whether it only moves, selects or converts values (layouts, gathers,
+        ``convert``, calls and control flow, whose bodies are already traced) and so runs on
+        16-bit floats as they are; every other primitive computes in float32 on them
+        (``bind`` widens float16/bfloat16 operands and rounds float32 results back).
+        Default: true for the ``layout``, ``index`` and ``call`` kinds.
     :param batch: ``batch(args, dims, **params) -> (out, out_dim)``: the batching rule
         ``vmap`` uses; ``dims[i]`` is the batch axis of ``args[i]`` or ``None`` (unbatched);
         ``multiple_results`` primitives return ``(outs, out_dims)``. See ``jitgraph.batching``.
@@ -326,7 +333,7 @@ class Primitive:
     def __init__(self, name: str, *, kind: str, abstract_eval: Callable, impl: Callable,
                  vjp: Callable | None = None, jvp: Callable | None = None, codegen: Any = None,
                  multiple_results: bool = False, differentiable: bool = True,
-                 batch: Callable | None = None):
+                 batch: Callable | None = None, moves_data: bool | None = None):
         self.name = name
         self.kind = kind
         self.abstract_eval = abstract_eval
@@ -337,6 +344,8 @@ class Primitive:
         self.multiple_results = multiple_results
         self.differentiable = differentiable
         self.batch = batch
+        self.moves_data = kind in ("layout", "index", "call") if moves_data is None \
+            else moves_data
 
     @property
     def codegen(self) -> Callable | None:
@@ -573,6 +582,32 @@ def fp_errors_ignored():
     return _FpErrorsIgnored() if _FP_IGNORE is not None else np.errstate(all="ignore")
 
 
+def _bind_widened(prim: Primitive, args: Sequence[Any], avals: list, params: dict) -> Any:
+    """``prim`` on 16-bit float operands: computed in float32 and rounded back, once per
+    primitive (XLA's float normalization; JAX's results on the CPU). Sums, products and
+    every transcendental accumulate in float32; the graph holds the converts, which fusion
+    puts into the kernels' loads and stores. The result keeps the narrow type when every
+    float operand (or the ``dtype=`` asked for) has it."""
+    narrow = {a.dtype for a in avals if a.dtype in NARROW_SET}
+    wanted = params.get("dtype")
+    if wanted in NARROW_SET:
+        narrow.add(wanted)
+        params = {**params, "dtype": dtypes.float32}
+    wide_floats = any(dtypes.is_float(a.dtype) and a.dtype not in NARROW_SET and not a.weak
+                      for a in avals)
+    target = next(iter(narrow)) if len(narrow) == 1 and not wide_floats else None
+    convert = PRIMITIVES["convert"]
+    wide = [bind(convert, x, dtype=dtypes.float32) if av.dtype in NARROW_SET else x
+            for x, av in zip(args, avals)]
+    out = bind(prim, *wide, **params)
+    if target is None:
+        return out
+    outs = out if prim.multiple_results else [out]
+    back = [bind(convert, o, dtype=target) if aval_of(o).dtype == dtypes.float32 else o
+            for o in outs]
+    return back if prim.multiple_results else back[0]
+
+
 def run_impl(prim: Primitive, in_vals: Sequence[Any], params: dict,
              out_avals: list[Aval]) -> list[np.ndarray]:
     """Run the reference implementation and pin results to the dtypes the shape rule promised."""
@@ -756,13 +791,19 @@ def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
     """Apply ``prim``: record a node if any argument is traced, else evaluate with NumPy."""
     avals = []
     trace = None
+    narrow = False
     for a in args:      # one pass: operand avals, and the innermost trace involved
         if type(a) is Tracer:
-            avals.append(a.gvar.aval)
+            av = a.gvar.aval
             if trace is None or a.trace.level > trace.level:
                 trace = a.trace
         else:
-            avals.append(aval_of(a))
+            av = aval_of(a)
+        avals.append(av)
+        if av.dtype in NARROW_SET:
+            narrow = True
+    if (narrow or params.get("dtype") in NARROW_SET) and not prim.moves_data:
+        return _bind_widened(prim, args, avals, params)
     try:
         out = _abstract_eval(prim, avals, params)
     except (ShapeError, TypeError, ValueError, IndexError) as e:

@@ -295,10 +295,13 @@ class Driver:
             self.launch(copy_kernel, g, t, (dst, src))
 
     def product(self, a_spec, b_spec, m: int, n: int, k: int, batch: int, alpha: float,
-                beta: float, dtype):
-        """One call site's product, prepared once (``kernels.cuda_matmul.Product``)."""
+                beta: float, dtype, operands: str | None = None):
+        """One call site's product, prepared once (``kernels.cuda_matmul.Product``);
+        ``operands``: the 16-bit float type of both operands, multiplied with float32
+        accumulation into a ``dtype`` (float32) result."""
         from .kernels.cuda_matmul import Product
-        return Product(self, a_spec, b_spec, m, n, k, batch, alpha, beta, np.dtype(dtype))
+        return Product(self, a_spec, b_spec, m, n, k, batch, alpha, beta, np.dtype(dtype),
+                       operands)
 
     def attention(self, *spec):
         """One call site's fused attention, prepared once (``kernels.cuda_attention``)."""

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import dtypes
 from .core import Graph, Node, Var, keeping_sources, run_impl
 from .errors import where
 from .transforms import trace_to_graph
@@ -48,7 +49,7 @@ def holds(x: Any, kind: str) -> bool:
     """Whether ``x`` is a floating array holding a ``kind`` value (``"nan"``, ``"inf"`` or
     ``"nonfinite"``)."""
     x = np.asarray(x)
-    return x.dtype.kind in "fc" and bool(_bad(x, kind).any())
+    return (x.dtype.kind in "fc" or dtypes.is_float(x.dtype)) and bool(_bad(x, kind).any())
 
 
 # ------------------------------------------------------------------ naming things

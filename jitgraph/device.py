@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import dtypes
 from .cuda_driver import (CudaUnavailableError, buffer_address, cuda_api, cuda_or_reason, driver,
                           simulator)
 from .tree import tree_map
@@ -86,7 +87,7 @@ class DeviceArray:
         buf = self._buf
         if buf is not None and self._owned:
             try:
-                _DRIVER.release(buf, self.dtype)
+                _DRIVER.release(buf, dtypes.storage(self.dtype))
             except Exception:         # interpreter shutdown: the pool may be gone
                 pass
 
@@ -134,11 +135,13 @@ class DeviceArray:
         buf = self._buf
         self._buf = None
         if buf is not None and self._owned:
-            _DRIVER.release(buf, self.dtype)
+            _DRIVER.release(buf, dtypes.storage(self.dtype))
 
     # -- host transfer
     def __array__(self, dtype=None, copy=None):
         a = driver().to_host(self.buffer()).reshape(self.shape)
+        if a.dtype != self.dtype:         # a 16-bit float's buffer holds its bits
+            a = a.view(self.dtype)
         return a if dtype is None else a.astype(dtype, copy=False)
 
     def block_until_ready(self) -> "DeviceArray":
@@ -292,7 +295,7 @@ def as_device_buffer(x, dtype: np.dtype, shape: tuple):
                             "a copy (pip install 'jitgraph[cuda]')") from None
         return _from_interface(cupy.from_dlpack(x)).reshape(int(np.prod(shape, dtype=np.int64)))
     a = np.ascontiguousarray(np.asarray(x, dtype=dtype)).reshape(-1)
-    return driver().to_device(a)
+    return driver().to_device(a.view(dtypes.storage(dtype)))   # (16-bit floats: their bits)
 
 
 def leaf_signature(x):
@@ -312,7 +315,7 @@ def host_placeholders(tree: Any) -> Any:
         sig = leaf_signature(x)
         if sig is None:
             return x
-        return np.broadcast_to(np.zeros((), np.dtype(sig[1])), sig[0])
+        return np.broadcast_to(np.zeros((), dtypes.of_char(sig[1])), sig[0])
     return tree_map(sub, tree)
 
 
@@ -350,10 +353,10 @@ def device_put(x: Any, device: str = "cuda") -> Any:
             return a
         h = np.asarray(a)
         try:
-            buf = d.to_device(np.ascontiguousarray(h).reshape(-1))
+            buf = d.to_device(dtypes.as_stored(h))      # (a 16-bit float's bits)
         except Exception as e:
             raise device_error(e, "device_put", h.nbytes) from None
-        return DeviceArray(buf, h.shape)
+        return DeviceArray(buf, h.shape, dtype=h.dtype)
     return tree_map(put, x)
 
 

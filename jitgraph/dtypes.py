@@ -17,9 +17,56 @@ int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
+float16 = np.dtype(np.float16)
+try:     # NumPy has no bfloat16: ml_dtypes (JAX's) adds it, with its casts and promotions
+    import ml_dtypes as _ml_dtypes
+    bfloat16: np.dtype | None = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:          # pragma: no cover - ml_dtypes ships with the test and cuda extras
+    _ml_dtypes = None
+    bfloat16 = None
 
-SUPPORTED = (bool_, int32, int64, float32, float64)
+#: the 16-bit floats: stored as they are, computed in float32 (``core.bind`` widens their
+#: operands and rounds the results back, as XLA does), so a sum or a product of them
+#: accumulates in float32
+NARROW_FLOATS = (float16,) + ((bfloat16,) if bfloat16 is not None else ())
+NARROW_SET = frozenset(NARROW_FLOATS)
+SUPPORTED = (bool_, int32, int64, float32, float64) + NARROW_FLOATS
 _KIND_ORDER = {"b": 0, "i": 1, "f": 2}
+BFLOAT16_INSTALL = "bfloat16 needs ml_dtypes: pip install ml_dtypes (or 'jitgraph[cuda]')"
+
+
+def bfloat16_dtype() -> np.dtype:
+    """NumPy's dtype for bfloat16, or an ImportError saying what to install."""
+    if bfloat16 is None:
+        raise ImportError(BFLOAT16_INSTALL)
+    return bfloat16
+
+
+def of_char(char: str) -> np.dtype:
+    """The dtype of a type character (``dtype.char``, what signatures keep): bfloat16's
+    ``"E"`` is ml_dtypes', which ``np.dtype`` does not read back."""
+    if bfloat16 is not None and char == bfloat16.char:
+        return bfloat16
+    return np.dtype(char)
+
+
+def kind(dtype) -> str:
+    """``dtype.kind``, with bfloat16 (a NumPy ``"V"`` type) counted as the float it is."""
+    d = np.dtype(dtype)
+    return "f" if d == bfloat16 else d.kind
+
+
+def is_narrow(dtype) -> bool:
+    """float16 or bfloat16: a storage type that jitgraph computes in float32."""
+    return dtype in NARROW_SET
+
+
+def storage(dtype) -> np.dtype:
+    """The dtype compiled kernels see a buffer as: a 16-bit float's bits as uint16 (Numba's
+    CPU target has no float16 and neither target knows bfloat16; the kernels convert with
+    ``kernels/scalar.py``'s and ``kernels/cuda_scalar.py``'s helpers), others as they are."""
+    d = np.dtype(dtype)
+    return np.dtype(np.uint16) if d in NARROW_SET else d
 
 
 def default_for_kind(kind: str) -> np.dtype:
@@ -32,7 +79,7 @@ def default_for_kind(kind: str) -> np.dtype:
 
 def canonical(dtype) -> np.dtype:
     """Map a requested dtype onto a supported one, or raise TypeError."""
-    d = np.dtype(dtype)
+    d = _as_dtype(dtype)
     if d in SUPPORTED:
         return d
     if d.kind in "iu":
@@ -43,11 +90,17 @@ def canonical(dtype) -> np.dtype:
                     f"{', '.join(str(s) for s in SUPPORTED)}")
 
 
+def _as_dtype(dtype) -> np.dtype:
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return bfloat16_dtype()
+    return np.dtype(dtype)
+
+
 def requested(dtype) -> np.dtype:
     """A dtype a caller asked for (``dtype=``, ``astype``): honoured, or refused with a
     TypeError saying what to ask for instead, never silently changed (arrays of other dtypes
     passed in are still converted, as ``canonical`` says)."""
-    d = np.dtype(dtype)
+    d = _as_dtype(dtype)
     c = canonical(d)
     if c != d:
         raise TypeError(f"dtype {d} is not supported (jitgraph computes in "
@@ -57,8 +110,14 @@ def requested(dtype) -> np.dtype:
     return c
 
 
+def as_stored(a: np.ndarray) -> np.ndarray:
+    """Array ``a``, flat and contiguous, as compiled kernels read it (``storage``)."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    return flat.view(storage(flat.dtype)) if flat.dtype in NARROW_SET else flat
+
+
 def is_float(dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
+    return kind(dtype) == "f"
 
 
 def is_integer_or_bool(dtype) -> bool:
@@ -93,11 +152,11 @@ def _result_type(items) -> tuple[np.dtype, bool]:
         out = np.result_type(*strong)
         out = canonical(out)
         top_weak = max((_KIND_ORDER[d.kind] for d in weak), default=-1)
-        if top_weak > _KIND_ORDER[out.kind]:
+        if top_weak > _KIND_ORDER[kind(out)]:
             out = default_for_kind("f" if top_weak == 2 else "i")
         return out, False
-    kind = max(_KIND_ORDER[d.kind] for d in weak)
-    return default_for_kind("bif"[kind]), True
+    top = max(_KIND_ORDER[d.kind] for d in weak)
+    return default_for_kind("bif"[top]), True
 
 
 def concrete_operand(x: Any, name: str = "argument") -> Any:

@@ -23,7 +23,7 @@ from .compiler.backends.base import CompileOptions
 from .compiler.dynamic import CannotGeneralize
 from .compiler.settings import compile_settings
 from .compiler.state import STATE
-from . import config
+from . import config, dtypes
 from . import debug_nans
 from . import device as device_runtime
 from .core import Graph, Tracer, short_dtype
@@ -309,7 +309,7 @@ def _dynamic_dims_spec(spec) -> dict:
 
 def _shapes_text(sig) -> str:
     """A call signature as ``f32[128,784], f32[128,10]`` (Python scalars by their type)."""
-    return ", ".join(f"{short_dtype(np.dtype(s[1]))}[{','.join(map(str, s[0]))}]"
+    return ", ".join(f"{short_dtype(dtypes.of_char(s[1]))}[{','.join(map(str, s[0]))}]"
                      if isinstance(s, tuple) else getattr(s, "__name__", "?") for s in sig)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from . import dtypes
 from .core import PRIMITIVES, Aval, Graph, Node, Var, params_key, run_impl
 
 FOLD_MAX_ELEMENTS = 4096  # constant folding never creates constants bigger than this
@@ -177,6 +178,11 @@ def simplify_node(b: _Builder, n: Node) -> Var | None:
     elif name == "convert":
         if ins[0].aval.dtype == out.aval.dtype:
             return ins[0]
+        p = b.producer.get(ins[0])
+        if p is not None and p.prim is n.prim and p.inputs[0].aval.dtype == out.aval.dtype \
+                and dtypes.is_float(ins[0].aval.dtype) \
+                and np.can_cast(out.aval.dtype, ins[0].aval.dtype, "safe"):
+            return p.inputs[0]     # widened exactly and back (a 16-bit float's round trip)
     elif name == "transpose":
         p = b.producer.get(ins[0])
         if p is not None and p.prim.name == "transpose":

@@ -171,7 +171,7 @@ def fold_in(k, data) -> np.ndarray:
 # ------------------------------------------------------------------ floats
 def _float_dtype(dtype, fn: str):
     d = dtypes.canonical(dtype) if dtype is not None else config.float_dtype()
-    if d.kind != "f":
+    if not dtypes.is_float(d):
         raise TypeError(f"random.{fn}: expected a floating-point dtype, got {d}")
     return d
 

@@ -118,7 +118,7 @@ def _check_float_leaves(leaves: Sequence[Any], what: str, argnum: int, arg: Any,
     args[0]['w']``)."""
     for k, x in enumerate(leaves):
         d = aval_of(x).dtype
-        if d.kind != "f":
+        if not dtypes.is_float(d):
             name = argument_leaf_names([arg], params=positional_names(fun),
                                        positions=[argnum])[k]
             raise TypeError(

@@ -21,6 +21,8 @@ from numba import cuda
 
 from jitgraph import config
 
+from . import cuda_scalar
+
 
 class Tile(NamedTuple):
     bm: int
@@ -44,10 +46,17 @@ def op_strides(spec) -> tuple[int, int, int]:
     return (rows * cols, 1, cols) if transposed else (rows * cols, cols, 1)
 
 
+_same = cuda.jit(device=True)(lambda x: x)
+_WIDEN = {"float16": cuda_scalar.from_f16, "bfloat16": cuda_scalar.from_bf16}
+
+
 @functools.lru_cache(maxsize=None)
-def tiled_kernel(dtype_name: str, tile: Tile):
-    """The tiled GEMM kernel for one dtype and tile shape (compiled once per process)."""
+def tiled_kernel(dtype_name: str, tile: Tile, operands: str | None = None):
+    """The tiled GEMM kernel for one dtype and tile shape (compiled once per process);
+    ``operands``: both operands' 16-bit float type (their bits, widened as they are staged:
+    the products accumulate in ``dtype_name``)."""
     dt = np.dtype(dtype_name).type
+    load = _WIDEN[operands] if operands else _same
     BM, BN, BK, TM, TN = tile
     TX, TY = tile.threads
     NT = TX * TY
@@ -90,7 +99,7 @@ def tiled_kernel(dtype_name: str, tile: Tile):
                     gk = k0 + q
                     v = zero
                     if gi < m and gk < kk:
-                        v = a[bz * a_bs + gi * a_rs + gk * a_cs]
+                        v = load(a[bz * a_bs + gi * a_rs + gk * a_cs])
                     As[q, r] = v
             for l in range(B_LOADS):
                 e = tid + l * NT
@@ -101,7 +110,7 @@ def tiled_kernel(dtype_name: str, tile: Tile):
                     gj = col0 + s
                     v = zero
                     if gk < kk and gj < n:
-                        v = b[bz * b_bs + gk * b_rs + gj * b_cs]
+                        v = load(b[bz * b_bs + gk * b_rs + gj * b_cs])
                     Bs[q, s] = v
             cuda.syncthreads()
             for p in range(BK):
@@ -137,8 +146,8 @@ def gemm_grid(m: int, n: int, batch: int, tile: Tile) -> int:
 
 
 def gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile: Tile,
-                  driver=None) -> None:
-    kern = tiled_kernel(np.dtype(out.dtype).name, tile)
+                  driver=None, operands: str | None = None) -> None:
+    kern = tiled_kernel(np.dtype(out.dtype).name, tile, operands)
     grid = gemm_grid(m, n, batch, tile)
     t = out.dtype.type
     args = (a, *op_strides(a_spec), b, *op_strides(b_spec), out, out if c is None else c,
@@ -150,6 +159,13 @@ def gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, til
 
 
 # ---------------------------------------------------------------- cuBLAS
+# cuBLAS's enums for GemmEx (cudaDataType_t, cublasComputeType_t, cublasGemmAlgo_t): plain
+# integers, the same in every binding
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_GEMM_DEFAULT = -1
+
+
 class BlasCall(NamedTuple):
     """One column-major ``?gemm`` call computing a row-major product (C^T = op(B)^T op(A)^T):
     cuBLAS's A is jitgraph's B and the other way round."""
@@ -195,6 +211,7 @@ class Blas:
                                 "tf32": lib.Math.TF32_TENSOR_OP_MATH}
             self._gemm = {"float32": lib.sgemm_strided_batched,
                           "float64": lib.dgemm_strided_batched}
+            self._gemm_ex = getattr(lib, "gemm_strided_batched_ex", None)
         else:
             self.ops = {"N": lib.CUBLAS_OP_N, "T": lib.CUBLAS_OP_T}
             self._create, self._set_stream, self._set_ws, self._set_pm = (
@@ -206,6 +223,7 @@ class Blas:
             self._math_modes = {"float32": getattr(lib, "CUBLAS_DEFAULT_MATH", 0),
                                 "tf32": getattr(lib, "CUBLAS_TF32_TENSOR_OP_MATH", 3)}
             self._gemm = {"float32": lib.sgemmStridedBatched, "float64": lib.dgemmStridedBatched}
+            self._gemm_ex = getattr(lib, "gemmStridedBatchedEx", None)
         self.handle = self._create()
         self._set_pm(self.handle, host)          # alpha, beta: host scalars, read at enqueue
         self.workspace = None
@@ -235,19 +253,41 @@ class Blas:
             a = self._scalars[key] = np.array(value, dt)
         return a
 
+    @property
+    def has_gemm_ex(self) -> bool:
+        return self._gemm_ex is not None
+
+    def _use(self, stream: int) -> None:
+        """The handle on ``stream``, with our workspace set again (see ``gemm``)."""
+        self._set_stream(self.handle, stream)
+        self._stream = stream
+        if self.workspace is not None:
+            self._set_ws(self.handle, _ptr(self.workspace), self.WORKSPACE_BYTES)
+
+    def gemm_ex(self, stream: int, operands: str, call: "BlasCall", al: int, be: int,
+                pa: int, sa: int, pb: int, sb: int, pc: int, sc: int, batch: int) -> None:
+        """One strided-batched GEMM of 16-bit float operands (``operands``: "float16" or
+        "bfloat16") into a float32 result, accumulated in float32
+        (``cublasGemmStridedBatchedEx`` with ``CUBLAS_COMPUTE_32F``: tensor cores on Volta
+        and later); ``al``/``be``: float32 host scalars."""
+        if stream != self._stream:
+            self._use(stream)
+        t = CUDA_R_16F if operands == "float16" else CUDA_R_16BF
+        self._gemm_ex(self.handle, self.ops[call.transa], self.ops[call.transb],
+                      call.m, call.n, call.k, al, pb, t, call.lda, sb, pa, t, call.ldb, sa,
+                      be, pc, CUDA_R_32F, call.ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT)
+
     def gemm(self, stream: int, dtype_name: str, call: "BlasCall", al: int, be: int,
              pa: int, sa: int, pb: int, sb: int, pc: int, sc: int, batch: int) -> None:
         """One strided-batched GEMM (``BlasCall``: cuBLAS's A is our B); ``al``/``be``: the
         addresses of host scalars from ``scalar``. The handle's math mode follows
         ``jitgraph.config``'s ``matmul_precision`` (TF32 tensor-core math for "tf32")."""
         if stream != self._stream:
-            self._set_stream(self.handle, stream)
-            self._stream = stream
-            if self.workspace is not None:
-                # cublasSetStream puts the handle back on cuBLAS's default workspace pool (as
-                # PyTorch does, set ours again after it): a GEMM captured into a CUDA graph
-                # must not allocate from that pool
-                self._set_ws(self.handle, _ptr(self.workspace), self.WORKSPACE_BYTES)
+            # cublasSetStream puts the handle back on cuBLAS's default workspace pool (as
+            # PyTorch does, set ours again after it): a GEMM captured into a CUDA graph must
+            # not allocate from that pool
+            self._use(stream)
         precision = config.read("matmul_precision")   # float32 or TF32 tensor-core math
         if precision != self._math:
             self._set_math(self.handle, self._math_modes[precision])
@@ -404,10 +444,12 @@ class Product:
     table hit) and one library call. ``c``, when another buffer, is copied into ``out``
     first."""
 
-    def __init__(self, driver, a_spec, b_spec, m, n, k, batch, alpha, beta, dtype: np.dtype):
+    def __init__(self, driver, a_spec, b_spec, m, n, k, batch, alpha, beta, dtype: np.dtype,
+                 operands: str | None = None):
         self.driver = driver
         self.args = (a_spec, b_spec, m, n, k, batch, alpha, beta)
         self.dtype = dtype
+        self.operands = operands         # both operands' 16-bit float type (GemmEx), or None
         self.dtype_name = dtype.name            # (a property NumPy computes on each read)
         self.blas = None
         self.bound: object = _UNBOUND        # the driver's binding entry it was prepared for
@@ -424,6 +466,11 @@ class Product:
                     "blas", "jitgraph: no cuBLAS binding could be loaded (" + why + "); "
                     "matrix products use jitgraph's tiled GEMM kernel, several times slower. "
                     "Install nvmath-python or CuPy (pip install 'jitgraph[cuda]').")
+        if self.blas is not None and self.operands and not self.blas.has_gemm_ex:
+            self.driver.warn_once(
+                "blas-ex", f"jitgraph: {self.blas.name}'s cuBLAS binding has no GemmEx: "
+                f"products of {self.operands} operands use jitgraph's tiled GEMM kernel")
+            self.blas = None
         if self.blas is not None:
             self.call = blas_call(a_spec, b_spec, m, n, k)
             self.strides = (a_spec[0] * a_spec[1], b_spec[0] * b_spec[1], m * n)
@@ -441,7 +488,7 @@ class Product:
         if blas is None:
             tile = SIM_TILE if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else GPU_TILE
             gemm_fallback(a, a_spec, b, b_spec, out, m, n, k, batch, alpha, beta, c, tile,
-                          driver=d)
+                          driver=d, operands=self.operands)
             return
         al, be, zero = self.scalars
         if c is None:
@@ -450,5 +497,9 @@ class Product:
             d.copy(out, c)
         sa, sb, sc = self.strides
         ptr = d.pointer
+        if self.operands:
+            d.library_call(blas.gemm_ex, d.stream_handle, self.operands, self.call, al, be,
+                           ptr(a), sa, ptr(b), sb, ptr(out), sc, batch)
+            return
         d.library_call(blas.gemm, d.stream_handle, self.dtype_name, self.call, al, be,
                        ptr(a), sa, ptr(b), sb, ptr(out), sc, batch)

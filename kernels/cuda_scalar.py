@@ -32,6 +32,8 @@ import types
 import numpy as np
 from numba import cuda
 
+from . import narrow as _narrow
+
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
@@ -52,6 +54,11 @@ else:
     math = _math            # libdevice on the GPU
 
 _device = cuda.jit(device=True)   # NVVM inlines small device functions itself
+
+# the 16-bit floats' conversions (kernels/narrow.py: integer and float32 operations only, the
+# same Python the simulator runs and the CPU compiles)
+from_bf16, to_bf16, from_f16, to_f16, odd_f32 = (
+    _device(_narrow.PYTHON[n]) for n in ("from_bf16", "to_bf16", "from_f16", "to_f16", "odd_f32"))
 
 
 @_device

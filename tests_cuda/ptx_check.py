@@ -327,8 +327,9 @@ def program_kernels(fn, args, cc=(9, 0), fastmath=False, **patch) -> list[dict]:
             setattr(codegen_cuda, k, v)
     module, _ = disk_cache().load_module(source, key_extra=cache_key(
         fingerprint(), cc, fastmath, True) + "|ptx-check")
-    dtypes = {name: v.aval.dtype for v, name in plan._names.items()}
-    dtypes.update({n: d for n, _, d in info["scratch_specs"]})
+    from jitgraph.dtypes import storage     # (the kernels get a 16-bit float's bits)
+    dtypes = {name: storage(v.aval.dtype) for v, name in plan._names.items()}
+    dtypes.update({n: storage(d) for n, _, d in info["scratch_specs"]})
     # the dtypes of the values each step computes (not weak Python scalars): a float32 program
     # may compute in float64 where NumPy promotes (f32 * i32, f32 ** int64, astype)
     steps = {re.sub(r"_[0-9a-f]{12}$", "", ks.name): {
@@ -381,6 +382,13 @@ def library_kernels(cc=(9, 0)) -> int:
             cuda.compile_ptx(k.py_func, (arr, i, i, i, arr, i, i, i, arr, arr, dt, dt, i, i, i),
                              cc=cc)
         n += 2 + 2
+    bits, f32, i = types.Array(types.uint16, 1, "C"), types.Array(float32, 1, "C"), types.int64
+    for operands in ("bfloat16", "float16"):      # 16-bit operands, float32 accumulation
+        for tile in (cuda_matmul.GPU_TILE, cuda_matmul.SIM_TILE):
+            k = cuda_matmul.tiled_kernel("float32", tile, operands)
+            cuda.compile_ptx(k.py_func, (bits, i, i, i, bits, i, i, i, f32, f32, float32,
+                                         float32, i, i, i), cc=cc)
+            n += 1
     return n + len(attention_kernels(cc))
 
 
@@ -511,6 +519,19 @@ def bench_programs():
          _big((n, d), np.float32)), {}, False
 
 
+def narrow_programs():
+    """A training step in bfloat16 and in float16: the conversions of their loads and stores
+    (``kernels/narrow.py``, integer and float32 operations) and the tiled product staging
+    16-bit operands must type and assemble for the GPU too (the simulator checks no types)."""
+    import ml_dtypes
+
+    import jitgraph
+    from test_cuda_narrow import _data, _mlp_loss
+    for dt in (ml_dtypes.bfloat16, np.float16):
+        yield f"{np.dtype(dt).name} mlp value+grad", jitgraph.value_and_grad(_mlp_loss), \
+            _data(dt), {}, False
+
+
 def programs(selection="default"):
     """(name, fn, args, codegen patches, fastmath). ``selection``: "subset" (the pytest run),
     "default" (the simulator test selection, the device MLP step, the split / column
@@ -525,6 +546,7 @@ def programs(selection="default"):
     forward, grads = {"subset": (SUBSET, SUBSET_GRADS), "default": (FORWARD, GRADS),
                       "all": ([c.name for c in CASES], [c.name for c in CASES])}[selection]
     yield from bench_programs()
+    yield from narrow_programs()
     for name in forward:
         yield name, by[name].fn, by[name].args, {}, False
     for name in grads:

@@ -67,6 +67,7 @@ class FakeCupyCublas:
         _require_simulator()
         self.streams, self.workspace, self.calls, self.math_modes = [], None, 0, []
         self.pool_gemms = 0
+        self.ex_calls = []
 
     def setMathMode(self, handle, mode):
         self.math_modes.append(mode)
@@ -100,6 +101,28 @@ class FakeCupyCublas:
     def sgemmStridedBatched(self, *a):
         self._gemm(np.float32, *a)
 
+    #: cudaDataType_t codes of GemmEx's 16-bit float operands, and the float32 result
+    EX_TYPES = {2: np.float16, 14: "bfloat16"}
+
+    def gemmStridedBatchedEx(self, handle, ta, tb, m, n, k, alpha, A, atype, lda, sa, B,
+                             btype, ldb, sb, beta, C, ctype, ldc, sc, batch, compute, algo):
+        """GemmEx as cuBLAS runs it here: 16-bit float operands (their bits widened to
+        float32, exactly), float32 C, float32 accumulation (CUBLAS_COMPUTE_32F = 68)."""
+        import ml_dtypes
+        self.ex_calls.append((atype, btype, ctype, compute, algo))
+        assert atype == btype and ctype == 0 and compute == 68, (atype, btype, ctype, compute)
+        narrow = np.dtype(ml_dtypes.bfloat16 if atype == 14 else np.float16)
+        self.calls += 1
+        self.pool_gemms += self.workspace is None
+        t = {0: "N", 1: "T"}
+        big = 1 << 12
+        for i in range(batch):
+            wa = _view(A + i * sa * 2, big, np.uint16).view(narrow).astype(np.float32)
+            wb = _view(B + i * sb * 2, big, np.uint16).view(narrow).astype(np.float32)
+            _colmajor_gemm(t[ta], t[tb], m, n, k, _view(alpha, 1, np.float32)[0], wa, lda,
+                           wb, ldb, _view(beta, 1, np.float32)[0],
+                           _view(C + i * sc * 4, big, np.float32), ldc)
+
     def dgemmStridedBatched(self, *a):
         self._gemm(np.float64, *a)
 
@@ -120,7 +143,8 @@ class FakeNvmathCublas(FakeCupyCublas):
         cupy_name = {"set_stream": "setStream", "set_workspace": "setWorkspace",
                      "set_pointer_mode": "setPointerMode", "set_math_mode": "setMathMode",
                      "sgemm_strided_batched": "sgemmStridedBatched",
-                     "dgemm_strided_batched": "dgemmStridedBatched"}[name]
+                     "dgemm_strided_batched": "dgemmStridedBatched",
+                     "gemm_strided_batched_ex": "gemmStridedBatchedEx"}[name]
         return getattr(self, cupy_name)
 
 

@@ -13,6 +13,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..core import GATHER, INDEX_MAP, SCALAR, Node, Var
+from ..dtypes import is_narrow
 from ..ops.layout import concat_index_map, row_major_strides
 
 
@@ -22,6 +23,8 @@ class CannotFuse(Exception):
 
 def literal(value, dtype) -> str:
     dtype = np.dtype(dtype)
+    if is_narrow(dtype):            # a 16-bit float: kernels hold its bits (kernels/narrow.py)
+        return f"np.uint16({int(np.asarray(value, dtype).view(np.uint16))})"
     v = np.asarray(value).item()
     if dtype.kind == "b":
         return "True" if v else "False"
@@ -213,6 +216,8 @@ class Emitter:
         """Whether the expression already has the output's float type, so the cast can go:
         each cast is a call Numba must type, a good part of compile time in long kernels."""
         dt = node.out.aval.dtype
+        if is_narrow(dt) or any(is_narrow(i.aval.dtype) for i in node.inputs):
+            return True       # (only converts make or read 16-bit floats: their bits)
         if dt.kind != "f" and dt != np.int64 or any(i.aval.dtype != dt for i in node.inputs[-2:]):
             return False
         low = node.prim.lowering

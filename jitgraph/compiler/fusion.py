@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core import (ARG_REDUCE, GATHER, HOST, INDEX_MAP, MATMUL, SCALAR, SCATTER_ADD, Graph,
                     Node, Var)
+from ..dtypes import is_narrow
 from ..passes import uniform_value
 from .emit import CannotFuse, Emitter
 
@@ -137,6 +138,9 @@ class Plan:
         self.in_gemm: set[Var] = set()    # values a GEMM epilogue computes without storing
         self.order: dict[Node, int] = {n: i for i, n in enumerate(graph.nodes)}
         self._names: dict[Var, str] = {}
+        # the backend multiplies 16-bit float operands itself (cuBLAS's GemmEx: float32
+        # accumulation on tensor cores), so a product reads them without a widened copy
+        self.narrow_products = False
 
     def available_at(self, v: Var) -> int:
         return self.step_of.get(v, -1)
@@ -176,7 +180,7 @@ def _decide_materialized(plan: Plan) -> None:
         if k not in INLINE:
             mat.update(o for o in n.outs if o not in plan.in_gemm)
             if not n.prim.lowering.reduces:
-                for i in n.inputs:
+                for i in (product_inputs(plan, n) if k == MATMUL else n.inputs):
                     if i not in g.consts and i not in g.inputs:
                         if k == MATMUL:
                             if _matmul_source(plan, i) is None:
@@ -248,6 +252,24 @@ def _matmul_source(plan: Plan, v: Var):
         if r is not None and not r[1]:
             return r[0], True, p.inputs[0].aval.shape
     return None
+
+
+def product_inputs(plan: Plan, n: Node) -> list[Var]:
+    """The arrays a product reads: its operands, or, where the backend multiplies 16-bit
+    floats itself (``plan.narrow_products``) and both operands are float32 widenings of one
+    16-bit type, the 16-bit arrays they widen (a float16/bfloat16 product accumulates in
+    float32 either way: ``core.bind`` widened it)."""
+    if not plan.narrow_products:
+        return list(n.inputs)
+    srcs = []
+    for v in n.inputs:
+        p = plan.producer.get(v)
+        if p is None or p.prim.name != "convert" or not is_narrow(p.inputs[0].aval.dtype):
+            return list(n.inputs)
+        srcs.append(p.inputs[0])
+    if len({s.aval.dtype for s in srcs}) != 1:
+        return list(n.inputs)
+    return srcs
 
 
 def _uniform_scalar(plan: Plan, v: Var) -> float | None:
@@ -425,6 +447,7 @@ def _arrays_under(plan: Plan, values) -> set[Var]:
 
 def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
     plan = Plan(graph)
+    plan.narrow_products = getattr(ctx, "narrow_products", False)
     after = getattr(graph, "schedule_after", {})
     _decide_materialized(plan)
     for n in graph.nodes:
@@ -433,7 +456,7 @@ def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
             continue
         kind = n.prim.lowering.kind
         if kind == MATMUL:
-            ops = [_matmul_source(plan, i) for i in n.inputs]
+            ops = [_matmul_source(plan, i) for i in product_inputs(plan, n)]
             assert None not in ops, "matmul operand is neither stored nor a view of a stored array"
             ep = plan.epilogues.get(n)
             if ep is not None and ep.c is not None and ep.c not in plan.input_set \

@@ -7,11 +7,13 @@ the CPU, a grid of threads on the GPU); everything written here is the same text
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..core import Graph, Var
+from ..dtypes import is_narrow
 from .emit import literal, offset
 from .fusion import LoopKernel, MatmulStep, Plan, kernel_ops
 from .thresholds import COLUMN_ORDER_MIN_OUTER
@@ -37,6 +39,39 @@ def numba_cast(expr: str, dtype) -> str:
     if dtype.kind == "b":
         return f"bool({expr})"
     return f"np.{dtype.name}({expr})"
+
+
+def numba_convert(expr: str, src, dst) -> str:
+    """``expr`` (of dtype ``src``) converted to ``dst``: a cast, or for the 16-bit floats,
+    which kernels hold as their bits, a call of ``kernels/narrow.py``'s conversions (through
+    float32; float64 and integers round to odd first, so the result is rounded once)."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if not is_narrow(src) and not is_narrow(dst):
+        return numba_cast(expr, dst)
+    if src == dst:
+        return expr
+    if is_narrow(src):
+        expr = f"{_FROM_BITS[src.name]}({expr})"
+        return expr if dst == np.float32 else numba_convert(expr, np.float32, dst)
+    if src != np.float32:
+        wide = expr if src == np.float64 else numba_cast(expr, np.float64)
+        expr = f"odd_f32({wide})" if src.kind != "b" else numba_cast(expr, np.float32)
+    return f"{_TO_BITS[dst.name]}({expr})"
+
+
+_FROM_BITS = {"float16": "from_f16", "bfloat16": "from_bf16"}
+_TO_BITS = {"float16": "to_f16", "bfloat16": "to_bf16"}
+#: the conversions' import, added to a generated module that calls them (and only then: the
+#: source of every other program stays as it was)
+NARROW_IMPORT = "from jitgraph.kernels.{module} import from_bf16, to_bf16, from_f16, to_f16, odd_f32\n"
+_NARROW_CALL = re.compile(r"\b(?:from_bf16|to_bf16|from_f16|to_f16|odd_f32)\(")
+
+
+def with_narrow_import(header: str, source: str, module: str) -> str:
+    """``header``, followed by the 16-bit float conversions' import if ``source`` calls them."""
+    if _NARROW_CALL.search(source):
+        return header + NARROW_IMPORT.format(module=module)
+    return header
 
 
 def step_ops(step) -> list:

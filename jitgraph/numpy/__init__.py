@@ -34,6 +34,7 @@ from .vectorize import vectorize  # noqa: F401
 import numpy as np
 
 from ._base import _ScalarType
+from .. import dtypes as _dtypes
 
 # callable scalar types (``jnp.float64(x)`` casts traced values too); they compare equal to
 # (and convert to) the NumPy dtypes of the same name
@@ -45,5 +46,12 @@ float64 = _ScalarType(float64)
 float_, int_ = float64, int64
 uint8 = _ScalarType(np.uint8)
 int8, int16 = _ScalarType(np.int8), _ScalarType(np.int16)
-float16 = _ScalarType(np.float16)
+float16 = _ScalarType(np.float16)   # stored in 16 bits, computed in float32 (see dtypes)
+if _dtypes.bfloat16 is not None:
+    bfloat16 = _ScalarType(_dtypes.bfloat16)
+else:
+    def __getattr__(name):       # (a module attribute only when ml_dtypes is installed)
+        if name == "bfloat16":
+            raise AttributeError(f"jnp.bfloat16: {_dtypes.BFLOAT16_INSTALL}")
+        raise AttributeError(f"module 'jitgraph.numpy' has no attribute {name!r}")
 from . import methods  # noqa: F401  (installs the Tracer operators and methods)

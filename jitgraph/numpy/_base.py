@@ -75,7 +75,7 @@ def _promote(*xs, float_only: bool = False):
         x, y = xs
         a, b = aval_of(x), aval_of(y)
         dtype = dtypes.result_type((a.dtype, a.weak), (b.dtype, b.weak))[0]
-        if float_only and dtype.kind != "f":
+        if float_only and not dtypes.is_float(dtype):
             dtype = float64
         return [x if a.dtype is dtype else _cast(x, dtype),
                 y if b.dtype is dtype else _cast(y, dtype)]
@@ -83,12 +83,12 @@ def _promote(*xs, float_only: bool = False):
         x = xs[0]
         a = aval_of(x)
         dtype = dtypes.result_type((a.dtype, a.weak))[0]
-        if float_only and dtype.kind != "f":
+        if float_only and not dtypes.is_float(dtype):
             dtype = float64
         return [x if a.dtype is dtype else _cast(x, dtype)]
     avals = [aval_of(x) for x in xs]
     dtype, _ = dtypes.result_type(*[(a.dtype, a.weak) for a in avals])
-    if float_only and dtype.kind != "f":
+    if float_only and not dtypes.is_float(dtype):
         dtype = float64
     return [x if a.dtype is dtype else _cast(x, dtype) for x, a in zip(xs, avals)]
 

@@ -33,7 +33,11 @@ def _dtype_of(x: Any) -> np.dtype:
 def finfo(dtype: Any) -> np.finfo:
     """Machine limits of a float dtype (``eps``, ``max``, ``min``, ``tiny``, ``bits``), as
     ``numpy.finfo``; an array or traced value gives its dtype's."""
-    return np.finfo(_dtype_of(dtype))
+    d = _dtype_of(dtype)
+    if d == dtypes.bfloat16:           # (NumPy's finfo does not know it; ml_dtypes' does)
+        import ml_dtypes
+        return ml_dtypes.finfo(d)
+    return np.finfo(d)
 
 
 def iinfo(dtype: Any) -> np.iinfo:
@@ -51,7 +55,7 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     if isinstance(kind, str):
         if kind not in _KINDS:
             raise ValueError(f"jnp.isdtype: unknown kind {kind!r}; the kinds are {sorted(_KINDS)}")
-        return d.kind in _KINDS[kind]
+        return dtypes.kind(d) in _KINDS[kind]
     return d == np.dtype(kind)
 
 

@@ -127,7 +127,7 @@ def logical_not(x):
 
 def power(x, y):
     """x ** y. Small integer exponents become multiplications (exact, and cheap to compile)."""
-    if type(x) is Tracer and type(y) is int and 1 <= y <= 4 and x.gvar.aval.dtype.kind == "f":
+    if type(x) is Tracer and type(y) is int and 1 <= y <= 4 and dtypes.is_float(x.gvar.aval.dtype):
         r = x           # (the common case, first: a weak int exponent keeps x's dtype)
         for _ in range(y - 1):
             r = bind(_P.mul, r, x)

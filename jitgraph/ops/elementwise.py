@@ -329,7 +329,8 @@ def _convert_jvp(ts, out, x, *, dtype):
 convert_p = register(Primitive(
     "convert", kind="elementwise", abstract_eval=_convert_aval,
     impl=lambda x, *, dtype: x.astype(dtype), vjp=_convert_vjp, jvp=_convert_jvp,
-    codegen=Lowering.scalar(lambda c, x, *, dtype: c.cast(x, dtype), flops=0)))
+    codegen=Lowering.scalar(lambda c, x, *, dtype: c.convert(x, c.in_dtype, dtype), flops=0),
+    moves_data=True))
 
 
 # ---------------------------------------------------------------- batching (unary/binary: above)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...arrays import Array
 from ...core import Graph
+from ...dtypes import as_stored, is_narrow, storage
 from .. import compile_pool, native
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
@@ -47,7 +48,8 @@ class CpuProgram:
         self.kernels = gen.module.kernels
         self.driver = driver
         self.driver_def = fin.driver_source.rsplit("\n\n\n", 1)[1]  # the driver's own source
-        self.const_values = tuple(np.ascontiguousarray(gen.graph.consts[v]).reshape(-1)
+        # (16-bit floats as their bits: what the kernels read, see kernels/narrow.py)
+        self.const_values = tuple(as_stored(gen.graph.consts[v])
                                   for v in gen.plan.const_args)
         self.donated = info["donated"]
         self.blas_calls = tuple(info.get("blas_calls", ()))   # what compile_pool precompiles
@@ -57,8 +59,8 @@ class CpuProgram:
         self.runner_template = gen.runner
         self.options = options            # how it was generated (CompileOptions)
         self.symbols = tuple(options.symbols)
-        self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
-        self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
+        self.out_specs = [(n, storage(d)) for _, n, d in info["out_specs"]]
+        self.scratch_specs = [(n, storage(d)) for _, n, d in info["scratch_specs"]]
         self.sources = info["output_sources"]
         self.native = native_bundle is not None   # runs from a native bundle, without Numba
         self.bundle_file = native_bundle  # the bundle it was run from or written to
@@ -88,6 +90,9 @@ class CpuProgram:
             ns[f"SD{j}"] = d
         for j, c in enumerate(self.const_values):
             ns[f"C{j}"] = c
+        for k, v in enumerate(self.graph.outputs):
+            ns[f"LD{k}"] = v.aval.dtype
+        ns["U16"] = np.dtype(np.uint16)
         exec(self.runner_template, ns)
         run = ns["run"]
         run.source = self.runner_template
@@ -149,6 +154,11 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
         lines.append("    if bad:")
         lines += [f"        if {i} in bad: x{i} = x{i}.copy()" for i in donated]
     lines += [f"    {name} = x{i}.shape[{axis}]" for name, i, axis in symbols]
+    args = list(xs)
+    for i, v in enumerate(graph.inputs):      # the kernels read a 16-bit float's bits
+        if is_narrow(v.aval.dtype):
+            lines.append(f"    v{i} = x{i}.view(U16)")
+            args[i] = f"v{i}"
     out_shapes = {j: v.aval.shape for (kind, j), v in zip(info["output_sources"], graph.outputs)
                   if kind == "out"}
     outs = []
@@ -165,19 +175,20 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
         if symbols:
             lines.append(f"    p = pools.get({key})")
         lines.append(f"    s = {p}.pop() if {p} else [{new}]")
-    lines.append(f"    driver({', '.join(xs + cs + outs + sc)})")
+    lines.append(f"    driver({', '.join(args + cs + outs + sc)})")
     if sc:
         lines.append("    pool.append(s)" if not symbols else
                      f"    pools.setdefault({key}, []).append(s) if len(pools) < 64 else None")
     res = []
-    for (kind, j), v in zip(info["output_sources"], graph.outputs):
+    for k, ((kind, j), v) in enumerate(zip(info["output_sources"], graph.outputs)):
         shp = v.aval.shape
+        back = f".view(LD{k})" if is_narrow(v.aval.dtype) else ""
         if kind == "out":
-            res.append(f"o{j}")
+            res.append(f"o{j}{back}")
         elif kind == "input":
             res.append(f"x{j}.reshape({shp!r})")
         else:
-            res.append(f"C{j}.reshape({shp!r}).copy()")
+            res.append(f"C{j}.reshape({shp!r}).copy(){back}")
     lines.append(f"    return {res[0]}" if single_output else
                  f"    return unflatten([{', '.join(res)}])")
     return "\n".join(lines)

@@ -44,7 +44,8 @@ from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..host import DEVICE_CALLS, on_device
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
-                           has_arg_reduction, kernel_params, numba_cast, outer_offset, step_ops,
+                           has_arg_reduction, kernel_params, numba_cast, numba_convert,
+                           with_narrow_import, outer_offset, step_ops,
                            store_lines, subgraph_comment)
 from ..memory import MemoryPlan
 from ..thresholds import (COLUMN_MIN_OUTER, COLUMN_PART_MIN, COLUMN_ROWS,  # noqa: F401
@@ -77,6 +78,7 @@ class CudaContext:
     """Scalar functions for CUDA kernels: ``math.*`` maps to libdevice (``expf`` for float32)."""
 
     backend = "cuda"
+    narrow_products = True     # 16-bit float operands straight to GemmEx (fusion.product_inputs)
 
     def __init__(self, limits: DeviceLimits | None = None):
         self.approx_math = False
@@ -89,6 +91,9 @@ class CudaContext:
 
     def cast(self, expr: str, dtype) -> str:
         return numba_cast(expr, dtype)
+
+    def convert(self, expr: str, src, dst) -> str:
+        return numba_convert(expr, src, dst)
 
     def fn(self, name: str) -> str:
         return scalar_function(name, "cuda", self.in_dtype, self.approx_math)
@@ -859,8 +864,10 @@ class CudaCodegen:
             if ep.c is not None:
                 c, beta = name(ep.c), ep.beta
         prod = f"{s.name}_product_{{H}}"
+        operands = np.dtype(a.aval.dtype)     # 16-bit floats where the product reads them
+        narrow = f", operands={operands.name!r}" if operands != out.dtype else ""
         self.chunks.append(f"{prod} = D.product({a_spec}, {b_spec}, {m}, {nn}, {k}, {batch}, "
-                           f"{alpha!r}, {beta!r}, np.{np.dtype(out.dtype).name})")
+                           f"{alpha!r}, {beta!r}, np.{np.dtype(out.dtype).name}{narrow})")
         return [f"{prod}({name(a)}, {name(b)}, {dst}, {c})"]
 
     def host_call(self, s: HostStep) -> list[str]:
@@ -903,6 +910,8 @@ class CudaCodegen:
               '    """Launch the steps in order on flat device arrays (no synchronisation)."""']
         dl += ["    " + l for l in body]
         src = "\n\n\n".join(self.chunks + ["\n".join(dl)]) + "\n"
+        head = with_narrow_import(HEADER, src, "cuda_scalar")
+        src = head + src[len(HEADER):]
         h = hashlib.sha256(src.encode()).hexdigest()[:12]
         src = src.replace("{H}", h)
         for ks in self.kernels:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...core import Graph
 from ...cuda_driver import driver as cuda_driver
+from ...dtypes import as_stored, storage
 from ...device import (DeviceArray, as_device_buffer, buffer_pointer, compute_capability,
                        cuda_api, device_error, simulator)
 from ..fusion import HostStep, MatmulStep
@@ -54,11 +55,10 @@ class CudaProgram:
         self.module = module
         self.was_on_disk = was_on_disk
         self.donated = info["donated"]
-        self.const_values = tuple(D.to_device(np.ascontiguousarray(gen.graph.consts[v])
-                                                 .reshape(-1))
+        self.const_values = tuple(D.to_device(as_stored(gen.graph.consts[v]))
                                   for v in gen.plan.const_args)     # uploaded once
-        self.out_specs = [(n, np.dtype(d)) for _, n, d in info["out_specs"]]
-        self.scratch_specs = [(n, np.dtype(d)) for _, n, d in info["scratch_specs"]]
+        self.out_specs = [(n, storage(d)) for _, n, d in info["out_specs"]]   # (16-bit
+        self.scratch_specs = [(n, storage(d)) for _, n, d in info["scratch_specs"]]  # floats: bits)
         self.sources = info["output_sources"]
         self.launch_counts: dict = info.get("launches", {})   # step -> kernels it launches
         self._compile_again = compile_again
