@@ -79,8 +79,10 @@ def test_a_requested_dtype_is_honoured_or_refused_never_changed(dtype):
         with pytest.raises(TypeError, match="is not supported .* would have been changed"):
             make()
     # float16 is honoured (stored in 16 bits, computed in float32: test_narrow_floats.py)
-    for make in (lambda: jnp.zeros(3, dtype=np.float16), lambda: jnp.arange(3, dtype=np.float16),
-                 lambda: jnp.asarray([1, 2], dtype=np.float16), lambda: jnp.astype(np.ones(2), np.float16)):
+    for make in (lambda: jnp.zeros(3, dtype=np.float16),
+                 lambda: jnp.arange(3, dtype=np.float16),
+                 lambda: jnp.asarray([1, 2], dtype=np.float16),
+                 lambda: jnp.astype(np.ones(2), np.float16)):
         assert make().dtype == np.float16
     # arrays of those dtypes passed in are still converted (an image of uint8 pixels)
     assert jnp.asarray(np.ones(3, np.uint8)).dtype == np.int32

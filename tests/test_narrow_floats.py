@@ -38,35 +38,23 @@ def _close(got, want, dt):
 
 # ---------------------------------------------------------------- the conversions
 @njit
-def _decode_all(bits, which):
-    out = np.empty(bits.size, np.float32)
-    for i in range(bits.size):
-        out[i] = narrow.from_bf16(bits[i]) if which == 0 else narrow.from_f16(bits[i])
-    return out
-
-
-@njit
-def _encode_all(x, which):
-    out = np.empty(x.size, np.uint16)
+def _each(fn, x, out):
+    """``out[i] = fn(x[i])``: one of kernels/narrow.py's conversions, compiled as kernels
+    call it."""
     for i in range(x.size):
-        out[i] = narrow.to_bf16(x[i]) if which == 0 else narrow.to_f16(x[i])
+        out[i] = fn(x[i])
     return out
 
 
-@njit
-def _encode_all_f64(x, which):
-    out = np.empty(x.size, np.uint16)
-    for i in range(x.size):
-        y = narrow.odd_f32(x[i])
-        out[i] = narrow.to_bf16(y) if which == 0 else narrow.to_f16(y)
-    return out
+_DECODE = (narrow.from_bf16, narrow.from_f16)
+_ENCODE = (narrow.to_bf16, narrow.to_f16)
 
 
 @pytest.mark.parametrize("which,dt", [(0, BF16), (1, F16)], ids=["bfloat16", "float16"])
 def test_every_16_bit_pattern_widens_exactly(which, dt):
     bits = np.arange(1 << 16, dtype=np.uint16)
     want = bits.view(dt).astype(np.float32)
-    got = _decode_all(bits, which)
+    got = _each(_DECODE[which], bits, np.empty(bits.size, np.float32))
     nan = np.isnan(want)
     np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
     assert np.isnan(got[nan]).all()
@@ -93,7 +81,7 @@ def test_rounding_to_16_bits_matches_numpy(which, dt):
     x = np.concatenate([_boundaries(dt), random])
     with np.errstate(all="ignore"):
         want = x.astype(dt).view(np.uint16)
-    got = _encode_all(x, which)
+    got = _each(_ENCODE[which], x, np.empty(x.size, np.uint16))
     nan = np.isnan(x)
     np.testing.assert_array_equal(got[~nan], want[~nan])
     assert np.isnan(got[nan].view(dt)).all()
@@ -121,7 +109,8 @@ def test_float64_rounds_once_to_16_bits(which, dt):
     with np.errstate(all="ignore"):
         want = x.astype(dt).view(np.uint16)
         twice = x.astype(np.float32).astype(dt).view(np.uint16)
-    got = _encode_all_f64(x, which)
+    odd = _each(narrow.odd_f32, x, np.empty(x.size, np.float32))
+    got = _each(_ENCODE[which], odd, np.empty(x.size, np.uint16))
     np.testing.assert_array_equal(got, want)
     assert (twice != want).any()        # the values do exercise double rounding
 
