@@ -18,7 +18,10 @@ biased ``matmul(q, swap(k))``, and ``softmax`` spelled with the row max and row 
 ``nn.softmax`` and hand-written code do), when the scores and probabilities are used nowhere
 else. A constant mask or bias that is the causal pattern becomes ``causal=True``, so no
 (T, T) array is read either. Autodiff runs it before building a backward pass and the
-compiler before fusing, so it applies to code that never calls ``nn``.
+compiler before fusing, so it applies to code that never calls ``nn``. The ``ATTENTION`` record
+at the end (``rewrite.FusedOp``) is what the pipeline reads: the rule (``SOFTMAX`` and the
+scores' forms, and the replacement), its condition, and the lowerings of both primitives on
+the host and in CUDA programs; ``unfused()`` disables it in the current context.
 
 The NumPy references compute the full matrices (the ground truth); the second derivative
 of ``attention_bwd`` differentiates that composite again (rarely needed, never fast).
@@ -551,6 +554,13 @@ class _CudaAttention:
                 f"{name(tot)}, {name(do)}, {outs})"]
 
 
+def _cuda_prepared(driver, *spec):
+    """One call site's fused attention, prepared once (``D.attention(*spec)`` in generated
+    CUDA code)."""
+    from .kernels.cuda_attention import Attention
+    return Attention(driver, *spec)
+
+
 # ------------------------------------------------------------------ the record
 ATTENTION = register_fused_op(FusedOp(
     "attention",
@@ -560,4 +570,5 @@ ATTENTION = register_fused_op(FusedOp(
     conditions=(lambda hit: hit.v.aval.dtype == hit.probs.aval.dtype,),
     may_match=lambda g: sum(1 for n in g.nodes if n.prim is matmul_p) >= 2,
     lowerings={"host": {attention_p: _host_forward, attention_bwd_p: _host_backward},
-               "cuda": {attention_p: _CudaAttention(), attention_bwd_p: _CudaAttention()}}))
+               "cuda": {attention_p: _CudaAttention(), attention_bwd_p: _CudaAttention()}},
+    driver={"attention": _cuda_prepared}))

@@ -15,6 +15,10 @@ nowhere else: ``nn.cross_entropy`` (log-sum-exp minus a one-hot sum),
 ``take_along_axis(log_softmax(z), labels)``, and ``logsumexp(z) - z[arange, labels]``
 (``scipy.special.logsumexp`` or a hand-written max shift). A label outside [0, V) picks 0
 (as the one-hot sum does; ``nn.cross_entropy`` then masks its loss as NaN).
+
+The ``LINEAR_CE`` record at the end (``rewrite.FusedOp``) is what the pipeline reads: the two
+rules (patterns and replacement), the condition on the logits, the host lowerings of the
+three primitives and ``merge_train_steps``; ``unfused()`` disables it in the current context.
 """
 from __future__ import annotations
 
@@ -381,7 +385,7 @@ def merge_train_steps(g: Graph) -> Graph:
     bwds = [n for n in g.nodes if n.prim is linear_ce_bwd_p]
     if not bwds:
         return g
-    producer = {o: n for n in g.nodes for o in n.outs}
+    producer = GraphIndex(g).producer
     for b in bwds:
         h, w, lab, lse, ct = b.inputs
         f = producer.get(lse)
@@ -410,7 +414,7 @@ def merge_train_steps(g: Graph) -> Graph:
         rest = [n for n in g.nodes[pos + 1:] if n not in seen and n is not b]
         g = Graph(g.inputs, g.nodes[:pos] + moved + [merged] + rest, g.outputs, g.consts,
                   g.in_tree, g.out_tree)
-        producer = {o: n for n in g.nodes for o in n.outs}
+        producer = GraphIndex(g).producer
     return g
 
 

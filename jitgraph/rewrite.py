@@ -13,7 +13,9 @@ record, registered once with ``register_fused_op``:
 - ``lowerings``: per backend, each primitive's lowering (``"host"``: a host step's callable,
   ``"cuda"``: the driver lines of a CUDA program's step), which the compiler installs;
 - ``merge``: a rewrite the compiler runs after differentiation (a forward and its backward
-  become one training step).
+  become one training step);
+- ``driver``: what generated CUDA code calls on the driver (``D.attention(*spec)``: the
+  kernels of one call site, prepared once).
 
 Autodiff and the compiler run ``rewritten(graph)``, every enabled record in name order;
 ``FusedOp.disabled()`` turns one off for the current context (a ``contextvars`` variable:
@@ -294,6 +296,8 @@ class FusedOp:
     lowerings: Mapping[str, Mapping[Primitive, Any]] = field(default_factory=dict)
     # graph -> graph, run by the compiler after differentiation (train-step merging)
     merge: Callable[[Graph], Graph] | None = None
+    # name -> prepare(driver, *spec): what generated CUDA code calls as ``D.<name>(*spec)``
+    driver: Mapping[str, Callable] = field(default_factory=dict)
 
     def __post_init__(self):
         self._enabled = contextvars.ContextVar(f"jitgraph.rewrite.{self.name}", default=True)
@@ -373,6 +377,15 @@ def on_fused_op(listen: Callable[[FusedOp], None]) -> None:
     _LISTENERS.append(listen)
     for fused in list(FUSED_OPS.values()):
         listen(fused)
+
+
+def driver_call(name: str) -> Callable | None:
+    """The ``prepare(driver, *spec)`` a registered fused op declares as ``D.<name>``."""
+    for fused in FUSED_OPS.values():
+        prepare = fused.driver.get(name)
+        if prepare is not None:
+            return prepare
+    return None
 
 
 def fused_ops() -> list[FusedOp]:

@@ -208,3 +208,13 @@ def test_records_declare_their_lowerings_and_the_compiler_installs_them():
         for prim, call in fused.lowerings.get("cuda", {}).items():
             assert DEVICE_CALLS[prim] is call
     assert FUSED_OPS["linear_ce"].merge is not None
+
+
+def test_the_driver_offers_what_records_declare():
+    """Generated CUDA code calls ``D.attention(*spec)``: the attention record's ``driver``
+    entry, bound to the driver; other names stay missing attributes."""
+    from jitgraph.cuda_driver import Driver
+    d = Driver()
+    call = d.attention
+    assert call.func is FUSED_OPS["attention"].driver["attention"] and call.args == (d,)
+    assert not hasattr(d, "no_such_kernel") and not hasattr(d, "_private")
