@@ -281,10 +281,10 @@ def _causal_const(c: np.ndarray, tq: int, tk: int, kind: str):
 class _Hit:
     """One attention found: the operands and the primitive's parameters."""
     index: GraphIndex
-    probs: Var = None          # softmax(S), (batch..., Tq, Tk)
-    q: Var = None
-    kt: Var = None             # the product's right operand, k swapped
-    v: Var = None
+    probs: Var                 # softmax(S), (batch..., Tq, Tk)
+    v: Var
+    q: Var | None = None
+    kt: Var | None = None      # the product's right operand, k swapped
     scale: float = 1.0
     causal: bool = False
     kind: int = 0
