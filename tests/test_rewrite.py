@@ -147,28 +147,34 @@ def test_disabled_is_per_context_and_nests():
 
 def test_disabled_in_one_thread_leaves_another_enabled():
     """``unfused()`` is a context variable: a thread inside it does not turn fusion off for a
-    thread compiling beside it."""
+    thread rewriting beside it, and the setting ends with the block."""
     att = FUSED_OPS["attention"]
-    inside, check = threading.Event(), threading.Event()
+    g, _ = _attention_graph()
+    inside, checked = threading.Event(), threading.Event()
     seen = {}
+
+    def fused_kinds(graph):
+        return sum(n.prim is att.primitives[0] for n in graph.nodes)
 
     def unfused_thread():
         with jitgraph.attention.unfused():
-            seen["a_inside"] = att.enabled
+            seen["a_inside"] = (att.enabled, fused_kinds(rewritten(g)))
             inside.set()
-            check.wait(10)
-        seen["a_after"] = att.enabled
+            checked.wait(10)
+            seen["a_still"] = (att.enabled, fused_kinds(rewritten(g)))
+        seen["a_after"] = (att.enabled, fused_kinds(rewritten(g)))
 
     def other_thread():
         inside.wait(10)
-        seen["b"] = att.enabled
-        check.set()
+        seen["b"] = (att.enabled, fused_kinds(rewritten(g)))
+        checked.set()
     threads = [threading.Thread(target=unfused_thread), threading.Thread(target=other_thread)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(20)
-    assert seen == {"a_inside": False, "b": True, "a_after": True}
+    assert seen == {"a_inside": (False, 0), "b": (True, 1), "a_still": (False, 0),
+                    "a_after": (True, 1)}
     assert att.enabled
 
 
