@@ -18,7 +18,10 @@ biased ``matmul(q, swap(k))``, and ``softmax`` spelled with the row max and row 
 ``nn.softmax`` and hand-written code do), when the scores and probabilities are used nowhere
 else. A constant mask or bias that is the causal pattern becomes ``causal=True``, so no
 (T, T) array is read either. Autodiff runs it before building a backward pass and the
-compiler before fusing, so it applies to code that never calls ``nn``.
+compiler before fusing, so it applies to code that never calls ``nn``. The ``ATTENTION`` record
+at the end (``rewrite.FusedOp``) is what the pipeline reads: the rule (``SOFTMAX`` and the
+scores' forms, and the replacement), its condition, and the lowerings of both primitives on
+the host and in CUDA programs; ``unfused()`` disables it in the current context.
 
 The NumPy references compute the full matrices (the ground truth); the second derivative
 of ``attention_bwd`` differentiates that composite again (rarely needed, never fast).
@@ -27,13 +30,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+from typing import Callable
+
 from . import dtypes
 from . import numpy as jnp
-from .autodiff import GRAPH_REWRITES, build_jvp, build_vjp, eval_graph, without_rewrite
+from .autodiff import build_jvp, build_vjp, eval_graph
 from .batching import move_batch_axis
-from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, bind, register
+from .core import Aval, Graph, Node, Primitive, Var, aval_of, bind, register
 from .errors import ShapeError
-from .passes import dce, optimize, uniform_value
+from .ops.elementwise import (add_p, convert_p, div_p, exp_p, mul_p, select_p, stop_gradient_p,
+                              sub_p)
+from .ops.layout import reshape_p, transpose_p
+from .ops.linalg import matmul_p
+from .ops.reductions import reduce_max_p, reduce_sum_p
+from .passes import optimize
+from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, is_swap, match, maybe, op,
+                      register_fused_op, var)
 from .transforms import trace_flat
 
 CAUSAL_FILL = -1e4      # a cut score at most this low has probability 0 in float32 and 64
@@ -230,67 +243,19 @@ attention_bwd_p = register(Primitive(
 
 
 # ------------------------------------------------------------------ the rewrite
-class _Graph:
-    """Producers, use counts and constants of a graph, for matching."""
-
-    def __init__(self, g: Graph):
-        self.g = g
-        self.producer = {o: n for n in g.nodes for o in n.outs}
-        self.uses: dict[Var, int] = {}
-        for n in g.nodes:
-            for i in n.inputs:
-                self.uses[i] = self.uses.get(i, 0) + 1
-        for o in g.outputs:
-            self.uses[o] = self.uses.get(o, 0) + 1000   # an output is used outside
-
-    def op(self, v: Var, name: str, uses: int = 1):
-        n = self.producer.get(v)
-        if n is None or n.prim.name != name or self.uses.get(v, 0) != uses:
-            return None
-        return n
-
-    def scalar(self, v: Var) -> float | None:
-        u = uniform_value(self.g.consts, self.producer, v)
-        return None if u is None or np.ndim(u) else float(u)
+def _row_reduce(reduce: Primitive, of: str):
+    """A keepdims reduction of the var bound to ``of`` over its last axis (as reshape of the
+    reduction), stopped or not."""
+    last_axis = lambda n: tuple(n.params.get("axes", ())) == (n.inputs[0].aval.ndim - 1,)
+    keepdims = lambda n: n.out.aval.shape == n.inputs[0].aval.shape + (1,)
+    return maybe(stop_gradient_p, op(reshape_p, op(reduce, var(of), where=last_axis),
+                                     where=keepdims))
 
 
-def _last_axis_reduce(m: _Graph, v: Var, name: str, of: Var):
-    """``v`` = reshape(reduce_<name>(of, last axis), keepdims shape) -> True."""
-    r = m.producer.get(v)
-    if r is not None and r.prim.name == "stop_gradient":
-        r = m.producer.get(r.inputs[0])
-    if r is None or r.prim.name != "reshape":
-        return False
-    red = m.producer.get(r.inputs[0])
-    nd = of.aval.ndim
-    return (red is not None and red.prim.name == name and red.inputs[0] is of
-            and tuple(red.params.get("axes", ())) == (nd - 1,)
-            and r.out.aval.shape == of.aval.shape[:-1] + (1,))
-
-
-def _softmax_input(m: _Graph, p: Var):
-    """``s`` when ``p = e / rowsum(e)`` with ``e = exp(s - rowmax(s))``, intermediates unshared."""
-    div = m.op(p, "div")
-    if div is None:
-        return None
-    e, tot = div.inputs
-    ex = m.op(e, "exp", uses=2)
-    if ex is None or not _last_axis_reduce(m, tot, "reduce_sum", e):
-        return None
-    sub = m.op(ex.inputs[0], "sub")
-    if sub is None:
-        return None
-    s, mx = sub.inputs
-    if m.uses.get(s) != 2 or not _last_axis_reduce(m, mx, "reduce_max", s):
-        return None
-    return s
-
-
-def _is_swap(n: Node) -> bool:
-    perm = n.params.get("perm")
-    nd = len(perm) if perm else 0
-    return n.prim.name == "transpose" and nd >= 2 and \
-        tuple(perm) == tuple(range(nd - 2)) + (nd - 1, nd - 2)
+# ``e / rowsum(e)`` with ``e = exp(s - rowmax(s))``, the intermediates used nowhere else
+SOFTMAX = op(div_p, op(exp_p, op(sub_p, var("s", uses=2), _row_reduce(reduce_max_p, "s"),
+                                 uses=1), name="e", uses=2),
+             _row_reduce(reduce_sum_p, "e"), uses=1)
 
 
 def _causal_const(c: np.ndarray, tq: int, tk: int, kind: str):
@@ -312,162 +277,298 @@ def _causal_const(c: np.ndarray, tq: int, tk: int, kind: str):
     return True
 
 
-def _match_scores(m: _Graph, s: Var):
-    """(q, kT, scale, causal, kind, extra, fill, convert dtype) of scores ``s``."""
-    scale, causal, kind, extra, fill = 1.0, False, 0, None, -np.inf
+@dataclass
+class _Hit:
+    """One attention found: the operands and the primitive's parameters."""
+    index: GraphIndex
+    probs: Var                 # softmax(S), (batch..., Tq, Tk)
+    v: Var
+    q: Var | None = None
+    kt: Var | None = None      # the product's right operand, k swapped
+    scale: float = 1.0
+    causal: bool = False
+    kind: int = 0
+    extra: Var | None = None
+    fill: float = -np.inf
+
+
+def _masked(ix: GraphIndex, s: Var, hit: _Hit) -> Var | None:
+    """Scores under a ``where(mask, s, fill)`` or ``s + bias`` (a constant causal one becomes
+    ``causal``): the scores inside, else ``s`` itself; None when the form is not fusable."""
     tq, tk = s.aval.shape[-2:]
-    n = m.producer.get(s)
-    if n is not None and n.prim.name == "select" and m.uses.get(s) is not None:
+    n = ix.node(s, select_p)
+    if n is not None:
         pred, on, off = n.inputs
-        c = m.scalar(off)
+        c = ix.scalar(off)
         if c is None or pred.aval.dtype != np.bool_:
             return None
-        const = m.g.consts.get(pred)
-        if const is not None and c <= CAUSAL_FILL and _causal_const(np.asarray(const), tq, tk,
-                                                                    "mask"):
-            causal = True
+        const = ix.const(pred)
+        if const is not None and c <= CAUSAL_FILL and _causal_const(const, tq, tk, "mask"):
+            hit.causal = True
         else:
-            kind, extra = 1, pred
-        fill = c
-        s = on
-        if m.uses.get(s) != 1:
-            return None
-        n = m.producer.get(s)
-    elif n is not None and n.prim.name == "add":
+            hit.kind, hit.extra = 1, pred
+        hit.fill = c
+        return on if ix.uses(on) == 1 else None
+    n = ix.node(s, add_p)
+    if n is None:
+        return s
+    for inner, bias in (n.inputs, n.inputs[::-1]):
+        if ix.node(inner, mul_p, div_p, matmul_p, convert_p, uses=1) is not None and \
+                inner.aval.shape == s.aval.shape:
+            break
+    else:
+        return None
+    const = ix.const(bias)
+    if const is None:
+        return None          # a computed or input bias: its gradient may be needed
+    if _causal_const(const, tq, tk, "bias"):
+        hit.causal = True
+    else:
+        hit.kind, hit.extra = 2, bias
+    return inner
+
+
+def _scaled(ix: GraphIndex, s: Var, hit: _Hit) -> Var | None:
+    """Scores times or over scalar constants: the scores inside (their product in ``scale``)."""
+    while (n := ix.node(s, mul_p, div_p)) is not None:
         a, b = n.inputs
-        for sc, bias in ((a, b), (b, a)):
-            p = m.producer.get(sc)
-            if p is not None and p.prim.name in ("mul", "div", "matmul", "convert") and \
-                    sc.aval.shape == s.aval.shape and m.uses.get(sc) == 1:
-                break
-        else:
-            return None
-        const = m.g.consts.get(bias)
-        if const is None:
-            return None          # a computed or input bias: its gradient may be needed
-        if const is not None and _causal_const(np.asarray(const), tq, tk, "bias"):
-            causal = True
-        else:
-            kind, extra = 2, bias
-        s = sc
-        n = m.producer.get(s)
-    while n is not None and n.prim.name in ("mul", "div"):
-        a, b = n.inputs
-        ca, cb = m.scalar(a), m.scalar(b)
-        if cb is not None and m.producer.get(a) is not None:
-            scale = scale * cb if n.prim.name == "mul" else scale / cb
+        ca, cb = ix.scalar(a), ix.scalar(b)
+        if cb is not None and a in ix.producer:
+            hit.scale = hit.scale * cb if n.prim is mul_p else hit.scale / cb
             s = a
-        elif ca is not None and n.prim.name == "mul":
-            scale *= ca
+        elif ca is not None and n.prim is mul_p:
+            hit.scale *= ca
             s = b
         else:
             return None
-        if m.uses.get(s) != 1:
+        if ix.uses(s) != 1:
             return None
-        n = m.producer.get(s)
-    convert = None
-    while n is not None and (n.prim.name == "convert" or n.prim.name == "reshape" and
+    return s
+
+
+def _uncast(ix: GraphIndex, s: Var) -> Var | None:
+    """Scores under converts and batch reshapes (einsum flattens the batch dimensions around
+    its product): the scores inside."""
+    while True:
+        n = ix.producer.get(s)
+        if n is None or not (n.prim is convert_p or n.prim is reshape_p and
                              n.inputs[0].aval.shape[-2:] == s.aval.shape[-2:]):
-        convert = n.params["dtype"] if n.prim.name == "convert" else convert
-        s = n.inputs[0]       # (einsum flattens the batch dimensions around its product)
-        if m.uses.get(s) != 1:
+            return s
+        s = n.inputs[0]
+        if ix.uses(s) != 1:
             return None
-        n = m.producer.get(s)
-    if n is None or n.prim.name != "matmul":
+
+
+def _match(ix: GraphIndex, n: Node) -> _Hit | None:
+    """``matmul(softmax(S), v)`` with ``S`` a scaled, masked or biased ``matmul(q, kT)``."""
+    p, v = n.inputs
+    if ix.uses(p) != 1 or p.aval.ndim < 2:
         return None
-    q, kt = n.inputs
-    return q, kt, scale, causal, kind, extra, fill, convert
+    r = ix.node(p, reshape_p)
+    if r is not None and r.inputs[0].aval.shape[-2:] == p.aval.shape[-2:] and \
+            ix.uses(r.inputs[0]) == 1:
+        p = r.inputs[0]       # einsum's flattened batch
+    soft = match(SOFTMAX, ix, p)
+    if soft is None:
+        return None
+    hit = _Hit(ix, probs=p, v=v)
+    s = soft["s"]
+    for step in (_masked, _scaled):
+        s = step(ix, s, hit)
+        if s is None:
+            return None
+    s = _uncast(ix, s)
+    prod = ix.node(s, matmul_p) if s is not None else None
+    if prod is None:
+        return None
+    hit.q, hit.kt = prod.inputs
+    return hit
+
+
+def _replace(b: Rebuilder, n: Node, hit: _Hit) -> None:
+    """One ``attention`` node (operands unflattened, k unswapped, cast to the output dtype)."""
+    ix, dt = hit.index, np.dtype(n.out.aval.dtype)
+    batch = hit.probs.aval.shape[:-2]
+
+    def unflattened(x):
+        if x.aval.shape[:-2] == batch:
+            return x
+        p = ix.node(x, reshape_p)
+        if p is not None and p.inputs[0].aval.shape == batch + x.aval.shape[-2:]:
+            return p.inputs[0]
+        return b.emit(reshape_p, [x], dict(shape=batch + x.aval.shape[-2:]))
+
+    def cast(x):
+        return x if x.aval.dtype == dt else b.emit(convert_p, [x], dict(dtype=dt))
+    q, kt, v = unflattened(hit.q), unflattened(hit.kt), unflattened(hit.v)
+    kp = ix.producer.get(kt)
+    if kp is not None and is_swap(kp):
+        k = kp.inputs[0]
+    else:
+        nd = kt.aval.ndim
+        k = b.emit(transpose_p, [kt], dict(perm=tuple(range(nd - 2)) + (nd - 1, nd - 2)))
+    q, k = cast(q), cast(k)
+    ins = [q, k, v]
+    extra = hit.extra
+    if hit.kind == 2 and extra in b.consts:
+        extra = b.const(b.consts[extra], Aval(extra.aval.shape, dt))
+    elif hit.kind == 2:
+        extra = cast(extra)
+    if hit.kind:
+        ins.append(extra)
+    params = dict(scale=float(hit.scale), causal=bool(hit.causal), kind=int(hit.kind),
+                  fill=float(hit.fill))
+    stats = [Var(Aval(q.aval.shape[:-1], dt)) for _ in range(2)]
+    shape = batch + n.out.aval.shape[-2:]
+    o = n.out if shape == n.out.aval.shape else Var(Aval(shape, dt))
+    b.add(Node(attention_p, ins, params, [o] + stats, n.source))
+    if o is not n.out:
+        b.add(Node(reshape_p, [o], dict(shape=n.out.aval.shape), [n.out], n.source))
 
 
 def fuse_attention(g: Graph) -> Graph:
     """Replace each attention pattern of ``g`` by an ``attention`` node (see the module
     docstring); the graph is returned unchanged when there is none."""
-    if sum(1 for n in g.nodes if n.prim.name == "matmul") < 2:
-        return g
-    m = _Graph(g)
-    found: dict[Node, tuple] = {}
-    for n in g.nodes:
-        if n.prim.name != "matmul":
-            continue
-        p, v = n.inputs
-        if m.uses.get(p) != 1 or p.aval.ndim < 2:
-            continue
-        r = m.producer.get(p)
-        if r is not None and r.prim.name == "reshape" and \
-                r.inputs[0].aval.shape[-2:] == p.aval.shape[-2:] and m.uses.get(r.inputs[0]) == 1:
-            p = r.inputs[0]       # einsum's flattened batch
-        s = _softmax_input(m, p)
-        if s is None:
-            continue
-        hit = _match_scores(m, s)
-        if hit is None:
-            continue
-        q, kt, scale, causal, kind, extra, fill, convert = hit
-        if v.aval.dtype != p.aval.dtype:
-            continue
-        found[n] = hit + (p.aval.shape[:-2],)
-    if not found:
-        return g
-    nodes: list[Node] = []
-    consts = dict(g.consts)
-    for n in g.nodes:
-        if n not in found:
-            nodes.append(n)
-            continue
-        q, kt, scale, causal, kind, extra, fill, convert, batch = found[n]
-        v = n.inputs[1]
-        dt = np.dtype(n.out.aval.dtype)
-
-        def emit(name, ins, **params):
-            prim = PRIMITIVES[name]
-            out = Var(prim.abstract_eval(*[i.aval for i in ins], **params))
-            nodes.append(Node(prim, ins, params, [out], n.source))
-            return out
-        def unflattened(x):
-            if x.aval.shape[:-2] == batch:
-                return x
-            p = m.producer.get(x)
-            if p is not None and p.prim.name == "reshape" and \
-                    p.inputs[0].aval.shape == batch + x.aval.shape[-2:]:
-                return p.inputs[0]
-            return emit("reshape", [x], shape=batch + x.aval.shape[-2:])
-        q, kt, v = unflattened(q), unflattened(kt), unflattened(v)
-        kp = m.producer.get(kt)
-        k = kp.inputs[0] if kp is not None and _is_swap(kp) else None
-        if k is None:
-            nd = kt.aval.ndim
-            k = emit("transpose", [kt], perm=tuple(range(nd - 2)) + (nd - 1, nd - 2))
-        if q.aval.dtype != dt:
-            q = emit("convert", [q], dtype=dt)
-        if k.aval.dtype != dt:
-            k = emit("convert", [k], dtype=dt)
-        ins = [q, k, v]
-        if kind == 1:
-            ins.append(extra)
-        elif kind == 2:
-            if extra in consts:
-                c = Var(Aval(extra.aval.shape, dt))
-                consts[c] = np.asarray(consts[extra], dt)
-                extra = c
-            elif extra.aval.dtype != dt:
-                extra = emit("convert", [extra], dtype=dt)
-            ins.append(extra)
-        params = dict(scale=float(scale), causal=bool(causal), kind=int(kind),
-                      fill=float(fill))
-        stats = [Var(Aval(q.aval.shape[:-1], dt)) for _ in range(2)]
-        shape = batch + n.out.aval.shape[-2:]
-        o = n.out if shape == n.out.aval.shape else Var(Aval(shape, dt))
-        nodes.append(Node(attention_p, ins, params, [o] + stats, n.source))
-        if o is not n.out:
-            nodes.append(Node(PRIMITIVES["reshape"], [o], dict(shape=n.out.aval.shape), [n.out],
-                              n.source))
-    return dce(Graph(g.inputs, nodes, g.outputs, consts, g.in_tree, g.out_tree))
+    return ATTENTION.apply(g)
 
 
-GRAPH_REWRITES.append(fuse_attention)
-
-
-def unfused() -> without_rewrite:
+def unfused():
     """``with jitgraph.attention.unfused():`` programs traced and compiled inside keep
-    attention as written (the full score matrix): for comparing against the fused kernels."""
-    return without_rewrite(fuse_attention)
+    attention as written (the full score matrix): for comparing against the fused kernels.
+    It holds for the current thread (or task) only."""
+    return ATTENTION.disabled()
+
+
+# ------------------------------------------------------------------ lowerings
+def _flat(x: np.ndarray) -> np.ndarray:
+    """(..., T, d) -> (batches, T, d), C-contiguous (the kernels' layout)."""
+    return np.ascontiguousarray(x.reshape((-1,) + x.shape[-2:]))
+
+
+def extra_operand(extra: tuple, batch: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A mask or bias broadcasting to ``batch + (tq, tk)`` as (rows, 1 or tq, 1 or tk) in the
+    kernels' dtype (one compiled kernel per dtype) and the row of each batch: broadcasting
+    without copying it out to (T, T) per batch."""
+    if not extra:
+        return np.zeros((1, 1, 1), dtype), np.zeros(int(np.prod(batch, dtype=np.int64)),
+                                                     np.int64)
+    e = np.asarray(extra[0], dtype)
+    e = e.reshape((1,) * (len(batch) + 2 - e.ndim) + e.shape)
+    eb = e.shape[:-2]
+    rows = np.arange(int(np.prod(eb, dtype=np.int64)), dtype=np.int64).reshape(eb)
+    ebi = np.ascontiguousarray(np.broadcast_to(rows, batch).reshape(-1))
+    return np.ascontiguousarray(e.reshape((-1,) + e.shape[-2:])), ebi
+
+
+class _ExtraOperands:
+    """``extra_operand`` for one step, with the operands of no mask or bias made once per batch
+    shape and dtype (the kernels only read them): a host step's Python costs every call."""
+
+    def __init__(self):
+        self.plain: dict = {}
+
+    def get(self, extra: tuple, batch: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
+        if extra:
+            return extra_operand(extra, batch, dtype)
+        key = (batch, dtype)
+        hit = self.plain.get(key)
+        if hit is None:
+            hit = self.plain[key] = extra_operand((), batch, dtype)
+        return hit
+
+
+def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
+    """The host step of an ``attention`` node: ``kernels/attention.py``'s tiled forward."""
+    from .kernels.attention import attention_forward
+    p = node.params
+
+    operands = _ExtraOperands()
+
+    def call(q, k, v, *extra):
+        batch, tq = q.shape[:-2], q.shape[-2]
+        e, ebi = operands.get(extra, batch, q.dtype)
+        qf, kf, vf = _flat(q), _flat(k), _flat(v)
+        o = np.empty(qf.shape[:2] + (vf.shape[2],), q.dtype)
+        m, tot = np.empty(qf.shape[:2], q.dtype), np.empty(qf.shape[:2], q.dtype)
+        with one_blas_thread():     # the tile products run on the kernel's threads
+            attention_forward(qf, kf, vf, e, ebi, p["kind"], p["causal"],
+                              q.dtype.type(p["fill"]), q.dtype.type(p["scale"]), o, m, tot)
+        return (o.reshape(batch + (tq, v.shape[-1])), m.reshape(batch + (tq,)),
+                tot.reshape(batch + (tq,)))
+    return call
+
+
+def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
+    """The host step of an ``attention_bwd`` node: ``kernels/attention.py``'s backward."""
+    from .kernels.attention import attention_backward
+    p = node.params
+
+    operands = _ExtraOperands()
+
+    def call(q, k, v, *rest):
+        extra, (o, m, tot, do) = rest[:-4], rest[-4:]
+        batch, tq = q.shape[:-2], q.shape[-2]
+        e, ebi = operands.get(extra, batch, q.dtype)
+        qf, kf, vf = _flat(q), _flat(k), _flat(v)
+        dq, dk, dv = np.empty_like(qf), np.empty_like(kf), np.empty_like(vf)
+        with one_blas_thread():
+            attention_backward(qf, kf, vf, e, ebi, p["kind"], p["causal"],
+                               q.dtype.type(p["fill"]), q.dtype.type(p["scale"]), _flat(o),
+                               np.ascontiguousarray(m.reshape(qf.shape[:2])),
+                               np.ascontiguousarray(tot.reshape(qf.shape[:2])), _flat(do),
+                               dq, dk, dv)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+    return call
+
+
+class _CudaAttention:
+    """The driver lines of an ``attention`` / ``attention_bwd`` step in a CUDA program: a
+    prepared ``kernels.cuda_attention.Attention`` per call site, called on the flat buffers."""
+
+    def fits(self, node: Node) -> bool:
+        from .kernels.cuda_attention import max_dim
+        q, k, v = node.inputs[:3]
+        return max(q.aval.shape[-1], v.aval.shape[-1]) <= max_dim(q.aval.dtype)
+
+    def lines(self, codegen, s) -> list[str]:
+        n, name = s.node, codegen.plan.array_name
+        q, k, v = n.inputs[:3]
+        p = n.params
+        extra = n.inputs[3] if p["kind"] else None
+        dt = np.dtype(q.aval.dtype).name
+        obj = f"{s.name}_attention_{{H}}"
+        codegen.chunks.append(
+            f"{obj} = D.attention({q.aval.shape[:-2]!r}, {q.aval.shape[-2]}, "
+            f"{k.aval.shape[-2]}, {q.aval.shape[-1]}, {v.aval.shape[-1]}, "
+            f"{None if extra is None else extra.aval.shape!r}, {p['kind']}, {p['causal']}, "
+            f"float({str(p['fill'])!r}), float({str(p['scale'])!r}), np.{dt})")
+        ex = "None" if extra is None else name(extra)
+        if n.prim is attention_p:
+            outs = ", ".join(name(o) if o in codegen.plan.needed else f"{obj}.scratch({k})"
+                             for k, o in enumerate(n.outs))
+            return [f"{obj}.forward({name(q)}, {name(k)}, {name(v)}, {ex}, {outs})"]
+        o, m, tot, do = n.inputs[-4:]
+        outs = ", ".join(name(o) if o in codegen.plan.needed else f"{obj}.scratch({k + 3})"
+                         for k, o in enumerate(n.outs))
+        return [f"{obj}.backward({name(q)}, {name(k)}, {name(v)}, {ex}, {name(o)}, {name(m)}, "
+                f"{name(tot)}, {name(do)}, {outs})"]
+
+
+def _cuda_prepared(driver, *spec):
+    """One call site's fused attention, prepared once (``D.attention(*spec)`` in generated
+    CUDA code)."""
+    from .kernels.cuda_attention import Attention
+    return Attention(driver, *spec)
+
+
+# ------------------------------------------------------------------ the record
+ATTENTION = register_fused_op(FusedOp(
+    "attention",
+    primitives=(attention_p, attention_bwd_p),
+    rules=(Rule(roots=(matmul_p,), match=_match, replace=_replace),),
+    # the probabilities and v multiply in one dtype (the kernels' accumulation dtype)
+    conditions=(lambda hit: hit.v.aval.dtype == hit.probs.aval.dtype,),
+    may_match=lambda g: sum(1 for n in g.nodes if n.prim is matmul_p) >= 2,
+    lowerings={"host": {attention_p: _host_forward, attention_bwd_p: _host_backward},
+               "cuda": {attention_p: _CudaAttention(), attention_bwd_p: _CudaAttention()}},
+    driver={"attention": _cuda_prepared}))

@@ -24,6 +24,7 @@ from .errors import user_frame, where
 from .interpreter import Plan, run_plan
 from .interpreter import run as interpret
 from .passes import optimize
+from .rewrite import rewritten
 from . import numpy as jnp
 
 
@@ -199,38 +200,6 @@ def _input_grads(graph: Graph, wrt: Sequence[int], ct_env: dict) -> list:
         g = ct_env.get(v)
         grads.append(g if g is not None else np.zeros(v.aval.shape, v.aval.dtype))
     return grads
-
-
-# graph -> graph rewrites run on a forward graph before its backward pass is built, so a
-# pattern replaced by a fused primitive gets that primitive's (fused) VJP rule; modules that
-# define such primitives register their rewrite here (``jitgraph.attention``)
-GRAPH_REWRITES: list = []
-
-
-def rewritten(graph: Graph) -> Graph:
-    """``graph`` after every registered rewrite."""
-    for rewrite in GRAPH_REWRITES:
-        graph = rewrite(graph)
-    return graph
-
-
-class without_rewrite:
-    """``with without_rewrite(rewrite):`` graphs traced and compiled inside keep the pattern
-    ``rewrite`` would replace (a fused primitive's ``unfused()``: for comparisons, and for
-    rules that differentiate the composite itself)."""
-
-    def __init__(self, rewrite):
-        self.rewrite = rewrite
-
-    def __enter__(self):
-        self._was = self.rewrite in GRAPH_REWRITES
-        if self._was:
-            GRAPH_REWRITES.remove(self.rewrite)
-        return self
-
-    def __exit__(self, *exc):
-        if self._was and self.rewrite not in GRAPH_REWRITES:
-            GRAPH_REWRITES.append(self.rewrite)
 
 
 def build_vjp(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any] | None = None,

@@ -303,10 +303,14 @@ class Driver:
         return Product(self, a_spec, b_spec, m, n, k, batch, alpha, beta, np.dtype(dtype),
                        operands)
 
-    def attention(self, *spec):
-        """One call site's fused attention, prepared once (``kernels.cuda_attention``)."""
-        from .kernels.cuda_attention import Attention
-        return Attention(self, *spec)
+    def __getattr__(self, name: str):
+        """``D.<name>(*spec)``: a fused op's kernels for one call site, prepared once (what a
+        ``rewrite.FusedOp`` record's ``driver`` declares: ``D.attention``)."""
+        from .rewrite import driver_call
+        prepare = driver_call(name) if not name.startswith("_") else None
+        if prepare is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return functools.partial(prepare, self)
 
     def library_call(self, fn: Callable, *args) -> None:
         """A library call that queues work on our stream (cuBLAS); recorded in a capture."""

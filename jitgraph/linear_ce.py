@@ -15,18 +15,34 @@ nowhere else: ``nn.cross_entropy`` (log-sum-exp minus a one-hot sum),
 ``take_along_axis(log_softmax(z), labels)``, and ``logsumexp(z) - z[arange, labels]``
 (``scipy.special.logsumexp`` or a hand-written max shift). A label outside [0, V) picks 0
 (as the one-hot sum does; ``nn.cross_entropy`` then masks its loss as NaN).
+
+The ``LINEAR_CE`` record at the end (``rewrite.FusedOp``) is what the pipeline reads: the two
+rules (patterns and replacement), the condition on the logits, the host lowerings of the
+three primitives and ``merge_train_steps``; ``unfused()`` disables it in the current context.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from . import numpy as jnp
-from .autodiff import GRAPH_REWRITES, build_jvp, build_vjp, eval_graph, without_rewrite
+from .autodiff import build_jvp, build_vjp, eval_graph
 from .batching import batch_eval, move_batch_axis
 from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, register
 from .errors import ShapeError
-from .passes import dce, optimize
+from .ops.elementwise import add_p, exp_p, log_p, mul_p, select_p, stop_gradient_p, sub_p
+from .ops.indexing import gather_p
+from .ops.layout import reshape_p
+from .ops.linalg import matmul_p
+from .ops.reductions import reduce_max_p, reduce_sum_p
+from .passes import optimize
+from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, match, op, register_fused_op,
+                      var)
 from .transforms import trace_flat
+
+eq_p = PRIMITIVES["eq"]
 
 
 # ------------------------------------------------------------------ primitives
@@ -213,174 +229,152 @@ linear_ce_train_p = register(Primitive(
 
 
 # ------------------------------------------------------------------ the rewrite
-class _Match:
-    def __init__(self, g: Graph):
-        self.g = g
-        self.producer = {o: n for n in g.nodes for o in n.outs}
+_ROWS = lambda n: tuple(n.params.get("axes", ())) == (1,)     # a reduction over axis 1
 
-    def op(self, v, *names):
-        n = self.producer.get(v)
-        return n if n is not None and n.prim.name in names else None
+# ``log(rowsum(exp(z - shift)))`` as (N, 1), binding ``z`` and ``shift``
+LOG_SUM_EXP_SHIFTED = op(log_p, op(reshape_p, op(reduce_sum_p, op(exp_p, op(
+    sub_p, var("z"), var("shift"))), where=_ROWS)))
 
-    def through(self, v, *names):
-        """``v`` with any of the named (shape-only) ops peeled off."""
-        while True:
-            n = self.op(v, *names)
-            if n is None:
-                return v
-            v = n.inputs[0]
 
-    def const(self, v):
-        c = self.g.consts.get(v)
-        return None if c is None else np.asarray(c)
+def _row_max_shift(ix: GraphIndex, v: Var) -> Var | None:
+    """``z`` when ``v`` is the (stopped, finite-guarded) row max of ``z``, (N, 1)."""
+    v = ix.through(v, stop_gradient_p)
+    sel = ix.node(v, select_p)
+    if sel is not None:
+        v = sel.inputs[1]
+    r = ix.node(v, reshape_p)
+    red = ix.node(r.inputs[0], reduce_max_p) if r is not None else None
+    return red.inputs[0] if red is not None and _ROWS(red) else None
 
-    def row_max_shift(self, v):
-        """``z`` when ``v`` is the (stopped, finite-guarded) row max of ``z``, (N, 1)."""
-        v = self.through(v, "stop_gradient")
-        sel = self.op(v, "select")
-        if sel is not None:
-            v = sel.inputs[1]
-        r = self.op(v, "reshape")
-        red = self.op(r.inputs[0], "reduce_max") if r is not None else None
-        if red is None or tuple(red.params.get("axes", ())) != (1,):
-            return None
-        return red.inputs[0]
 
-    def log_sum_exp_shifted(self, v):
-        """(z, shift) when ``v`` = log(rowsum(exp(z - shift))), (N, 1)."""
-        lg = self.op(v, "log")
-        r = self.op(lg.inputs[0], "reshape") if lg is not None else None
-        s = self.op(r.inputs[0], "reduce_sum") if r is not None else None
-        if s is None or tuple(s.params.get("axes", ())) != (1,):
-            return None
-        ex = self.op(s.inputs[0], "exp")
-        sub = self.op(ex.inputs[0], "sub") if ex is not None else None
-        if sub is None:
-            return None
-        z, shift = sub.inputs
-        return (z, shift) if self.row_max_shift(shift) is z else None
-
-    def lse(self, v):
-        """``z`` when ``v`` is logsumexp(z) by rows, (N,) or (N, 1)."""
-        v = self.through(v, "reshape")
-        add = self.op(v, "add")
-        if add is None:
-            return None
-        for a, b in (add.inputs, add.inputs[::-1]):
-            hit = self.log_sum_exp_shifted(a)
-            if hit is not None and hit[1] is b:
-                return hit[0]
+def _log_sum_exp_shifted(ix: GraphIndex, v: Var) -> tuple[Var, Var] | None:
+    """(z, shift) when ``v`` = log(rowsum(exp(z - shift))) with ``shift`` z's row max."""
+    hit = match(LOG_SUM_EXP_SHIFTED, ix, v)
+    if hit is None or _row_max_shift(ix, hit["shift"]) is not hit["z"]:
         return None
+    return hit["z"], hit["shift"]
 
-    def picked(self, v):
-        """(z, labels) when ``v`` is z[i, labels[i]] by rows, (N,)."""
-        v = self.through(v, "reshape")
-        s = self.op(v, "reduce_sum")
-        if s is not None and tuple(s.params.get("axes", ())) == (1,):
-            sel = self.op(s.inputs[0], "select")
-            if sel is None or self.const(sel.inputs[2]) is None or \
-                    np.any(self.const(sel.inputs[2]) != 0):
-                return None
-            hit, z = sel.inputs[0], sel.inputs[1]
-            eq = self.op(hit, "eq")
-            if eq is None:
-                return None
-            lab, ar = eq.inputs
-            c = self.const(ar)
-            v_ = z.aval.shape[1]
-            if c is None or c.shape != (v_,) or np.any(c != np.arange(v_)):
-                return None
-            lab = self.through(lab, "reshape")
-            return (z, lab) if lab.aval.shape == (z.aval.shape[0],) else None
-        ga = self.op(v, "gather")
-        if ga is not None and len(ga.inputs) == 3:
-            z, rows, lab = ga.inputs
-            c = self.const(rows)
-            if c is None or c.reshape(-1).shape != (z.aval.shape[0],) or \
-                    np.any(c.reshape(-1) != np.arange(z.aval.shape[0])):
-                return None
-            return z, lab
+
+def _lse(ix: GraphIndex, v: Var) -> Var | None:
+    """``z`` when ``v`` is logsumexp(z) by rows, (N,) or (N, 1)."""
+    add = ix.node(ix.through(v, reshape_p), add_p)
+    if add is None:
         return None
+    for a, b in (add.inputs, add.inputs[::-1]):
+        hit = _log_sum_exp_shifted(ix, a)
+        if hit is not None and hit[1] is b:
+            return hit[0]
+    return None
 
 
-def _logits(m: _Match, z):
+def _gathered_rows(ix: GraphIndex, ga: Node, z: Var) -> tuple[Var, Var] | None:
+    """(z, labels) when ``ga`` gathers z[arange(N), labels] (``ga`` reads ``z``)."""
+    if len(ga.inputs) != 3:
+        return None
+    rows, lab = ga.inputs[1:]
+    c = ix.const(rows)
+    if c is None or c.reshape(-1).shape != (z.aval.shape[0],) or \
+            np.any(c.reshape(-1) != np.arange(z.aval.shape[0])):
+        return None
+    return z, lab
+
+
+def _picked(ix: GraphIndex, v: Var) -> tuple[Var, Var] | None:
+    """(z, labels) when ``v`` is z[i, labels[i]] by rows, (N,): a one-hot sum or a gather."""
+    v = ix.through(v, reshape_p)
+    s = ix.node(v, reduce_sum_p)
+    if s is not None and _ROWS(s):
+        sel = ix.node(s.inputs[0], select_p)
+        if sel is None or ix.const(sel.inputs[2]) is None or \
+                np.any(ix.const(sel.inputs[2]) != 0):
+            return None
+        hit, z = sel.inputs[0], sel.inputs[1]
+        eq = ix.node(hit, eq_p)
+        if eq is None:
+            return None
+        lab, ar = eq.inputs
+        c = ix.const(ar)
+        v_ = z.aval.shape[1]
+        if c is None or c.shape != (v_,) or np.any(c != np.arange(v_)):
+            return None
+        lab = ix.through(lab, reshape_p)
+        return (z, lab) if lab.aval.shape == (z.aval.shape[0],) else None
+    ga = ix.node(v, gather_p)
+    return _gathered_rows(ix, ga, ga.inputs[0]) if ga is not None else None
+
+
+def _logits(ix: GraphIndex, z: Var) -> list[Var] | None:
     """(h, W) when ``z`` = h @ W with 2-D operands."""
-    n = m.op(z, "matmul")
+    n = ix.node(z, matmul_p)
     if n is None or z.aval.ndim != 2 or n.inputs[0].aval.ndim != 2:
         return None
     return n.inputs
 
 
+@dataclass(frozen=True)
+class _Hit:
+    """One loss found: its logits, labels and sign, and the product making the logits."""
+    z: Var
+    labels: Var
+    sign: float
+    logits: list | None
+
+
+def _lse_minus_picked(ix: GraphIndex, n: Node) -> _Hit | None:
+    """``logsumexp(z) - z[arange, labels]`` (``nn.cross_entropy``, ``scipy``'s logsumexp)."""
+    a, b = n.inputs
+    z = _lse(ix, a)
+    p = _picked(ix, b) if z is not None else None
+    if p is None or p[0] is not z or n.out.aval.shape != (z.aval.shape[0],):
+        return None
+    return _Hit(z, p[1], 1.0, _logits(ix, z))
+
+
+def _gathered_log_softmax(ix: GraphIndex, n: Node) -> _Hit | None:
+    """``take_along_axis(log_softmax(z), labels)``: log_softmax = (z - shift) - log(sum)."""
+    ls = ix.node(n.inputs[0], sub_p)
+    if ls is None:
+        return None
+    shifted, logsum = ls.inputs
+    hit = _log_sum_exp_shifted(ix, logsum)
+    sub = ix.node(shifted, sub_p)
+    if hit is None or sub is None or sub.inputs[0] is not hit[0] or sub.inputs[1] is not hit[1]:
+        return None
+    z = hit[0]
+    p = _gathered_rows(ix, n, z)
+    if p is None or n.out.aval.shape not in ((z.aval.shape[0],), (z.aval.shape[0], 1)):
+        return None
+    return _Hit(z, p[1], -1.0, _logits(ix, z))
+
+
+def _replace(b: Rebuilder, n: Node, hit: _Hit) -> None:
+    """The loss from one ``linear_ce`` node per (h, W, labels), signed and shaped as ``n``."""
+    z, lab = hit.z, hit.labels
+    h, w = hit.logits
+    if lab.aval.shape != (z.aval.shape[0],):
+        lab = b.emit(reshape_p, [lab], dict(shape=(z.aval.shape[0],)))
+    key = (h, w, lab)
+    if key not in b.memo:
+        outs = [Var(Aval((z.aval.shape[0],), z.aval.dtype)) for _ in range(2)]
+        b.memo[key] = b.add(Node(linear_ce_p, [h, w, lab], {}, outs, n.source))[0]
+    loss = b.memo[key]
+    if hit.sign < 0:
+        c = Var(Aval((), z.aval.dtype))
+        b.consts[c] = np.asarray(-1.0, z.aval.dtype)
+        loss = b.emit(mul_p, [loss, c])
+    b.add(Node(reshape_p, [loss], dict(shape=n.out.aval.shape), [n.out], n.source))
+
+
+def _logits_gone(out: Graph, hits: list) -> bool:
+    """Whether the rewritten graph no longer computes the logits (else nothing is saved)."""
+    zs = {hit.z for hit in hits}
+    return not any(n.prim is matmul_p and n.out in zs for n in out.nodes)
+
+
 def fuse_linear_ce(g: Graph) -> Graph:
     """Replace each fused-linear-cross-entropy pattern of ``g`` (module docstring); ``g``
     itself when there is none or the logits are used elsewhere."""
-    if not any(n.prim.name == "matmul" for n in g.nodes) or \
-            not any(n.prim.name in ("gather", "reduce_max") for n in g.nodes):
-        return g
-    original, g = g, optimize(g)      # constants folded: a raw trace spells them as nodes
-    m = _Match(g)
-    hits: dict = {}       # node to replace -> (z, labels, sign, reshape to)
-    for n in g.nodes:
-        if n.prim.name == "sub":
-            a, b = n.inputs
-            z = m.lse(a)
-            p = m.picked(b) if z is not None else None
-            if p is not None and p[0] is z and n.out.aval.shape == (z.aval.shape[0],):
-                hits[n] = (z, p[1], 1.0)
-        elif n.prim.name == "gather" and len(n.inputs) == 3:
-            ls = m.op(n.inputs[0], "sub")     # log_softmax = (z - shift) - log(sum)
-            if ls is None:
-                continue
-            shifted, logsum = ls.inputs
-            hit = m.log_sum_exp_shifted(logsum)
-            sub = m.op(shifted, "sub")
-            if hit is None or sub is None or sub.inputs[0] is not hit[0] or \
-                    sub.inputs[1] is not hit[1]:
-                continue
-            z = hit[0]
-            fake = Node(n.prim, [z] + n.inputs[1:], n.params, [Var(n.out.aval)], n.source)
-            m.producer[fake.out] = fake
-            p = m.picked(fake.out)
-            if p is not None and n.out.aval.shape in ((z.aval.shape[0],), (z.aval.shape[0], 1)):
-                lab = p[1]
-                hits[n] = (z, lab, -1.0)
-    hits = {n: h for n, h in hits.items() if _logits(m, h[0]) is not None}
-    if not hits:
-        return original
-    nodes: list[Node] = []
-    consts = dict(g.consts)
-    made: dict = {}
-    for n in g.nodes:
-        if n not in hits:
-            nodes.append(n)
-            continue
-        z, lab, sign = hits[n]
-        h, w = _logits(m, z)
-
-        def emit(name, ins, **params):
-            prim = PRIMITIVES[name]
-            out = Var(prim.abstract_eval(*[i.aval for i in ins], **params))
-            nodes.append(Node(prim, ins, params, [out], n.source))
-            return out
-        if lab.aval.shape != (z.aval.shape[0],):
-            lab = emit("reshape", [lab], shape=(z.aval.shape[0],))
-        key = (h, w, lab)
-        if key not in made:
-            outs = [Var(Aval((z.aval.shape[0],), z.aval.dtype)) for _ in range(2)]
-            nodes.append(Node(linear_ce_p, [h, w, lab], {}, outs, n.source))
-            made[key] = outs[0]
-        loss = made[key]
-        if sign < 0:
-            c = Var(Aval((), z.aval.dtype))
-            consts[c] = np.asarray(-1.0, z.aval.dtype)
-            loss = emit("mul", [loss, c])
-        nodes.append(Node(PRIMITIVES["reshape"], [loss], dict(shape=n.out.aval.shape), [n.out],
-                          n.source))
-    out = dce(Graph(g.inputs, nodes, g.outputs, consts, g.in_tree, g.out_tree))
-    if any(n.prim.name == "matmul" and n.out in {h[0] for h in hits.values()}
-           for n in out.nodes):
-        return original   # the logits are used elsewhere: nothing saved
-    return out
+    return LINEAR_CE.apply(g)
 
 
 # ------------------------------------------------------------------ one sweep for training
@@ -391,7 +385,7 @@ def merge_train_steps(g: Graph) -> Graph:
     bwds = [n for n in g.nodes if n.prim is linear_ce_bwd_p]
     if not bwds:
         return g
-    producer = {o: n for n in g.nodes for o in n.outs}
+    producer = GraphIndex(g).producer
     for b in bwds:
         h, w, lab, lse, ct = b.inputs
         f = producer.get(lse)
@@ -420,15 +414,68 @@ def merge_train_steps(g: Graph) -> Graph:
         rest = [n for n in g.nodes[pos + 1:] if n not in seen and n is not b]
         g = Graph(g.inputs, g.nodes[:pos] + moved + [merged] + rest, g.outputs, g.consts,
                   g.in_tree, g.out_tree)
-        producer = {o: n for n in g.nodes for o in n.outs}
+        producer = GraphIndex(g).producer
     return g
 
 
-def unfused() -> without_rewrite:
+def unfused():
     """``with jitgraph.linear_ce.unfused():`` programs traced and compiled inside keep the
     cross-entropy of a product as written (the full logits): for comparing against the fused
-    kernels."""
-    return without_rewrite(fuse_linear_ce)
+    kernels. It holds for the current thread (or task) only."""
+    return LINEAR_CE.disabled()
 
 
-GRAPH_REWRITES.append(fuse_linear_ce)
+# ------------------------------------------------------------------ lowerings
+def _rows(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x)
+
+
+def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
+    """The host step of a ``linear_ce`` node: ``kernels/linear_ce.py``'s chunked forward."""
+    from .kernels.linear_ce import forward
+
+    def call(h, w, labels):
+        loss, lse = np.empty(h.shape[0], h.dtype), np.empty(h.shape[0], h.dtype)
+        forward(_rows(h), _rows(w), np.asarray(labels, np.int64), loss, lse)
+        return loss, lse
+    return call
+
+
+def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
+    """The host step of a ``linear_ce_bwd`` node."""
+    from .kernels.linear_ce import backward
+
+    def call(h, w, labels, lse, ct):
+        dh, dw = np.empty(h.shape, h.dtype), np.empty(w.shape, w.dtype)
+        backward(_rows(h), _rows(w), np.asarray(labels, np.int64), _rows(lse), _rows(ct), dh, dw)
+        return dh, dw
+    return call
+
+
+def _host_train(node: Node, one_blas_thread: Callable) -> Callable:
+    """The host step of a ``linear_ce_train`` node: losses and gradients in one sweep."""
+    from .kernels.linear_ce import train
+
+    def call(h, w, labels, ct):
+        n = h.shape[0]
+        loss, lse = np.empty(n, h.dtype), np.empty(n, h.dtype)
+        dh, dw = np.empty(h.shape, h.dtype), np.empty(w.shape, w.dtype)
+        train(_rows(h), _rows(w), np.asarray(labels, np.int64), _rows(ct), loss, lse, dh, dw)
+        return loss, lse, dh, dw
+    return call
+
+
+# ------------------------------------------------------------------ the record
+LINEAR_CE = register_fused_op(FusedOp(
+    "linear_ce",
+    primitives=(linear_ce_p, linear_ce_bwd_p, linear_ce_train_p),
+    rules=(Rule(roots=(sub_p,), match=_lse_minus_picked, replace=_replace),
+           Rule(roots=(gather_p,), match=_gathered_log_softmax, replace=_replace)),
+    conditions=(lambda hit: hit.logits is not None,),      # the logits are a 2-D product
+    may_match=lambda g: any(n.prim is matmul_p for n in g.nodes) and
+    any(n.prim is gather_p or n.prim is reduce_max_p for n in g.nodes),
+    prepare=optimize,       # constants folded: a raw trace spells them as nodes
+    keep=_logits_gone,
+    lowerings={"host": {linear_ce_p: _host_forward, linear_ce_bwd_p: _host_backward,
+                        linear_ce_train_p: _host_train}},
+    merge=merge_train_steps))

@@ -11,6 +11,9 @@ import numpy as np
 
 from . import dtypes
 from .core import PRIMITIVES, Aval, Graph, Node, Var, params_key, run_impl
+from .rewrite import Rebuilder, dce, uniform_value
+
+__all__ = ["FOLD_MAX_ELEMENTS", "dce", "optimize", "simplify", "simplify_node", "uniform_value"]
 
 FOLD_MAX_ELEMENTS = 4096  # constant folding never creates constants bigger than this
 
@@ -29,17 +32,14 @@ def _freeze(x: Any) -> Any:
         return ("id", id(x))
 
 
-class _Builder:
-    """Rebuilds a graph node by node, applying rewrites as it goes."""
+class _Builder(Rebuilder):
+    """Rebuilds a graph node by node, folding, simplifying and deduplicating as it goes."""
 
     def __init__(self, g: Graph):
-        self.g = g
-        self.nodes: list[Node] = []
-        self.consts: dict[Var, np.ndarray] = dict(g.consts)
+        super().__init__(g)
         self.subst: dict[Var, Var] = {}
         self.cse: dict = {}
         self.const_keys: dict = {}
-        self.producer: dict[Var, Node] = {}
         for v, c in g.consts.items():
             self._dedupe_const(v, c)
 
@@ -58,17 +58,11 @@ class _Builder:
         return v
 
     def const(self, value: np.ndarray, aval: Aval) -> Var:
-        v = Var(aval)
-        self.consts[v] = np.asarray(value, aval.dtype).reshape(aval.shape)
+        v = super().const(value, aval)
         return self._dedupe_const(v, self.consts[v])
 
     def value(self, v: Var):
         return self.consts.get(v)
-
-    def emit(self, prim_name: str, inputs: list[Var], params: dict, source=None) -> Var:
-        prim = PRIMITIVES[prim_name]
-        aval = prim.abstract_eval(*[i.aval for i in inputs], **params)
-        return self.add(Node(prim, inputs, params, [Var(aval)], source))[0]
 
     def add(self, node: Node) -> list[Var]:
         """Fold, simplify, CSE or keep ``node``; returns the vars standing for its outputs."""
@@ -92,26 +86,7 @@ class _Builder:
         if hit is not None:
             return hit
         self.cse[key] = node.outs
-        self.nodes.append(node)
-        for o in node.outs:
-            self.producer[o] = node
-        return node.outs
-
-
-def uniform_value(consts: dict, producer: dict, v: Var):
-    """The single value ``v`` holds everywhere (a constant, or a broadcast/reshape of one),
-    or None. ``consts`` maps vars to arrays, ``producer`` vars to the nodes computing them."""
-    while True:
-        c = consts.get(v)
-        if c is not None:
-            if c.size == 0:
-                return None
-            flat = c.reshape(-1)
-            return flat[0] if c.size == 1 or bool(np.all(flat == flat[0])) else None
-        p = producer.get(v)
-        if p is None or p.prim.name not in ("broadcast_to", "reshape"):
-            return None
-        v = p.inputs[0]
+        return super().add(node)
 
 
 def _uniform(b: _Builder, v: Var):
@@ -134,7 +109,7 @@ def _fold_uniform(b: _Builder, n: Node) -> Var | None:
     out = n.out.aval
     val = run_impl(n.prim, scalars, n.params, [Aval((), out.dtype)])[0]
     c = b.const(val, Aval((), out.dtype))
-    return b.emit("broadcast_to", [c], {"shape": out.shape}, n.source)
+    return b.emit(PRIMITIVES["broadcast_to"], [c], {"shape": out.shape}, n.source)
 
 
 def simplify_node(b: _Builder, n: Node) -> Var | None:
@@ -158,9 +133,9 @@ def simplify_node(b: _Builder, n: Node) -> Var | None:
         if _is_const(b, ins[0], 1) and same(ins[1]):
             return ins[1]
         if _is_const(b, ins[1], -1) and same(ins[0]):
-            return b.emit("neg", [ins[0]], {}, n.source)
+            return b.emit(PRIMITIVES["neg"], [ins[0]], {}, n.source)
         if _is_const(b, ins[0], -1) and same(ins[1]):
-            return b.emit("neg", [ins[1]], {}, n.source)
+            return b.emit(PRIMITIVES["neg"], [ins[1]], {}, n.source)
     elif name == "div":
         if _is_const(b, ins[1], 1) and same(ins[0]):
             return ins[0]
@@ -173,7 +148,7 @@ def simplify_node(b: _Builder, n: Node) -> Var | None:
             return ins[0]
         p = b.producer.get(ins[0])
         if name == "reshape" and p is not None and p.prim.name == "reshape":
-            return b.emit("reshape", [p.inputs[0]], n.params, n.source) \
+            return b.emit(PRIMITIVES["reshape"], [p.inputs[0]], n.params, n.source) \
                 if p.inputs[0].aval.shape != out.aval.shape else p.inputs[0]
     elif name == "convert":
         if ins[0].aval.dtype == out.aval.dtype:
@@ -189,7 +164,7 @@ def simplify_node(b: _Builder, n: Node) -> Var | None:
             perm = tuple(p.params["perm"][i] for i in n.params["perm"])
             if perm == tuple(range(len(perm))):
                 return p.inputs[0]
-            return b.emit("transpose", [p.inputs[0]], {"perm": perm}, n.source)
+            return b.emit(PRIMITIVES["transpose"], [p.inputs[0]], {"perm": perm}, n.source)
     elif name == "reduce_sum":
         return _sum_of_broadcast(b, n)
     return None
@@ -212,13 +187,13 @@ def _sum_of_broadcast(b: _Builder, n: Node) -> Var | None:
     y = x
     if count != 1:
         c = b.const(np.asarray(count, x.aval.dtype), Aval((), x.aval.dtype))
-        y = b.emit("mul", [x, c], {}, n.source)
+        y = b.emit(PRIMITIVES["mul"], [x, c], {}, n.source)
     padded = (1,) * lead + x.aval.shape
     kept = tuple(d for i, d in enumerate(padded) if i not in axes)
     if kept != y.aval.shape:
-        y = b.emit("reshape", [y], {"shape": kept}, n.source)
+        y = b.emit(PRIMITIVES["reshape"], [y], {"shape": kept}, n.source)
     if kept != n.out.aval.shape:
-        y = b.emit("broadcast_to", [y], {"shape": n.out.aval.shape}, n.source)
+        y = b.emit(PRIMITIVES["broadcast_to"], [y], {"shape": n.out.aval.shape}, n.source)
     return y
 
 
@@ -238,19 +213,6 @@ def _simplify(g: Graph) -> tuple[Graph, bool]:
                 b.subst[old] = rep
     outs = [b.r(v) for v in g.outputs]
     return Graph(list(g.inputs), b.nodes, outs, b.consts, g.in_tree, g.out_tree), bool(b.subst)
-
-
-def dce(g: Graph) -> Graph:
-    """Drop nodes whose results nothing uses, and constants nothing reads."""
-    live = set(g.outputs)
-    kept = []
-    for n in reversed(g.nodes):
-        if any(o in live for o in n.outs):
-            kept.append(n)
-            live.update(n.inputs)
-    kept.reverse()
-    consts = {v: c for v, c in g.consts.items() if v in live}
-    return Graph(list(g.inputs), kept, list(g.outputs), consts, g.in_tree, g.out_tree)
 
 
 def optimize(g: Graph) -> Graph:

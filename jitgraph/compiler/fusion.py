@@ -25,6 +25,7 @@ from ..core import (ARG_REDUCE, GATHER, HOST, INDEX_MAP, MATMUL, SCALAR, SCATTER
                     Node, Var)
 from ..dtypes import is_narrow
 from ..passes import uniform_value
+from ..rewrite import is_swap
 from .emit import CannotFuse, Emitter
 
 INLINE = {SCALAR, INDEX_MAP, GATHER}   # lowerings computed where used: the rest store outputs
@@ -214,17 +215,11 @@ def _decide_materialized(plan: Plan) -> None:
             mat.add(n.out)
 
 
-def _is_swap(p: Node) -> bool:
-    perm = p.params.get("perm") if p.prim.name == "transpose" else None
-    nd = len(perm) if perm else 0
-    return bool(perm) and nd >= 2 and tuple(perm) == tuple(range(nd - 2)) + (nd - 1, nd - 2)
-
-
 def _view_base(plan: Plan, v: Var) -> Var:
     """The value a matmul operand is a free view of (see ``_matmul_source``): under at most one
     swap of the last two dims, then any row-major reshapes."""
     p = plan.producer.get(v)
-    if p is not None and v not in plan.materialized and _is_swap(p):
+    if p is not None and v not in plan.materialized and is_swap(p):
         v = p.inputs[0]
     while True:
         p = plan.producer.get(v)
@@ -247,7 +242,7 @@ def _matmul_source(plan: Plan, v: Var):
         r = _matmul_source(plan, p.inputs[0])
         if r is not None and not r[1]:
             return r[0], False, v.aval.shape
-    if _is_swap(p):
+    if is_swap(p):
         r = _matmul_source(plan, p.inputs[0])
         if r is not None and not r[1]:
             return r[0], True, p.inputs[0].aval.shape

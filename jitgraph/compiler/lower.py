@@ -1,8 +1,9 @@
 """The pipeline's first stage: rewrite a traced graph into what the backends compile.
 
 Calls to ``custom_vjp`` functions are inlined (a compiled program needs no calls), patterns
-with a fused primitive are rewritten to it (``autodiff.GRAPH_REWRITES``: attention, linear
-cross-entropy, whose forward and backward become one step when they can), a primal
+with a fused primitive are rewritten to it (the registered ``rewrite.FusedOp`` records:
+attention, linear cross-entropy, whose forward and backward become one step when they can:
+each record's ``merge``), a primal
 scan and its VJP's residual scan become one loop, stacked outputs nothing reads go, and a
 scatter-add that puts one value per row into zeros (the VJP of ``take_along_axis``) becomes an
 elementwise select that fuses into its consumer, and a total reduction of an array that is also
@@ -16,15 +17,14 @@ import numpy as np
 
 from ..control_flow import optimization_barrier_p, scan_p
 from ..core import PRIMITIVES, REDUCE, SCATTER_ADD, Aval, Graph, Node, Var
-from ..autodiff import rewritten
-from ..linear_ce import merge_train_steps
 from ..passes import optimize
+from ..rewrite import merged, rewritten
 
 
 def lower(graph: Graph) -> Graph:
     """Every rewrite of this stage, in order."""
     return strip_barriers(split_total_reductions(scatter_to_select(lower_control_flow(
-        merge_train_steps(rewritten(inline_calls(graph)))))))
+        merged(rewritten(inline_calls(graph)))))))
 
 
 def inline_calls(g: Graph) -> Graph:
