@@ -1,15 +1,16 @@
 """Binders: the primitives applied with the dtype promotion and the shape handling that their
 rules need, below ``jitgraph.numpy``.
 
-The primitives' VJP, JVP and batching rules are written with these functions (and with the
-primitives themselves, which are callable), as JAX writes its rules with ``lax``: a rule never
-reaches up to the array API it is a part of. ``jitgraph.numpy`` is built on the same ground
-(``operand``, ``promote``, ``cast``) and adds NumPy's conventions on top: axis arguments in
-every form, keyword names, error messages that name the user's line.
+The primitives' VJP and JVP rules are written with these functions and with the primitives
+themselves (a primitive is callable), as JAX writes its rules with ``lax``: ``jitgraph.numpy``
+is built on the primitives, so a rule that called it would reach up a layer. ``jitgraph.numpy``
+stands on the same ground (``operand``, ``promote``, ``cast``) and adds NumPy's conventions:
+axis arguments in every form, keyword names, errors that name the user's line.
 
-Each binder records the nodes ``jitgraph.numpy``'s function of the same name records, so a
-rule's graph does not depend on which of the two wrote it. Operands are tracers, arrays or
-Python scalars (weak-typed, as everywhere).
+Each binder records the nodes its ``jitgraph.numpy`` counterpart records (``select`` is
+``where``'s, ``reduce_sum`` is ``sum``'s, ``div`` is ``true_divide``'s), so a rule's graph
+is the same whichever of the two wrote it. Operands are tracers, arrays or Python scalars
+(weak-typed, as everywhere).
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from ..arrays import Array
 from ..batching import reshape
 from ..core import Aval, Tracer, aval_of, bind
 
-__all__ = ["operand", "holds_tracer", "cast", "promote", "reshape", "transpose", "swapaxes", "expand_dims",
-           "broadcast_to", "concatenate", "flip", "reduce_sum", "select", "div", "trunc",
-           "matmul", "tril", "triu", "diagonal", "unbroadcast", "broadcast_tangent",
+__all__ = ["operand", "holds_tracer", "cast", "promote", "reshape", "transpose", "swapaxes",
+           "expand_dims", "broadcast_to", "concatenate", "flip", "reduce_sum", "select", "div",
+           "trunc", "matmul", "tril", "triu", "diagonal", "unbroadcast", "broadcast_tangent",
            "add_tangents"]
 
 
