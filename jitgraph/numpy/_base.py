@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import dtypes
 from ..arrays import Array as _Result, as_array as _as_array
-from ..core import Tracer, aval_of, bind
+from ..core import PRIMITIVES, Tracer, aval_of, bind
 # operands and promotion are the binders': jitgraph.numpy and the primitives' rules promote alike
 from ..ops.binders import (cast as _cast, holds_tracer as _holds_tracer,  # noqa: F401
                            operand as _operand, promote as _promote)
@@ -110,11 +110,9 @@ def _concrete(name: str, *xs) -> None:
 
 
 class _Prims:
-    """Lazy access to primitives by name (ops import this module, so no import cycle)."""
+    """The registered primitives by name (``_P.exp``), each looked up once."""
 
     def __getattr__(self, name):
-        from ..core import PRIMITIVES
-        from .. import ops  # noqa: F401  (registers everything)
         p = PRIMITIVES[name]
         setattr(self, name, p)
         return p
