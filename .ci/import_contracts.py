@@ -1,9 +1,10 @@
 """This project's import-linter contract types (``contract_types`` in ``.importlinter``).
 
-``private_names``: a private name (``_x``) is imported only where it is private to.
-Import-linter's own ``private_modules`` contract covers private modules (``pkg._base``); this
-one covers the names inside modules, which the import graph does not record, so it reads the
-source (every import statement, function-local ones included).
+``private_names``: a private name (``_x``) is imported, or read off an imported module
+(``mod._x``), only where it is private to. Import-linter's own ``private_modules`` contract
+covers private modules (``pkg._base``); this one covers the names inside modules, which the
+import graph does not record, so it reads the source (every import statement, function-local
+ones included, and every attribute read through a name an import bound to a module).
 """
 from __future__ import annotations
 
@@ -44,17 +45,20 @@ def _module_files(graph: grimp.ImportGraph, roots: list[str]) -> Iterator[tuple[
                 yield module, base.joinpath(*parts[:-1], parts[-1] + ".py")
 
 
-def _private_imports(module: str, path: pathlib.Path, is_package: bool, roots: list[str]):
-    """(line, imported dotted name) of each private name ``module`` imports from a module."""
-    package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+def _source(node: ast.ImportFrom, package: str) -> str:
+    """The absolute name of the module a ``from ... import`` statement imports from."""
+    if node.level:
+        base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+    return node.module or ""
+
+
+def _private_imports(tree: ast.Module, package: str, roots: list[str]):
+    """(line, imported dotted name) of each private name a module imports from a module."""
+    for node in ast.walk(tree):
         if not isinstance(node, ast.ImportFrom):
             continue
-        if node.level:
-            base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
-            source = ".".join(base + ([node.module] if node.module else []))
-        else:
-            source = node.module or ""
+        source = _source(node, package)
         if source.split(".")[0] not in roots:
             continue
         for alias in node.names:
@@ -62,10 +66,58 @@ def _private_imports(module: str, path: pathlib.Path, is_package: bool, roots: l
                 yield node.lineno, f"{source}.{alias.name}"
 
 
+def _module_names(tree: ast.Module, package: str, roots: list[str],
+                  modules: set[str]) -> dict[str, str]:
+    """The names that import statements bind to modules of the root packages (name ->
+    module), less any name the source also binds otherwise (an assignment, a parameter, a
+    definition): those may hold something else where they are read."""
+    bound, other = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in roots:
+                    bound[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            source = _source(node, package)
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules:
+                    bound[alias.asname or alias.name] = f"{source}.{alias.name}"
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            other.add(node.id)
+        elif isinstance(node, ast.arg):
+            other.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            other.add(node.name)
+    return {name: module for name, module in bound.items() if name not in other}
+
+
+def _private_reads(tree: ast.Module, package: str, roots: list[str], modules: set[str]):
+    """(line, dotted name) of each private attribute read off a module object: ``mod._x``
+    where ``mod`` (or ``pkg.mod``) names a module that an import statement bound."""
+    names = _module_names(tree, package, roots, modules)
+
+    def module_of(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return names.get(node.id)
+        if isinstance(node, ast.Attribute):
+            outer = module_of(node.value)
+            if outer is not None and f"{outer}.{node.attr}" in modules:
+                return f"{outer}.{node.attr}"
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            module = module_of(node.value)
+            if module is not None:
+                yield node.lineno, f"{module}.{node.attr}"
+
+
 class PrivateNamesContract(Contract):
-    """A private name is imported only inside the module (or package) it is private to:
-    ``from pkg.mod import _x`` in ``pkg.mod`` and its submodules, ``from pkg._base import _x``
-    anywhere in ``pkg``. Anything another module needs gets a public name.
+    """A private name is imported, or read off a module object, only inside the module (or
+    package) it is private to: ``from pkg.mod import _x`` or ``mod._x`` in ``pkg.mod`` and its
+    submodules, ``from pkg._base import _x`` anywhere in ``pkg``. Anything another module needs
+    gets a public name.
 
     Options: ``ignore_imports``: ``importer -> dotted.name`` pairs that may stay for now.
     """
@@ -78,27 +130,33 @@ class PrivateNamesContract(Contract):
         roots = list(self.session_options.get("root_packages")
                      or [self.session_options["root_package"]])
         ignored = {tuple(p.strip() for p in s.split("->")) for s in self.ignore_imports or ()}
+        modules = set(graph.modules)
         illegal, used = [], set()
         for module, path in _module_files(graph, roots):
-            is_package = path.name == "__init__.py"
-            for line, target in _private_imports(module, path, is_package, roots):
+            package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+            tree = ast.parse(path.read_text(), str(path))
+            uses = [(line, target, "imports") for line, target
+                    in _private_imports(tree, package, roots)]
+            uses += [(line, target, "reads") for line, target
+                     in _private_reads(tree, package, roots, modules)]
+            for line, target, how in sorted(uses):
                 scope = _scope(target)
                 if module == scope or module.startswith(scope + "."):
                     continue
                 if (module, target) in ignored:
                     used.add((module, target))
                     continue
-                illegal.append({"importer": module, "name": target, "line": line})
+                illegal.append({"importer": module, "name": target, "line": line, "how": how})
         warnings = [f"No private-name import matches the ignored {a} -> {b}."
                     for a, b in sorted(ignored - used)]
         return ContractCheck(kept=not illegal, warnings=warnings,
                              ignored_import_count=len(used), metadata={"illegal": illegal})
 
     def render_broken_contract(self, check: ContractCheck) -> None:
-        output.print_error("Private names imported from another module (give them a public "
-                           "name in their home module):", bold=False)
+        output.print_error("Private names imported from (or read off) another module (give "
+                           "them a public name in their home module):", bold=False)
         output.new_line()
         for item in check.metadata["illegal"]:
-            output.print_error(f"- {item['importer']} imports {item['name']} "
+            output.print_error(f"- {item['importer']} {item['how']} {item['name']} "
                                f"(l.{item['line']})", bold=False)
         output.new_line()

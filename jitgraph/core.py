@@ -713,10 +713,6 @@ class Tracer:
         return f"Traced<{self.gvar.aval}>"
 
 
-def is_traced(x: Any) -> bool:
-    return isinstance(x, Tracer)
-
-
 def top_trace(args: Sequence[Any]) -> Trace | None:
     top = None
     for a in args:

@@ -26,6 +26,7 @@ from .autodiff import (build_jvp, build_vjp, eager_hvp, eager_values, eager_vjp,
                        structure_key, vdot_leaves)
 from .arrays import Array
 from .core import Aval, Graph, Trace, Tracer, aval_of
+from .ops.binders import operand
 from .passes import optimize
 from .traceback_filter import api_boundary
 from .tree import TreeDef, argument_leaf_names, tree_flatten
@@ -36,7 +37,7 @@ def leaf_operand(x: Any, name: str) -> Any:
     the error); the tracing helpers of ``custom``, ``lax`` and ``remat`` use it too."""
     if isinstance(x, Tracer):
         return x
-    return jnp._operand(x, name)
+    return operand(x, name)
 
 
 def trace_flat(fn: Callable, avals: Sequence[Aval], what: str) -> tuple[Graph, list]:
@@ -46,7 +47,7 @@ def trace_flat(fn: Callable, avals: Sequence[Aval], what: str) -> tuple[Graph, l
     with Trace(abstract=True, what=what) as t:
         tracers = [t.new_input(a) for a in avals]
         out = fn(*tracers)
-        leaves = [o if isinstance(o, Tracer) else jnp._operand(o, "output") for o in out]
+        leaves = [o if isinstance(o, Tracer) else operand(o, "output") for o in out]
         graph = t.to_graph(leaves)
         return graph, t.captured_values()
 
@@ -221,7 +222,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
             raise TypeError(f"vjp_fn: cotangent structure {ct_tree} does not match the output "
                             f"structure {main_td}")
         for c, o in zip(ct_leaves, outs[:n_out]):
-            c_shape, o_shape = aval_of(jnp._operand(c, "cotangent")).shape, aval_of(o).shape
+            c_shape, o_shape = aval_of(operand(c, "cotangent")).shape, aval_of(o).shape
             if c_shape != o_shape:
                 raise ValueError(f"vjp_fn: cotangent shape {c_shape} does not match output "
                                  f"shape {o_shape}")
@@ -286,7 +287,7 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
             raise TypeError("grad requires a function with a scalar output, got a "
                             f"{type(out).__name__} from {describe_fn(fun)}; use jacrev or "
                             "vjp for vector outputs (or has_aux=True for (loss, aux))")
-        a = aval_of(jnp._operand(out, "output"))
+        a = aval_of(operand(out, "output"))
         if a.shape != ():
             raise TypeError(f"grad requires a scalar output, got shape {a.shape} from "
                             f"{describe_fn(fun)}; reduce "
@@ -448,7 +449,7 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux:
     if p_tree != t_tree:
         raise TypeError(f"jvp: tangent structure {t_tree} does not match primal structure {p_tree}")
     for p, t in zip(p_leaves, t_leaves):
-        ps, ts = aval_of(jnp._operand(p)).shape, aval_of(jnp._operand(t)).shape
+        ps, ts = aval_of(operand(p)).shape, aval_of(operand(t)).shape
         if ps != ts:
             raise ValueError(f"jvp: tangent shape {ts} does not match primal shape {ps}")
     f = _with_aux(fun, "jvp") if has_aux else fun
@@ -511,8 +512,8 @@ def linearize(fun: Callable, *primals: Any):
             raise TypeError(f"linearize: tangent structure {t_tree} does not match primal "
                             f"structure {p_tree}")
         for p, t in zip(leaves, t_leaves):
-            if aval_of(jnp._operand(t)).shape != aval_of(p).shape:
-                raise ValueError(f"linearize: tangent shape {aval_of(jnp._operand(t)).shape} "
+            if aval_of(operand(t)).shape != aval_of(p).shape:
+                raise ValueError(f"linearize: tangent shape {aval_of(operand(t)).shape} "
                                  f"does not match primal shape {aval_of(p).shape}")
         return out_tree.unflatten(jvp_leaves(t_leaves)[n_out:])
     return out, f_jvp
@@ -731,9 +732,9 @@ def _vector_leaves(vector, tree, like: Sequence[Any]) -> list:
         raise TypeError(f"hessian_vector_product: the vector's structure {v_tree} does not "
                         f"match the differentiated arguments' {tree}")
     for v, x in zip(vs, like):
-        if aval_of(jnp._operand(v, "vector")).shape != aval_of(x).shape:
+        if aval_of(operand(v, "vector")).shape != aval_of(x).shape:
             raise ValueError(f"hessian_vector_product: vector shape "
-                             f"{aval_of(jnp._operand(v)).shape} does not match the "
+                             f"{aval_of(operand(v)).shape} does not match the "
                              f"argument's shape {aval_of(x).shape}")
     return vs
 

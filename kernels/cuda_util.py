@@ -30,10 +30,4 @@ def fill(a, value) -> None:
     driver().fill(a, value)
 
 
-def copy_into(dst, src) -> None:
-    """``dst[:] = src`` for flat device arrays of the same size and dtype."""
-    from jitgraph.cuda_driver import driver
-    driver().copy(dst, src)
-
-
 _fill, _copy = fill_kernel, copy_kernel     # older names (tests_cuda/ptx_check.py)

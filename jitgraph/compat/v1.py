@@ -23,7 +23,7 @@ from typing import Sequence
 from .. import numpy as jnp
 from ..core import aval_of
 from ..custom import custom_vjp
-from ..ops.elementwise import unbroadcast
+from ..ops.binders import unbroadcast
 from .array_ops import *  # noqa: F401,F403  (tf.add, tf.reshape, tf.reduce_sum, ...)
 from .array_ops import __all__ as _array_names
 from .graph import (Constant, Graph, Placeholder, Special, Tensor, TensorShape, Variable,

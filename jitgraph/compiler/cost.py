@@ -113,7 +113,3 @@ def step_cost(step, plan: Plan) -> StepCost:
     flops = int(sum(o.aval.size for o in step.node.outs)) if step.node.prim.kind == "elementwise" else 0
     return StepCost("host", int(moved), flops)
 
-
-def plan_costs(plan: Plan) -> list[StepCost]:
-    return [step_cost(s, plan) for s in plan.steps]
-

@@ -291,11 +291,6 @@ def numba_compile_count(module: types.ModuleType) -> int:
     return sum(sum(d.stats.cache_misses.values()) for d in _iter_dispatchers(module))
 
 
-def _numba_cache_load_count(module: types.ModuleType) -> int:
-    """How many overloads the module's dispatchers loaded from Numba's cache."""
-    return sum(sum(d.stats.cache_hits.values()) for d in _iter_dispatchers(module))
-
-
 def _check_numba_dir(cache_path: str | os.PathLike, stem: str) -> str | None:
     """Check Numba's cache directory and the files in it that belong to module file *stem*."""
     try:

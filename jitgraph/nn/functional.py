@@ -15,21 +15,8 @@ from .. import dtypes
 from .. import numpy as jnp
 from ..core import aval_of
 from ..errors import ShapeError
+from ._args import check_layout as _check_layout, pair as _pair
 from .activations import softmax
-
-
-def _pair(v, name: str) -> tuple[int, int]:
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    v = tuple(int(x) for x in v)
-    if len(v) != 2:
-        raise ValueError(f"{name} must be an int or a pair, got {v}")
-    return v
-
-
-def _check_layout(layout: str, fn: str) -> None:
-    if layout not in ("NHWC", "NCHW"):
-        raise ValueError(f"{fn}: layout must be 'NHWC' or 'NCHW', got {layout!r}")
 
 
 def pad2d(x, pad_h: tuple[int, int], pad_w: tuple[int, int], value: float = 0.0):

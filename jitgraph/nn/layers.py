@@ -15,6 +15,7 @@ from .. import random as jr
 from ..core import aval_of
 from ..errors import ShapeError
 from . import functional as F
+from ._args import check_layout, pair
 from . import initializers as init
 from .activations import relu
 from .module import Module
@@ -122,8 +123,8 @@ class Conv2d(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  *, key, bias: bool = True, layout: str = "NHWC", dtype=np.float32):
-        F._check_layout(layout, "Conv2d")
-        kh, kw = F._pair(kernel_size, "kernel_size")
+        check_layout(layout, "Conv2d")
+        kh, kw = pair(kernel_size, "kernel_size")
         kk, = _keys(key, 1)
         w = np.asarray(init.he_uniform(kk, (kh, kw, in_channels, out_channels), dtype))
         self.weight = w if layout == "NHWC" else np.ascontiguousarray(w.transpose(3, 2, 0, 1))

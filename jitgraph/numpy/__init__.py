@@ -13,8 +13,6 @@ it. ``jnp.linalg`` has the linear algebra; ``jax.lax``'s array operations are in
 from __future__ import annotations
 
 from ._base import *  # noqa: F401,F403
-from ._base import (_P, _axes, _axis1, _cast, _dtype_weak, _here,  # noqa: F401
-                    _located, _operand, _promote)
 from .math import *  # noqa: F401,F403
 from .manipulation import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403

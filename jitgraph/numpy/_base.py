@@ -2,7 +2,6 @@
 ``jitgraph.numpy`` family module."""
 from __future__ import annotations
 
-import builtins
 import functools
 import types
 from typing import Any
@@ -11,7 +10,10 @@ import numpy as np
 
 from .. import dtypes
 from ..arrays import Array as _Result, as_array as _as_array
-from ..core import Tracer, aval_of, bind
+from ..core import PRIMITIVES, Tracer, aval_of, bind
+# operands and promotion are the binders': jitgraph.numpy and the primitives' rules promote alike
+from ..ops.binders import (cast as _cast, holds_tracer as _holds_tracer,  # noqa: F401
+                           operand as _operand, promote as _promote)
 from ..errors import ConcretizationError, ShapeError
 from ..traceback_filter import filtered as _filtered
 
@@ -28,84 +30,12 @@ e = np.e
 newaxis = None
 
 
-# ------------------------------------------------------------------ operands and promotion
-def _operand(x: Any, name: str = "argument") -> Any:
-    """Accept tracers, arrays, Python scalars and (regular) nested lists; reject the rest."""
-    if isinstance(x, Tracer):
-        return x
-    if isinstance(x, (list, tuple)) and any(isinstance(e, Tracer) for e in _iter_nested(x)):
-        rows = [_operand(e, name) for e in x]
-        shapes = {aval_of(r).shape for r in rows}
-        if len(shapes) > 1:
-            raise ValueError(f"{name}: cannot make an array from a ragged nested sequence "
-                             f"(rows of shapes {sorted(shapes)}); all rows must have the "
-                             "same length")
-        from .manipulation import stack
-        return stack(rows)
-    return dtypes.concrete_operand(x, name)
-
-
-def _iter_nested(x):
-    for e in x:
-        if isinstance(e, (list, tuple)):
-            yield from _iter_nested(e)
-        else:
-            yield e
+_ndarray = np.ndarray
 
 
 def _dtype_weak(x) -> tuple[np.dtype, bool]:
     a = aval_of(x)
     return a.dtype, a.weak
-
-
-def _cast(x, dtype):
-    dtype = np.dtype(dtype)
-    if isinstance(x, Tracer):
-        return x if x.dtype == dtype else bind(_P.convert, x, dtype=dtype)
-    if isinstance(x, np.ndarray):
-        return x if x.dtype == dtype else x.astype(dtype)
-    return np.asarray(x, dtype)
-
-
-def _promote(*xs, float_only: bool = False):
-    if not _plain_operands(xs):
-        xs = [_operand(x, f"argument {i}" if len(xs) > 1 else "argument")
-              for i, x in enumerate(xs)]
-    if len(xs) == 2:        # the common cases, unrolled: eager code promotes on every op
-        x, y = xs
-        a, b = aval_of(x), aval_of(y)
-        dtype = dtypes.result_type((a.dtype, a.weak), (b.dtype, b.weak))[0]
-        if float_only and not dtypes.is_float(dtype):
-            dtype = float64
-        return [x if a.dtype is dtype else _cast(x, dtype),
-                y if b.dtype is dtype else _cast(y, dtype)]
-    if len(xs) == 1:
-        x = xs[0]
-        a = aval_of(x)
-        dtype = dtypes.result_type((a.dtype, a.weak))[0]
-        if float_only and not dtypes.is_float(dtype):
-            dtype = float64
-        return [x if a.dtype is dtype else _cast(x, dtype)]
-    avals = [aval_of(x) for x in xs]
-    dtype, _ = dtypes.result_type(*[(a.dtype, a.weak) for a in avals])
-    if float_only and not dtypes.is_float(dtype):
-        dtype = float64
-    return [x if a.dtype is dtype else _cast(x, dtype) for x, a in zip(xs, avals)]
-
-
-_PLAIN_SCALARS = (float, int, bool)
-_ndarray = np.ndarray
-
-
-def _plain_operands(xs) -> bool:
-    """Every operand is already one ``_operand`` returns unchanged (the common case, which
-    then skips building its error-message names)."""
-    for x in xs:
-        t = type(x)
-        if not (t is Tracer or t in _PLAIN_SCALARS
-                or (t is np.ndarray or t is _Result) and x.dtype in dtypes.SUPPORTED):
-            return False
-    return True
 
 
 def _check_device(device, fn: str) -> None:
@@ -180,11 +110,9 @@ def _concrete(name: str, *xs) -> None:
 
 
 class _Prims:
-    """Lazy access to primitives by name (ops import this module, so no import cycle)."""
+    """The registered primitives by name (``_P.exp``), each looked up once."""
 
     def __getattr__(self, name):
-        from ..core import PRIMITIVES
-        from .. import ops  # noqa: F401  (registers everything)
         p = PRIMITIVES[name]
         setattr(self, name, p)
         return p
@@ -290,8 +218,7 @@ class _ScalarType:
         self.__name__ = self.dtype.name
 
     def __call__(self, x):
-        if isinstance(x, Tracer) or (isinstance(x, (list, tuple))
-                                     and builtins.any(isinstance(e, Tracer) for e in _iter_nested(x))):
+        if _holds_tracer(x):
             return astype(x, self.dtype)
         return self.dtype.type(x)
 

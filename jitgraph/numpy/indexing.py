@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core import Tracer, aval_of, bind
 from ..errors import ShapeError
+from ..ops import binders as _binders
 from ._base import _P, _axis1, _operand, bool_, int64, _locate_module
 from .manipulation import reshape, transpose, moveaxis, ravel
 
@@ -178,15 +179,7 @@ def diagonal(x, offset=0, axis1=0, axis2=1):
     a1, a2 = _axis1(x, axis1, "diagonal"), _axis1(x, axis2, "diagonal")
     if a1 == a2:
         raise ValueError("diagonal: axis1 and axis2 cannot be the same")
-    rest = [i for i in range(nd) if i not in (a1, a2)]
-    x = transpose(x, [a1, a2] + rest)
-    n, m = aval_of(x).shape[:2]
-    k = int(offset)
-    length = builtins.max(0, builtins.min(n, m - k) if k >= 0 else builtins.min(n + k, m))
-    rows = np.arange(length, dtype=int64) + builtins.max(-k, 0)
-    cols = np.arange(length, dtype=int64) + builtins.max(k, 0)
-    d = bind(_P.gather, x, rows, cols)
-    return moveaxis(d, 0, -1)
+    return _binders.diagonal(x, offset, a1, a2)
 
 
 def diag(v, k=0):
@@ -218,27 +211,20 @@ def trace(x, offset=0, axis1=0, axis2=1):
     return sum(diagonal(x, offset, axis1, axis2), axis=-1)
 
 
-def _tri_mask(shape, k, lower):
-    n, m = shape[-2:]
-    return np.tri(n, m, k, dtype=bool) if lower else ~np.tri(n, m, k - 1, dtype=bool)
-
-
 def tril(x, k=0):
     """``x`` with the elements above the ``k``-th diagonal set to zero."""
-    from .math import where
     x = _operand(x)
     if aval_of(x).ndim < 2:
         raise ShapeError(f"tril needs at least 2 dimensions, got shape {aval_of(x).shape}")
-    return where(_tri_mask(aval_of(x).shape, int(k), True), x, 0)
+    return _binders.tril(x, k)
 
 
 def triu(x, k=0):
     """``x`` with the elements below the ``k``-th diagonal set to zero."""
-    from .math import where
     x = _operand(x)
     if aval_of(x).ndim < 2:
         raise ShapeError(f"triu needs at least 2 dimensions, got shape {aval_of(x).shape}")
-    return where(_tri_mask(aval_of(x).shape, int(k), False), x, 0)
+    return _binders.triu(x, k)
 
 
 _locate_module(globals(), __name__)

@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import dtypes
 from ..core import Tracer, aval_of, bind
+from ..ops import binders as _binders
 from ._base import (_P, _as_bool, _cast, _dtype_weak, _operand, _promote, asarray, astype, float64, inf,
                     _locate_module)
 
@@ -291,7 +292,7 @@ def ceil(x):
 @_int_passthrough
 def trunc(x):
     """Round toward zero."""
-    return where(less(x, 0), ceil(x), floor(x))
+    return _binders.trunc(x)
 
 
 fix = trunc

@@ -3,8 +3,9 @@ slogdet, cholesky, eigh, svd, qr.
 
 Their NumPy references call LAPACK (NumPy/SciPy); they have no codegen rule, so a compiled
 program runs them as host steps between generated kernels. Derivative rules are the standard
-ones (as autograd's and JAX's), written with jnp and these primitives, so they differentiate
-again. ``eigh`` reads a symmetric matrix: its rules symmetrize the (co)tangent, as JAX does.
+ones (as autograd's and JAX's), written with the binders and these primitives, so they
+differentiate again. ``eigh`` reads a symmetric matrix: its rules symmetrize the
+(co)tangent, as JAX does.
 """
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from .. import dtypes
 from ..core import Aval, Primitive, register
 from ..batching import leading_batch_rule
 from ..errors import ShapeError
-from .. import numpy as jnp
+from .binders import diagonal, expand_dims, reduce_sum, reshape, swapaxes, tril, triu
 
 
 def _mT(x):
-    return jnp.swapaxes(x, -1, -2)
+    return swapaxes(x, -1, -2)
 
 
 def _sym(x):
@@ -32,7 +33,7 @@ def _eye_like(n, dtype):
 
 
 def _zeros_if_none(ct, like):
-    return jnp.zeros(like.shape, like.dtype) if ct is None else ct
+    return np.zeros(like.shape, like.dtype) if ct is None else ct
 
 
 def _square(a, name):
@@ -126,14 +127,14 @@ def _tri_impl(a, b, *, lower, trans):
 
 def _tri_op(a, lower, trans):
     """The matrix the solve inverts: the triangle of a, transposed if trans."""
-    t = jnp.tril(a) if lower else jnp.triu(a)
+    t = tril(a) if lower else triu(a)
     return _mT(t) if trans else t
 
 
 def _tri_vjp(g, out, a, b, *, lower, trans):
     gb = solve_triangular_p(a, g, lower=lower, trans=1 - trans)
     ga = -(gb @ _mT(out)) if not trans else -(out @ _mT(gb))
-    ga = jnp.tril(ga) if lower else jnp.triu(ga)
+    ga = tril(ga) if lower else triu(ga)
     return ga, gb
 
 
@@ -156,11 +157,11 @@ def _det_aval(a):
 
 
 def _det_vjp(g, out, a):
-    return (jnp.reshape(g * out, out.shape + (1, 1)) * _mT(inv_p(a)),)
+    return (reshape(g * out, out.shape + (1, 1)) * _mT(inv_p(a)),)
 
 
 def _det_jvp(ts, out, a):
-    return out * jnp.sum(_mT(inv_p(a)) * ts[0], axis=(-2, -1))
+    return out * reduce_sum(_mT(inv_p(a)) * ts[0], (-2, -1))
 
 
 det_p = _prim("det", _det_aval, np.linalg.det, _det_vjp, _det_jvp)
@@ -180,11 +181,11 @@ def _slogdet_vjp(cts, outs, a):
     g = cts[1]
     if g is None:
         return (None,)
-    return (jnp.reshape(g, g.shape + (1, 1)) * _mT(inv_p(a)),)
+    return (reshape(g, g.shape + (1, 1)) * _mT(inv_p(a)),)
 
 
 def _slogdet_jvp(ts, outs, a):
-    return [None, jnp.sum(_mT(inv_p(a)) * ts[0], axis=(-2, -1))]
+    return [None, reduce_sum(_mT(inv_p(a)) * ts[0], (-2, -1))]
 
 
 slogdet_p = _prim("slogdet", _slogdet_aval, _slogdet_impl, _slogdet_vjp, _slogdet_jvp,
@@ -200,7 +201,7 @@ def _chol_aval(a):
 def _phi(x):
     """Lower triangle with a halved diagonal."""
     n = x.shape[-1]
-    return jnp.tril(x) * (1.0 - 0.5 * _eye_like(n, x.dtype))
+    return tril(x) * (1.0 - 0.5 * _eye_like(n, x.dtype))
 
 
 def _chol_vjp(g, L, a):
@@ -236,16 +237,16 @@ def _eig_gaps(w):
     """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it."""
     n = w.shape[-1]
     eye = _eye_like(n, w.dtype)
-    d = jnp.expand_dims(w, -2) - jnp.expand_dims(w, -1)
+    d = expand_dims(w, -2) - expand_dims(w, -1)
     return (1.0 - eye) / (d + eye)
 
 
 def _eigh_vjp(cts, outs, a):
     gw, gv = cts
     w, v = outs
-    inner = jnp.zeros(a.shape, a.dtype)
+    inner = np.zeros(a.shape, a.dtype)
     if gw is not None:
-        inner = inner + jnp.expand_dims(gw, -1) * _eye_like(a.shape[-1], a.dtype)
+        inner = inner + expand_dims(gw, -1) * _eye_like(a.shape[-1], a.dtype)
     if gv is not None:
         inner = inner + _eig_gaps(w) * (_mT(v) @ gv)
     return (_sym(v @ inner @ _mT(v)),)
@@ -254,7 +255,7 @@ def _eigh_vjp(cts, outs, a):
 def _eigh_jvp(ts, outs, a):
     w, v = outs
     vt_ta_v = _mT(v) @ _sym(ts[0]) @ v
-    dw = jnp.diagonal(vt_ta_v, 0, -2, -1)
+    dw = diagonal(vt_ta_v, 0, -2, -1)
     dv = v @ (_eig_gaps(w) * vt_ta_v)
     return [dw, dv]
 
@@ -285,11 +286,11 @@ def _svd_vjp(cts, outs, a):
     k = min(m, n)
     eye = _eye_like(k, a.dtype)
     v, gv = _mT(vh), _mT(gvh)
-    s_row, s_col = jnp.expand_dims(s, -2), jnp.expand_dims(s, -1)
+    s_row, s_col = expand_dims(s, -2), expand_dims(s, -1)
     f = 1.0 / (s_row * s_row - s_col * s_col + eye) - eye
     utgu, vtgv = _mT(u) @ gu, _mT(v) @ gv
     t1 = (f * (utgu - _mT(utgu))) * s_row
-    t1 = t1 + eye * jnp.expand_dims(gs, -1)
+    t1 = t1 + eye * expand_dims(gs, -1)
     t1 = t1 + s_col * (f * (vtgv - _mT(vtgv)))
     t1 = u @ t1 @ vh
     if m < n:
@@ -306,9 +307,9 @@ def _svd_jvp(ts, outs, a):
     ut, v = _mT(u), _mT(vh)
     k = s.shape[-1]
     eye = _eye_like(k, a.dtype)
-    s_dim = jnp.expand_dims(s, -2)
+    s_dim = expand_dims(s, -2)
     ds_mat = ut @ da @ v
-    ds = jnp.diagonal(ds_mat, 0, -2, -1)
+    ds = diagonal(ds_mat, 0, -2, -1)
     s_diffs = (s_dim + _mT(s_dim)) * (s_dim - _mT(s_dim))
     f = 1.0 / (s_diffs + eye) - eye
     dss = s_dim * ds_mat
@@ -355,7 +356,7 @@ def _qr_vjp(cts, outs, a):
     q, r = outs
     dq, dr = (_zeros_if_none(c, o) for c, o in zip(cts, outs))
     m = r @ _mT(dr) - _mT(dq) @ q
-    low = jnp.tril(m, -1)
+    low = tril(m, -1)
     copyltu = low + _mT(low) + m * _eye_like(m.shape[-1], a.dtype)
     b = dq + q @ copyltu
     return (_mT(solve_triangular_p(r, _mT(b), lower=False, trans=0)),)
@@ -368,7 +369,7 @@ def _qr_jvp(ts, outs, a):
     dx = ts[0]
     dx_rinv = _mT(solve_triangular_p(r, _mT(dx), lower=False, trans=1))     # dx r^-1
     qt_dx_rinv = _mT(q) @ dx_rinv
-    low = jnp.tril(qt_dx_rinv, -1)
+    low = tril(qt_dx_rinv, -1)
     do = low - _mT(low)
     dq = q @ (do - qt_dx_rinv) + dx_rinv
     dr = (qt_dx_rinv - do) @ r

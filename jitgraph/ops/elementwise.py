@@ -14,8 +14,8 @@ import numpy as np
 from .. import dtypes
 from ..core import Aval, Lowering, Primitive, register
 from ..errors import ShapeError
-from .. import numpy as jnp  # rules are written with the public ops (resolved at call time)
 from ..batching import elementwise_rule
+from .binders import add_tangents, broadcast_tangent, cast, select, unbroadcast
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -46,33 +46,6 @@ def elementwise_aval(*avals, out_dtype=None, float_only=False, name=""):
         raise TypeError(f"needs a floating-point operand, got {dtype}")
     shape = broadcast_shapes(*(a.shape for a in avals))
     return Aval(shape, out_dtype or dtype, weak=all(a.weak for a in avals))
-
-
-def unbroadcast(g, aval: Aval):
-    """Sum a cotangent of broadcast shape back down to ``aval``'s shape (broadcast's transpose)."""
-    if g is None or tuple(g.shape) == aval.shape:
-        return g
-    lead = len(g.shape) - aval.ndim
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, d in enumerate(aval.shape) if d == 1 and g.shape[lead + i] != 1)
-    if axes:
-        g = jnp.sum(g, axis=axes)
-    return jnp.reshape(g, aval.shape)
-
-
-def broadcast_tangent(t, shape):
-    """A tangent of an operand, broadcast to the output shape."""
-    if t is None or tuple(t.shape) == tuple(shape):
-        return t
-    return jnp.broadcast_to(t, shape)
-
-
-def add_tangents(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b
 
 
 UNARY: dict[str, Primitive] = {}
@@ -135,9 +108,9 @@ log1p_p = unary("log1p", np.log1p, call("log1p", cost=4, approx=True),
 expm1_p = unary("expm1", np.expm1, call("expm1", cost=4, approx=True),
                 vjp=lambda g, out, x: (g * (out + 1.0),))
 sin_p = unary("sin", np.sin, call("sin", cost=4),
-              vjp=lambda g, out, x: (g * jnp.cos(x),))
+              vjp=lambda g, out, x: (g * cos_p(x),))
 cos_p = unary("cos", np.cos, call("cos", cost=4),
-              vjp=lambda g, out, x: (-(g * jnp.sin(x)),))
+              vjp=lambda g, out, x: (-(g * sin_p(x)),))
 tan_p = unary("tan", np.tan, call("tan", cost=6),
               vjp=lambda g, out, x: (g * (1.0 + out * out),))
 tanh_p = unary("tanh", np.tanh, call("tanh", cost=4, approx=True),
@@ -151,9 +124,9 @@ sqrt_p = unary("sqrt", np.sqrt, call("sqrt", cost=2),
 _erf_vec = np.vectorize(math.erf, otypes=[np.float64])
 erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype),
               call("erf", cost=6, functions=ours("erf")),
-              vjp=lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * jnp.exp(-(x * x)),))
+              vjp=lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * exp_p(-(x * x)),))
 abs_p = unary("abs", np.abs, lambda c, x: f"abs({x})", float_only=False,
-              vjp=lambda g, out, x: (g * jnp.sign(x),))
+              vjp=lambda g, out, x: (g * sign_p(x),))
 sign_p = unary("sign", np.sign, call("sign", functions=ours("sign")), float_only=False,
                vjp=lambda g, out, x: (None,))
 floor_p = unary("floor", np.floor, call("floor", functions=ours("floor")),
@@ -192,12 +165,12 @@ def _div_vjp(g, out, x, y):
 def _safe_log(x):
     """log(x) where x > 0, else 0: the exponent's derivative of x**y is taken as 0 at x <= 0."""
     pos = x > 0
-    return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), 0.0)
+    return select(pos, log_p(select(pos, x, 1.0)), 0.0)
 
 
 def _pow_dbase(x, y):
     """d(x**y)/dx = y x**(y-1), taken as 0 where y == 0 (not 0 * inf at x = 0), as autograd."""
-    return y * (x ** jnp.where(y == 0, 1.0, y - 1.0))
+    return y * (x ** select(y == 0, 1.0, y - 1.0))
 
 
 def _pow_vjp(g, out, x, y):
@@ -216,16 +189,16 @@ def _pow_jvp(ts, out, x, y):
 
 def _minmax_vjp(pick_x):
     def vjp(g, out, x, y):
-        half = jnp.where(x == y, 0.5, 0.0).astype(g.dtype)
-        wx = jnp.where(pick_x(x, y), 1.0, 0.0).astype(g.dtype) + half
+        half = select(x == y, 0.5, 0.0).astype(g.dtype)
+        wx = select(pick_x(x, y), 1.0, 0.0).astype(g.dtype) + half
         return unbroadcast(g * wx, x.aval), unbroadcast(g * (1.0 - wx), y.aval)
     return vjp
 
 
 def _minmax_jvp(pick_x):
     def jvp(ts, out, x, y):
-        half = jnp.where(x == y, 0.5, 0.0).astype(out.dtype)
-        wx = jnp.where(pick_x(x, y), 1.0, 0.0).astype(out.dtype) + half
+        half = select(x == y, 0.5, 0.0).astype(out.dtype)
+        wx = select(pick_x(x, y), 1.0, 0.0).astype(out.dtype) + half
         tx, ty = ts
         r = None if tx is None else tx * wx
         r = add_tangents(r, None if ty is None else ty * (1.0 - wx))
@@ -267,9 +240,9 @@ floordiv_p = binary("floordiv", _int_floor_div, lambda c, x, y: f"({x} // {y})",
                     differentiable=False)
 mod_p = binary("mod", np.mod, lambda c, x, y: f"({x} % {y})",
                vjp=lambda g, out, x, y: (unbroadcast(g, x.aval),
-                                         unbroadcast(-g * jnp.floor(x / y), y.aval)),
+                                         unbroadcast(-g * floor_p(x / y), y.aval)),
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
-                   ts[0], None if ts[1] is None else -(ts[1] * jnp.floor(x / y))), out.shape))
+                   ts[0], None if ts[1] is None else -(ts[1] * floor_p(x / y))), out.shape))
 
 # ---------------------------------------------------------------- comparisons and logic (bool out)
 _CMP = {"gt": (np.greater, ">"), "ge": (np.greater_equal, ">="), "lt": (np.less, "<"),
@@ -292,16 +265,16 @@ def _select_aval(c, x, y):
 
 
 def _select_vjp(g, out, c, x, y):
-    z = jnp.zeros((), g.dtype)
-    return None, unbroadcast(jnp.where(c, g, z), x.aval), unbroadcast(jnp.where(c, z, g), y.aval)
+    z = np.zeros((), g.dtype)
+    return None, unbroadcast(select(c, g, z), x.aval), unbroadcast(select(c, z, g), y.aval)
 
 
 def _select_jvp(ts, out, c, x, y):
     _, tx, ty = ts
     if tx is None and ty is None:
         return None
-    z = jnp.zeros((), out.dtype)
-    return broadcast_tangent(jnp.where(c, z if tx is None else tx, z if ty is None else ty), out.shape)
+    z = np.zeros((), out.dtype)
+    return broadcast_tangent(select(c, z if tx is None else tx, z if ty is None else ty), out.shape)
 
 
 select_p = register(Primitive(
@@ -317,13 +290,13 @@ def _convert_aval(x, *, dtype):
 def _convert_vjp(g, out, x, *, dtype):
     if not dtypes.is_float(x.dtype):
         return (None,)
-    return (jnp.astype(g, x.dtype),)
+    return (cast(g, x.dtype),)
 
 
 def _convert_jvp(ts, out, x, *, dtype):
     if ts[0] is None or not dtypes.is_float(dtype):
         return None
-    return jnp.astype(ts[0], dtype)
+    return cast(ts[0], dtype)
 
 
 convert_p = register(Primitive(

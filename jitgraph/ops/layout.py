@@ -12,7 +12,7 @@ import numpy as np
 from ..batching import all_to_front, move_batch_axis, permute, reshape, shift_axis
 from ..core import Aval, Lowering, Primitive, aval_of, register
 from ..errors import ShapeError
-from .. import numpy as jnp
+from .binders import transpose, unbroadcast
 
 
 def _layout(name, aval, impl, vjp, index_map, jvp=None):
@@ -96,7 +96,7 @@ def reshape_index_map(out_idx, in_aval, out_aval, *, shape):
 
 reshape_p = _layout(
     "reshape", _reshape_aval, lambda x, *, shape: x.reshape(shape),   # (np.reshape's work)
-    lambda g, out, x, *, shape: (jnp.reshape(g, x.shape),), reshape_index_map)
+    lambda g, out, x, *, shape: (reshape(g, x.shape),), reshape_index_map)
 
 
 # ---------------------------------------------------------------- transpose
@@ -122,7 +122,7 @@ def _transpose_index_map(out_idx, in_aval, out_aval, *, perm):
 
 transpose_p = _layout(
     "transpose", _transpose_aval, lambda x, *, perm: np.transpose(x, perm),
-    lambda g, out, x, *, perm: (jnp.transpose(g, inverse_perm(perm)),), _transpose_index_map)
+    lambda g, out, x, *, perm: (transpose(g, inverse_perm(perm)),), _transpose_index_map)
 
 
 # ---------------------------------------------------------------- broadcast_to
@@ -152,7 +152,6 @@ def _broadcast_index_map(out_idx, in_aval, out_aval, *, shape):
 
 
 def _broadcast_vjp(g, out, x, *, shape):
-    from .elementwise import unbroadcast
     return (unbroadcast(g, x.aval),)
 
 
@@ -255,7 +254,7 @@ def _concat_vjp(g, out, *xs, axis):
 def _concat_jvp(ts, out, *xs, axis):
     if all(t is None for t in ts):
         return None
-    return concatenate_p(*[jnp.zeros(x.shape, out.dtype) if t is None else t
+    return concatenate_p(*[np.zeros(x.shape, out.dtype) if t is None else t
                            for t, x in zip(ts, xs)], axis=axis)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from ..batching import move_batch_axis, reshape
 from ..core import MATMUL, Aval, Lowering, Primitive, aval_of, register
 from ..errors import ShapeError
-from .. import numpy as jnp
+from .binders import matmul, swapaxes
 
 
 def _matmul_aval(a, b):
@@ -28,11 +28,11 @@ def _matmul_aval(a, b):
 
 
 def _mT(x):
-    return jnp.swapaxes(x, -1, -2)
+    return swapaxes(x, -1, -2)
 
 
 def _matmul_vjp(g, out, a, b):
-    return jnp.matmul(g, _mT(b)), jnp.matmul(_mT(a), g)
+    return matmul(g, _mT(b)), matmul(_mT(a), g)
 
 
 def _matmul_jvp(ts, out, a, b):

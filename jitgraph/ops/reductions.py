@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes
 from ..core import ARG_REDUCE, REDUCE, Aval, Lowering, Primitive, register
 from ..errors import ShapeError
-from .. import numpy as jnp
+from .binders import broadcast_to, concatenate, flip, reduce_sum, reshape, transpose
 
 
 def normalize_axes(axes, ndim: int) -> tuple[int, ...]:
@@ -46,7 +46,7 @@ def keepdims_shape(shape, axes) -> tuple[int, ...]:
 
 def _expand_back(g, x, axes):
     """Broadcast a reduced value back to the operand's shape."""
-    return jnp.broadcast_to(jnp.reshape(g, keepdims_shape(x.shape, axes)), x.shape)
+    return broadcast_to(reshape(g, keepdims_shape(x.shape, axes)), x.shape)
 
 
 def _sum_impl(x, *, axes):
@@ -56,14 +56,14 @@ def _sum_impl(x, *, axes):
 reduce_sum_p = register(Primitive(
     "reduce_sum", kind="reduce", abstract_eval=_reduce_aval, impl=_sum_impl,
     vjp=lambda g, out, x, *, axes: (_expand_back(g, x, axes),),
-    jvp=lambda ts, out, x, *, axes: None if ts[0] is None else jnp.sum(ts[0], axis=axes),
+    jvp=lambda ts, out, x, *, axes: None if ts[0] is None else reduce_sum(ts[0], axes),
     codegen=Lowering(REDUCE, monoid="sum")))
 
 
 def _chooser_weights(out, x, axes):
     """Where x attains the extremum, 1/count (ties share the gradient equally, as JAX)."""
     hit = (x == _expand_back(out, x, axes)).astype(out.dtype)
-    count = jnp.sum(hit, axis=axes)
+    count = reduce_sum(hit, axes)
     return hit / _expand_back(count, x, axes)
 
 
@@ -74,7 +74,7 @@ def _chooser(name, fn, monoid):
     def jvp(ts, out, x, *, axes):
         if ts[0] is None:
             return None
-        return jnp.sum(ts[0] * _chooser_weights(out, x, axes), axis=axes)
+        return reduce_sum(ts[0] * _chooser_weights(out, x, axes), axes)
 
     def aval(x, *, axes):
         if x.size == 0 and any(x.shape[a] == 0 for a in axes):
@@ -99,13 +99,13 @@ def _exclusive_cumprod(x):
     lead = tuple(x.shape[:-1])
 
     def shift(c, s):   # c shifted right by s along the last axis, filled with ones
-        return jnp.concatenate([jnp.ones(lead + (s,), x.dtype), c[..., :n - s]], axis=-1)
+        return concatenate([np.ones(lead + (s,), x.dtype), c[..., :n - s]], -1)
 
     c, s = x, 1
     while s < n:
         c = c * shift(c, s)
         s *= 2
-    return shift(c, 1) if n > 1 else jnp.ones(x.shape, x.dtype)
+    return shift(c, 1) if n > 1 else np.ones(x.shape, x.dtype)
 
 
 def _prod_grad(x, axes):
@@ -115,22 +115,22 @@ def _prod_grad(x, axes):
     rest = [i for i in range(len(shape)) if i not in axes]
     perm = rest + list(axes)
     n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
-    xt = jnp.reshape(jnp.transpose(x, perm), tuple(shape[i] for i in rest) + (n,))
+    xt = reshape(transpose(x, perm), tuple(shape[i] for i in rest) + (n,))
     left = _exclusive_cumprod(xt)
-    right = jnp.flip(_exclusive_cumprod(jnp.flip(xt, axis=-1)), axis=-1)
-    others = jnp.reshape(left * right, tuple(shape[i] for i in perm))
+    right = flip(_exclusive_cumprod(flip(xt, -1)), -1)
+    others = reshape(left * right, tuple(shape[i] for i in perm))
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
-    return jnp.transpose(others, inv)
+    return transpose(others, inv)
 
 
 reduce_prod_p = register(Primitive(
     "reduce_prod", kind="reduce", abstract_eval=_reduce_aval,
     impl=lambda x, *, axes: np.prod(x, axis=axes),
     vjp=lambda g, out, x, *, axes: (_expand_back(g, x, axes) * _prod_grad(x, axes),),
-    jvp=lambda ts, out, x, *, axes: None if ts[0] is None else jnp.sum(
-        ts[0] * _prod_grad(x, axes), axis=axes),
+    jvp=lambda ts, out, x, *, axes: None if ts[0] is None else reduce_sum(
+        ts[0] * _prod_grad(x, axes), axes),
     codegen=Lowering(REDUCE, monoid="prod")))
 
 

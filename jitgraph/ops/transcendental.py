@@ -13,9 +13,9 @@ import math
 import numpy as np
 
 from ..core import Primitive, register
-from .. import numpy as jnp
 from ..batching import elementwise_rule
-from .elementwise import add_tangents, broadcast_tangent, elementwise_aval, binary, call, unary, unbroadcast
+from .binders import add_tangents, broadcast_tangent, div, trunc, unbroadcast
+from .elementwise import elementwise_aval, binary, call, exp_p, sign_p, sqrt_p, unary
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -33,17 +33,17 @@ def _special(name):
 
 
 arcsin_p = unary("arcsin", np.arcsin, call("asin"),
-                 vjp=lambda g, out, x: (g / jnp.sqrt(1.0 - x * x),))
+                 vjp=lambda g, out, x: (g / sqrt_p(1.0 - x * x),))
 arccos_p = unary("arccos", np.arccos, call("acos"),
-                 vjp=lambda g, out, x: (-(g / jnp.sqrt(1.0 - x * x)),))
+                 vjp=lambda g, out, x: (-(g / sqrt_p(1.0 - x * x)),))
 arctan_p = unary("arctan", np.arctan, call("atan"),
                  vjp=lambda g, out, x: (g / (1.0 + x * x),))
-sinh_p = unary("sinh", np.sinh, call("sinh"), vjp=lambda g, out, x: (g * jnp.cosh(x),))
-cosh_p = unary("cosh", np.cosh, call("cosh"), vjp=lambda g, out, x: (g * jnp.sinh(x),))
+sinh_p = unary("sinh", np.sinh, call("sinh"), vjp=lambda g, out, x: (g * cosh_p(x),))
+cosh_p = unary("cosh", np.cosh, call("cosh"), vjp=lambda g, out, x: (g * sinh_p(x),))
 arcsinh_p = unary("arcsinh", np.arcsinh, call("asinh"),
-                  vjp=lambda g, out, x: (g / jnp.sqrt(x * x + 1.0),))
+                  vjp=lambda g, out, x: (g / sqrt_p(x * x + 1.0),))
 arccosh_p = unary("arccosh", np.arccosh, call("acosh"),
-                  vjp=lambda g, out, x: (g / (jnp.sqrt(x - 1.0) * jnp.sqrt(x + 1.0)),))
+                  vjp=lambda g, out, x: (g / (sqrt_p(x - 1.0) * sqrt_p(x + 1.0)),))
 arctanh_p = unary("arctanh", np.arctanh, call("atanh"),
                   vjp=lambda g, out, x: (g / (1.0 - x * x),))
 log2_p = unary("log2", np.log2, call("log2"), vjp=lambda g, out, x: (g / (x * _LN2),))
@@ -51,16 +51,16 @@ log10_p = unary("log10", np.log10, call("log10"), vjp=lambda g, out, x: (g / (x 
 exp2_p = unary("exp2", np.exp2, lambda c, x: f"{c.fn('pow')}(2.0, {x})",
                vjp=lambda g, out, x: (g * out * _LN2,))
 erfc_p = unary("erfc", _special("erfc"), call("erfc"),
-               vjp=lambda g, out, x: (-(g * _TWO_OVER_SQRT_PI * jnp.exp(-(x * x))),))
+               vjp=lambda g, out, x: (-(g * _TWO_OVER_SQRT_PI * exp_p(-(x * x))),))
 lgamma_p = unary("lgamma", _special("gammaln"), call("lgamma"),
                  vjp=lambda g, out, x: (g * digamma_p(x),))
 # host-only special functions (no scalar routine in Numba's math module)
 digamma_p = unary("digamma", _special("digamma"), None,
                   vjp=lambda g, out, x: (g * polygamma_p(x, n=1),))
 erfinv_p = unary("erfinv", _special("erfinv"), None,
-                 vjp=lambda g, out, x: (g * (0.5 * math.sqrt(math.pi)) * jnp.exp(out * out),))
+                 vjp=lambda g, out, x: (g * (0.5 * math.sqrt(math.pi)) * exp_p(out * out),))
 ndtri_p = unary("ndtri", _special("ndtri"), None,
-                vjp=lambda g, out, x: (g * math.sqrt(2.0 * math.pi) * jnp.exp(0.5 * (out * out)),))
+                vjp=lambda g, out, x: (g * math.sqrt(2.0 * math.pi) * exp_p(0.5 * (out * out)),))
 
 
 def _polygamma_aval(x, *, n):
@@ -116,12 +116,12 @@ hypot_p = binary("hypot", np.hypot, call("hypot"), *_binary_rule(_hypot_partials
 
 def _copysign_partials(out, x, y):
     # |x| with y's sign bit: the slope in x is +-1 (0 at x = 0), none in y
-    return jnp.sign(out) * jnp.sign(x), jnp.zeros_like(y)
+    return sign_p(out) * sign_p(x), np.zeros(y.shape, y.dtype)
 
 
 def _fmod_partials(out, x, y):
     # x - trunc(x / y) * y: slope 1 in x, -trunc(x / y) in y (where it is defined)
-    return jnp.ones_like(x), -jnp.trunc(jnp.true_divide(x - out, y))
+    return np.ones(x.shape, x.dtype), -trunc(div(x - out, y))
 
 
 # The sign bit itself (NaN's and -0.0's included), as the C library reads it: NumPy's

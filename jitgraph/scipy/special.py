@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 from .. import numpy as jnp
+from ..ops.binders import promote
+from ..ops.elementwise import erf_p, logistic_p
+from ..ops.transcendental import (digamma_p, erfc_p, erfinv_p, lgamma_p, ndtri_p,
+                                  polygamma_p)
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):
@@ -24,39 +28,39 @@ def logsumexp(x, axis=None, keepdims: bool = False):
 
 def expit(x):
     """The logistic sigmoid 1 / (1 + exp(-x)) (``jitgraph.nn.sigmoid``)."""
-    (x,) = jnp._promote(x, float_only=True)
-    return jnp.bind(jnp._P.logistic, x)
+    (x,) = promote(x, float_only=True)
+    return logistic_p(x)
 
 
 def erf(x):
     """The error function, elementwise."""
-    (x,) = jnp._promote(x, float_only=True)
-    return jnp.bind(jnp._P.erf, x)
+    (x,) = promote(x, float_only=True)
+    return erf_p(x)
 
 
 # ---------------------------------------------------------------- more special functions
 def _f(x):
-    (x,) = jnp._promote(x, float_only=True)
+    (x,) = promote(x, float_only=True)
     return x
 
 
-def _prim1(name, x):
-    return jnp.bind(getattr(jnp._P, name), _f(x))
+def _prim1(prim, x):
+    return prim(_f(x))
 
 
 def erfc(x):
     """``1 - erf(x)``, accurate where ``erf(x)`` is close to one."""
-    return _prim1("erfc", x)
+    return _prim1(erfc_p, x)
 
 
 def erfinv(x):
     """Inverse error function (a host step under jit)."""
-    return _prim1("erfinv", x)
+    return _prim1(erfinv_p, x)
 
 
 def gammaln(x):
     """log|Gamma(x)|."""
-    return _prim1("lgamma", x)
+    return _prim1(lgamma_p, x)
 
 
 def gamma(x):
@@ -69,7 +73,7 @@ def gamma(x):
 
 def digamma(x):
     """d/dx gammaln(x) (a host step under jit)."""
-    return _prim1("digamma", x)
+    return _prim1(digamma_p, x)
 
 
 psi = digamma
@@ -82,12 +86,12 @@ def polygamma(n, x):
         raise ValueError(f"polygamma: n must be a non-negative integer, got {n}")
     if n == 0:
         return digamma(x)
-    return jnp.bind(jnp._P.polygamma, _f(x), n=n)
+    return polygamma_p(_f(x), n=n)
 
 
 def betaln(a, b):
     """``log(abs(beta(a, b)))``, computed through ``gammaln``."""
-    a, b = jnp._promote(a, b, float_only=True)
+    a, b = promote(a, b, float_only=True)
     return gammaln(a) + gammaln(b) - gammaln(a + b)
 
 
@@ -104,14 +108,14 @@ def logit(p):
 
 def xlogy(x, y):
     """x * log(y), 0 where x == 0 (also its derivative in y there)."""
-    x, y = jnp._promote(x, y, float_only=True)
+    x, y = promote(x, y, float_only=True)
     zero = jnp.equal(x, 0.0)
     return jnp.where(zero, 0.0, x * jnp.log(jnp.where(zero, 1.0, y)))
 
 
 def xlog1py(x, y):
     """x * log1p(y), 0 where x == 0."""
-    x, y = jnp._promote(x, y, float_only=True)
+    x, y = promote(x, y, float_only=True)
     zero = jnp.equal(x, 0.0)
     return jnp.where(zero, 0.0, x * jnp.log1p(jnp.where(zero, 0.0, y)))
 
@@ -151,7 +155,7 @@ def ndtr(x):
 
 def ndtri(p):
     """Inverse of ndtr (a host step under jit)."""
-    return _prim1("ndtri", p)
+    return _prim1(ndtri_p, p)
 
 
 def log_ndtr(x):
