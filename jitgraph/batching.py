@@ -26,7 +26,7 @@ from .dtypes import concrete_operand
 from .errors import user_frame, where
 from .passes import optimize
 from .traceback_filter import api_boundary
-from .tree import key_paths, registered_flatten, sorted_keys, tree_flatten
+from .tree import key_paths, registered_flatten, returns_arrays, sorted_keys, tree_flatten
 
 
 # ------------------------------------------------------------------ helpers for the rules
@@ -398,6 +398,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
     _check_spec(out_axes, "out_axes")
 
     @functools.wraps(fun)
+    @returns_arrays
     @api_boundary
     def batched(*args, **kwargs):
         if isinstance(in_axes, tuple) and len(in_axes) != len(args):

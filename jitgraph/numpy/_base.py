@@ -267,7 +267,7 @@ def _located(fn, name: str, prefix: str = "jnp."):
         t = r.__class__
         if t is _ndarray:
             return r.view(_Result)
-        return _as_array(r) if t is tuple or t is list else r
+        return _as_array(r) if isinstance(r, (tuple, list, np.generic)) else r
     return wrapper
 
 
@@ -293,7 +293,8 @@ class _ScalarType:
         if isinstance(x, Tracer) or (isinstance(x, (list, tuple))
                                      and builtins.any(isinstance(e, Tracer) for e in _iter_nested(x))):
             return astype(x, self.dtype)
-        return self.dtype.type(x)
+        r = self.dtype.type(x)          # (a NumPy scalar from a scalar, as NumPy's types)
+        return r.view(_Result) if r.__class__ is _ndarray else r
 
     def __getattr__(self, name):            # kind, itemsize, name, type, char, ...
         return getattr(self.__dict__["dtype"], name)

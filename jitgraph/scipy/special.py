@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import numpy as jnp
+from ..tree import as_arrays
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):
@@ -25,13 +26,13 @@ def logsumexp(x, axis=None, keepdims: bool = False):
 def expit(x):
     """The logistic sigmoid 1 / (1 + exp(-x)) (``jitgraph.nn.sigmoid``)."""
     (x,) = jnp._promote(x, float_only=True)
-    return jnp.bind(jnp._P.logistic, x)
+    return as_arrays(jnp.bind(jnp._P.logistic, x))
 
 
 def erf(x):
     """The error function, elementwise."""
     (x,) = jnp._promote(x, float_only=True)
-    return jnp.bind(jnp._P.erf, x)
+    return as_arrays(jnp.bind(jnp._P.erf, x))
 
 
 # ---------------------------------------------------------------- more special functions
@@ -41,7 +42,7 @@ def _f(x):
 
 
 def _prim1(name, x):
-    return jnp.bind(getattr(jnp._P, name), _f(x))
+    return as_arrays(jnp.bind(getattr(jnp._P, name), _f(x)))
 
 
 def erfc(x):
@@ -82,7 +83,7 @@ def polygamma(n, x):
         raise ValueError(f"polygamma: n must be a non-negative integer, got {n}")
     if n == 0:
         return digamma(x)
-    return jnp.bind(jnp._P.polygamma, _f(x), n=n)
+    return as_arrays(jnp.bind(jnp._P.polygamma, _f(x), n=n))
 
 
 def betaln(a, b):
