@@ -255,3 +255,29 @@ def test_dtype_equality_with_anything_is_a_bool(other):
     for d in (jnp.float32, jnp.int64, jnp.bool_):
         assert (d == other) is False and (d != other) is True
     assert jnp.float32 == "float32" and jnp.float32 == np.float32 and jnp.int64 == "int64"
+
+
+@pytest.mark.parametrize("dtype,bits", [(np.float64, np.uint64), (np.float32, np.uint32)])
+def test_nextafter_bit_for_bit(dtype, bits):
+    """Every class of float, toward every class of target: zeros of both signs, subnormals,
+    the smallest normal, powers of two (where the spacing halves going down), the largest
+    finite, infinities and NaN; eager and under jit, the bits of numpy.nextafter."""
+    fi = np.finfo(dtype)
+    rng = np.random.default_rng(0)
+    special = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 0.75, 3.0, fi.tiny, -fi.tiny, 2 * fi.tiny,
+               fi.smallest_subnormal, -fi.smallest_subnormal, 3 * fi.smallest_subnormal,
+               fi.max, -fi.max, np.inf, -np.inf, np.nan, 1 + fi.eps, 1 - fi.epsneg]
+    x = np.concatenate([np.array(special, dtype),
+                        (rng.normal(size=200) * np.exp2(rng.integers(-40, 40, 200))).astype(dtype)])
+    targets = [np.inf, -np.inf, 0.0, -0.0, np.nan, 1.0, rng.permutation(x)]
+    f = jitgraph.jit(jnp.nextafter)
+    with np.errstate(over="ignore"):
+        for t in targets:
+            y = np.broadcast_to(np.asarray(t, dtype), x.shape)
+            want = np.nextafter(x, y).view(bits)
+            for got in (jnp.nextafter(x, y), f(x, y)):
+                assert got.dtype == dtype
+                np.testing.assert_array_equal(np.asarray(got).view(bits), want)
+    assert jnp.nextafter(1.0, 2.0) == 1.0 + np.finfo(np.float64).eps
+    np.testing.assert_array_equal(jitgraph.grad(lambda v: jnp.sum(jnp.nextafter(v, 2.0)))(
+        np.ones(3)), np.zeros(3))
