@@ -320,16 +320,24 @@ def _as_array_leaf(x: Any) -> Any:
     return np.asarray(x).view(Array) if isinstance(x, np.generic) else x
 
 
+_UNCHANGED = (Array, Tracer, float, int, bool, type(None), str)
+
+
 def as_arrays(tree: Any) -> Any:
     """``tree`` with its NumPy arrays and NumPy scalars as ``arrays.Array`` (JAX's array
     methods: ``block_until_ready``, ``.at``), other leaves and traced values unchanged: what
     the eager transforms (``grad``, ``vmap``, ``lax.scan``...) return, as JAX's return
-    ``jax.Array``."""
+    ``jax.Array``. Lists, tuples and dicts are walked directly (a gradient's parameter tree,
+    on every call), other pytree nodes through ``tree_map``."""
     t = tree.__class__
     if t is np.ndarray:
         return tree.view(Array)
-    if t is Array or t is Tracer:
+    if t in _UNCHANGED:
         return tree
+    if t is list or t is tuple:
+        return t([as_arrays(x) for x in tree])
+    if t is dict:
+        return {k: as_arrays(v) for k, v in tree.items()}
     return tree_map(_as_array_leaf, tree)
 
 
