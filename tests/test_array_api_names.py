@@ -281,3 +281,18 @@ def test_nextafter_bit_for_bit(dtype, bits):
     assert jnp.nextafter(1.0, 2.0) == 1.0 + np.finfo(np.float64).eps
     np.testing.assert_array_equal(jitgraph.grad(lambda v: jnp.sum(jnp.nextafter(v, 2.0)))(
         np.ones(3)), np.zeros(3))
+
+
+def test_from_dlpack_shares_or_copies():
+    x = np.arange(6.0).reshape(2, 3)
+    y = jnp.from_dlpack(x)
+    np.testing.assert_array_equal(y, x)
+    assert np.shares_memory(x, y) and y.block_until_ready() is y
+    z = jnp.from_dlpack(x, copy=True, device="cpu")
+    assert not np.shares_memory(x, z)
+    np.testing.assert_array_equal(z, x)
+    np.testing.assert_array_equal(jnp.from_dlpack(jnp.arange(3)), [0, 1, 2])   # its own arrays
+    with pytest.raises(ValueError, match="host arrays"):
+        jnp.from_dlpack(x, device="cuda")
+    with pytest.raises(TypeError, match="complex64"):
+        jnp.from_dlpack(np.ones(2, np.complex64))

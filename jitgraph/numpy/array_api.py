@@ -19,8 +19,8 @@ from .math import multiply, power
 from .reductions import sum as _sum
 
 __all__ = ["finfo", "iinfo", "isdtype", "result_type", "can_cast", "concat", "permute_dims",
-           "matrix_transpose", "pow", "positive", "unstack", "vecdot", "__array_namespace_info__",
-           "ArrayNamespaceInfo"]
+           "matrix_transpose", "pow", "positive", "unstack", "vecdot", "from_dlpack",
+           "__array_namespace_info__", "ArrayNamespaceInfo"]
 
 _KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral": "iu",
           "real floating": "f", "complex floating": "c", "numeric": "iufc"}
@@ -124,6 +124,15 @@ def vecdot(x1, x2, axis: int = -1):
     """The dot product of vectors along ``axis`` (broadcast over the other axes):
     ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed)."""
     return _sum(multiply(x1, x2), axis=axis)
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    """An array of any object exporting ``__dlpack__`` (a NumPy array, a CPU tensor of
+    another library), as the standard's: it shares the exporter's memory unless ``copy=True``
+    (``copy=False`` refuses to copy); a host array, so ``device`` must be the host's."""
+    _check_device(device, "from_dlpack")
+    arr = np.from_dlpack(x) if copy is None else np.from_dlpack(x, copy=copy)
+    return asarray(arr, copy=copy)
 
 
 # the standard's dtypes that jitgraph.numpy has (complex and uint16/32/64 not yet)
