@@ -25,7 +25,6 @@ from .core import PRIMITIVES, Aval, Graph, Trace, Tracer, aval_of, bind
 from .dtypes import concrete_operand
 from .errors import user_frame, where
 from .passes import optimize
-from .traceback_filter import api_boundary
 from .tree import key_paths, registered_flatten, returns_arrays, sorted_keys, tree_flatten
 
 
@@ -399,7 +398,6 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
 
     @functools.wraps(fun)
     @returns_arrays
-    @api_boundary
     def batched(*args, **kwargs):
         if isinstance(in_axes, tuple) and len(in_axes) != len(args):
             raise ValueError(

@@ -157,7 +157,6 @@ def _partial(fun, args, nums, kwargs):
 
 
 # ------------------------------------------------------------------ reverse mode
-@api_boundary
 @returns_arrays
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     """Evaluate ``fun`` at ``primals`` and return its vector-Jacobian product function, as
@@ -216,7 +215,6 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     cache: dict = {}
 
     @returns_arrays
-    @api_boundary
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree_flatten(ct)
         if ct_tree != main_td:
@@ -332,7 +330,6 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     """
     @functools.wraps(fun)
     @returns_arrays
-    @api_boundary
     def vg(*args, **kwargs):
         single, in_tree, t, graph, captured, leaves, out_tree = _trace_scalar(
             fun, args, kwargs, argnums, has_aux)
@@ -418,7 +415,6 @@ def _linearize(fun: Callable, primals: Sequence[Any]):
     return leaves, n_out, out_tree, jvp_leaves
 
 
-@api_boundary
 @returns_arrays
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False):
     """Evaluate ``fun`` at ``primals`` and its Jacobian-vector product with ``tangents``, as
@@ -483,7 +479,6 @@ def _split_aux_tree(out_tree):
 
 
 @returns_arrays
-@api_boundary
 def linearize(fun: Callable, *primals: Any):
     """Evaluate ``fun`` at ``primals`` and return its Jacobian-vector product as a function,
     as ``jax.linearize``: ``fun`` is traced once, and each ``f_jvp(*tangents)`` call only
@@ -510,7 +505,6 @@ def linearize(fun: Callable, *primals: Any):
                                          for x in leaves])[:n_out])
 
     @returns_arrays
-    @api_boundary
     def f_jvp(*tangents):
         t_leaves, t_tree = tree_flatten(tuple(tangents))
         if t_tree != p_tree:

@@ -1,10 +1,11 @@
 """JAX's own pure-Python libraries, ``jax.example_libraries.stax`` and ``optimizers``, run on
 jitgraph unchanged: the files in ``third_party/jax_example_libraries`` are JAX's, imported with
 ``jax``, ``jax.numpy``, ``jax.lax``, ``jax.nn`` (with ``jax.nn.initializers``), ``jax.random``
-and ``jax.tree_util`` mapped to jitgraph. An MLP and a small CNN (Conv, Relu, MaxPool, AvgPool, Flatten, Dense, LogSoftmax)
-train a few steps under ``jit`` with ``sgd``, ``momentum`` and ``adam`` in float64, and their
-losses and parameters match the values real JAX gives for the same initial parameters and
-data (given explicitly, so no random stream is involved).
+and ``jax.tree_util`` mapped to jitgraph. An MLP and a small CNN (Conv, Relu, MaxPool,
+AvgPool, Flatten, Dense, LogSoftmax) train a few steps under ``jit`` with ``sgd``,
+``momentum`` and ``adam`` in float64, and their losses and parameters match the values real
+JAX gives for the same initial parameters and data (given explicitly, so no random stream is
+involved); stax's layers initialize with jitgraph's initializer factories.
 
 The expected values were produced by running this file's scenarios on real JAX:
 ``python tests/test_jax_libraries.py`` (JAX 0.10.2 on the CPU, ``jax_enable_x64``) prints them.
