@@ -3,10 +3,11 @@ JAX user code calls on results (``block_until_ready()``, ``x.at[i].set(v)``, ``d
 
 It is an ``np.ndarray`` subclass with no state of its own, so every NumPy function takes it
 and NumPy's own operations on it behave as on a plain array (reductions to a scalar give a
-NumPy scalar, the repr is NumPy's). Eager ``jitgraph.numpy`` calls and ``jit`` results return
-it; compiled code is always handed plain arrays (Numba dispatches ndarray subclasses through
-a slow path). ``.at`` is installed by ``jitgraph.numpy.index_update`` and ``device`` /
-``devices()`` by ``jitgraph.jit``, the layers that own those ideas.
+NumPy scalar, the repr is NumPy's). Eager ``jitgraph.numpy`` calls, ``jit`` results and the
+eager transformations (``grad``, ``vmap``, ``vjp``, ``lax.scan``..., through
+``tree.as_arrays``) return it; compiled code is always handed plain arrays (Numba dispatches
+ndarray subclasses through a slow path). ``.at`` is installed by ``jitgraph.numpy.index_update``
+and ``device`` / ``devices()`` by ``jitgraph.jit``, the layers that own those ideas.
 """
 from __future__ import annotations
 
@@ -64,11 +65,15 @@ class Array(np.ndarray):
 
 
 def as_array(x: Any) -> Any:
-    """``x`` as an ``Array`` view if it is a plain ndarray; a tuple or list of them element
-    by element; anything else unchanged."""
+    """``x`` as an ``Array`` view if it is a plain ndarray (a NumPy scalar as a 0-d one); a
+    tuple (named ones too: ``linalg.svd``'s result) or list of them element by element;
+    anything else unchanged."""
     t = x.__class__
     if t is _ndarray:
         return x.view(Array)
-    if (t is tuple or t is list) and x and x[0].__class__ is _ndarray:
-        return t(e.view(Array) if e.__class__ is _ndarray else e for e in x)
+    if isinstance(x, np.generic):
+        return np.asarray(x).view(Array)
+    if isinstance(x, (tuple, list)) and x and any(e.__class__ is _ndarray for e in x):
+        items = [e.view(Array) if e.__class__ is _ndarray else e for e in x]
+        return t(*items) if hasattr(x, "_fields") else t(items)
     return x

@@ -25,8 +25,7 @@ from .core import PRIMITIVES, Aval, Graph, Trace, Tracer, aval_of, bind
 from .dtypes import concrete_operand
 from .errors import user_frame, where
 from .passes import optimize
-from .traceback_filter import api_boundary
-from .tree import key_paths, registered_flatten, sorted_keys, tree_flatten
+from .tree import key_paths, registered_flatten, returns_arrays, sorted_keys, tree_flatten
 
 
 # ------------------------------------------------------------------ helpers for the rules
@@ -398,7 +397,7 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0,
     _check_spec(out_axes, "out_axes")
 
     @functools.wraps(fun)
-    @api_boundary
+    @returns_arrays
     def batched(*args, **kwargs):
         if isinstance(in_axes, tuple) and len(in_axes) != len(args):
             raise ValueError(

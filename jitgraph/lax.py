@@ -26,7 +26,7 @@ from .core import Aval, Graph, Tracer, Var, aval_of, bind
 from .errors import user_frame, where
 from .passes import optimize
 from .transforms import describe_fn, leaf_operand, trace_flat
-from .tree import TreeDef, tree_flatten
+from .tree import TreeDef, returns_arrays, tree_flatten
 from .numpy import lax_ops as _lax_ops, windows as _windows
 from .numpy.lax_ops import *  # noqa: F401,F403  (lax's array operations)
 from .numpy.windows import *  # noqa: F401,F403  (convolutions, window reductions)
@@ -37,6 +37,7 @@ __all__ = ["cond", "switch", "fori_loop", "while_loop", "scan", "map", "stop_gra
 stop_gradient = jnp.stop_gradient
 
 
+@returns_arrays
 def optimization_barrier(operand: Any) -> Any:
     """``operand`` (any pytree) unchanged, as ``jax.lax.optimization_barrier``: no graph
     simplification looks through it, and a compiled program computes nothing that reads its
@@ -118,6 +119,7 @@ def _check_index(x: Any, what: str, site: str) -> Any:
     return x
 
 
+@returns_arrays
 def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     """``branches[clip(index, 0, len(branches) - 1)](*operands)``, as ``jax.lax.switch``:
     every branch is traced; only the selected one runs."""
@@ -125,6 +127,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     return _switch(index, list(branches), operands, site, "switch")
 
 
+@returns_arrays
 def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
     """``true_fun(*operands) if pred else false_fun(*operands)``, as ``jax.lax.cond``: both
     functions are traced (their outputs must have the same structure, shapes and dtypes);
@@ -216,6 +219,7 @@ def _loop_body(fun: Callable, init_leaves: list, init_tree: TreeDef, extra_avals
     return _cast_outputs(g, carry_dtypes + rest, what), caps, trees, init_leaves
 
 
+@returns_arrays
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
          reverse: bool = False, unroll: int = 1) -> tuple[Any, Any]:
     """``jax.lax.scan``: ``carry, y = f(carry, x)`` for each leading slice ``x`` of ``xs``;
@@ -266,6 +270,7 @@ def _scan(f, init, xs, length, reverse, site, what):
     return init_tree.unflatten(outs[:nk]), trees[1].unflatten(outs[nk:])
 
 
+@returns_arrays
 def map(f: Callable, xs: Any) -> Any:
     """``jax.lax.map``: ``f`` applied to each leading slice of ``xs``, results stacked (a scan
     with no carry)."""
@@ -274,6 +279,7 @@ def map(f: Callable, xs: Any) -> Any:
                  f"map function {describe_fn(f)}")[1]
 
 
+@returns_arrays
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     """``jax.lax.while_loop``: ``while cond_fun(val): val = body_fun(val)``. Differentiable in
     forward mode only (use scan or fori_loop with static bounds for reverse mode)."""
@@ -309,6 +315,7 @@ def _static_int(x) -> bool:
         not isinstance(x, bool)
 
 
+@returns_arrays
 def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
     """``jax.lax.fori_loop``: ``for i in range(lower, upper): val = body_fun(i, val)``. With
     Python int bounds it is a scan (reverse-mode differentiable); with traced bounds a

@@ -21,6 +21,8 @@ import numpy as np
 
 from . import config, dtypes
 from . import numpy as jnp
+from .arrays import Array
+from .tree import as_arrays
 from .core import Tracer, aval_of, bind
 from .ops.elementwise import erf_p
 from .ops.random import MASK32, threefry_mix_p, uint32_add_p, uint32_xor_p
@@ -63,7 +65,7 @@ def key(seed: int) -> np.ndarray:
     if not -2 ** 63 <= seed < 2 ** 64:
         raise ValueError(f"random.key: seed {seed} does not fit in 64 bits")
     seed &= MASK32 if x32 else (1 << 64) - 1     # (JAX's int32 seed keeps the low 32 bits)
-    return np.array([seed >> 32, seed & MASK32], dtype=np.int64)
+    return np.array([seed >> 32, seed & MASK32], dtype=np.int64).view(Array)
 
 
 PRNGKey = key
@@ -71,7 +73,7 @@ PRNGKey = key
 
 def key_data(k) -> np.ndarray:
     """The two 32-bit words of a key as NumPy uint32 (JAX's raw key layout)."""
-    return np.asarray(k).astype(np.uint32)
+    return np.asarray(k).astype(np.uint32).view(Array)
 
 
 def _check_key(k, fn: str):
@@ -116,7 +118,7 @@ def _partitionable() -> bool:
 
 def bits(k, shape: Sequence[int] = ()) -> np.ndarray:
     """Uniform 32-bit words (int64 values in [0, 2**32)): JAX's ``random.bits`` (uint32)."""
-    return _bits32(_check_key(k, "bits"), _shape(shape))
+    return as_arrays(_bits32(_check_key(k, "bits"), _shape(shape)))
 
 
 def _bits32(k, shape: tuple[int, ...]):
@@ -386,7 +388,7 @@ def bernoulli(k, p=0.5, shape: Sequence[int] | None = None):
         raise TypeError(f"random.bernoulli: probability p must have a floating dtype, got "
                         f"{a.dtype}")
     shape = a.shape if shape is None else _shape(shape)
-    return _unit(k, shape, a.dtype) < p
+    return as_arrays(_unit(k, shape, a.dtype) < p)
 
 
 # ------------------------------------------------------------------ integers

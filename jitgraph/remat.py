@@ -18,6 +18,7 @@ from .errors import user_frame, where
 from .lax import flatten_operands, trace_user
 from .passes import optimize
 from .transforms import describe_fn
+from .tree import returns_arrays
 
 
 def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
@@ -62,6 +63,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
     what = f"checkpoint of {describe_fn(fun)}"
 
     @functools.wraps(fun)
+    @returns_arrays
     def wrapped(*args: Any) -> Any:
         dyn = [i for i in range(len(args)) if i not in statics]
 

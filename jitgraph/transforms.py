@@ -29,7 +29,7 @@ from .core import Aval, Graph, Trace, Tracer, aval_of
 from .ops.binders import operand
 from .passes import optimize
 from .traceback_filter import api_boundary
-from .tree import TreeDef, argument_leaf_names, tree_flatten
+from .tree import TreeDef, argument_leaf_names, returns_arrays, tree_flatten
 
 
 def leaf_operand(x: Any, name: str) -> Any:
@@ -158,7 +158,7 @@ def _partial(fun, args, nums, kwargs):
 
 
 # ------------------------------------------------------------------ reverse mode
-@api_boundary
+@returns_arrays
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     """Evaluate ``fun`` at ``primals`` and return its vector-Jacobian product function, as
     ``jax.vjp`` (reverse mode).
@@ -215,7 +215,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
     in_tree = tree_flatten(tuple(primals))[1]
     cache: dict = {}
 
-    @api_boundary
+    @returns_arrays
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree_flatten(ct)
         if ct_tree != main_td:
@@ -330,7 +330,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         the differentiated argument(s).
     """
     @functools.wraps(fun)
-    @api_boundary
+    @returns_arrays
     def vg(*args, **kwargs):
         single, in_tree, t, graph, captured, leaves, out_tree = _trace_scalar(
             fun, args, kwargs, argnums, has_aux)
@@ -416,7 +416,7 @@ def _linearize(fun: Callable, primals: Sequence[Any]):
     return leaves, n_out, out_tree, jvp_leaves
 
 
-@api_boundary
+@returns_arrays
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False):
     """Evaluate ``fun`` at ``primals`` and its Jacobian-vector product with ``tangents``, as
     ``jax.jvp`` (forward mode).
@@ -479,7 +479,7 @@ def _split_aux_tree(out_tree):
     return TreeDef(main, n_main), TreeDef(aux, out_tree.num_leaves - n_main), n_main
 
 
-@api_boundary
+@returns_arrays
 def linearize(fun: Callable, *primals: Any):
     """Evaluate ``fun`` at ``primals`` and return its Jacobian-vector product as a function,
     as ``jax.linearize``: ``fun`` is traced once, and each ``f_jvp(*tangents)`` call only
@@ -505,7 +505,7 @@ def linearize(fun: Callable, *primals: Any):
     out = out_tree.unflatten(jvp_leaves([np.zeros(aval_of(x).shape, aval_of(x).dtype)
                                          for x in leaves])[:n_out])
 
-    @api_boundary
+    @returns_arrays
     def f_jvp(*tangents):
         t_leaves, t_tree = tree_flatten(tuple(tangents))
         if t_tree != p_tree:

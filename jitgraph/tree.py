@@ -4,12 +4,14 @@ The structure (``TreeDef``) is hashable so it can be part of a jit cache key.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .arrays import Array
 from .core import Tracer
+from .traceback_filter import filtered
 
 _LEAF = "*"
 
@@ -309,6 +311,48 @@ def tree_leaves(tree: Any, is_leaf: Callable | None = None) -> list:
 
 def tree_structure(tree: Any, is_leaf: Callable | None = None) -> TreeDef:
     return tree_flatten(tree, is_leaf)[1]
+
+
+def _as_array_leaf(x: Any) -> Any:
+    t = x.__class__
+    if t is np.ndarray:
+        return x.view(Array)
+    return np.asarray(x).view(Array) if isinstance(x, np.generic) else x
+
+
+_UNCHANGED = (Array, Tracer, float, int, bool, type(None), str)
+
+
+def as_arrays(tree: Any) -> Any:
+    """``tree`` with its NumPy arrays and NumPy scalars as ``arrays.Array`` (JAX's array
+    methods: ``block_until_ready``, ``.at``), other leaves and traced values unchanged: what
+    the eager transforms (``grad``, ``vmap``, ``lax.scan``...) return, as JAX's return
+    ``jax.Array``. Lists, tuples and dicts are walked directly (a gradient's parameter tree,
+    on every call), other pytree nodes through ``tree_map``."""
+    t = tree.__class__
+    if t is np.ndarray:
+        return tree.view(Array)
+    if t in _UNCHANGED:
+        return tree
+    if t is list or t is tuple:
+        return t([as_arrays(x) for x in tree])
+    if t is dict:
+        return {k: as_arrays(v) for k, v in tree.items()}
+    return tree_map(_as_array_leaf, tree)
+
+
+def returns_arrays(fn: Callable) -> Callable:
+    """``fn`` as an API boundary (``traceback_filter``: errors leave it with the user's frames)
+    whose result passes through ``as_arrays``: a public transform's eager results answer JAX's
+    array methods."""
+    @functools.wraps(fn)
+    def with_arrays(*args, **kwargs):
+        try:
+            r = fn(*args, **kwargs)
+        except Exception as err:
+            raise filtered(err)
+        return as_arrays(r)
+    return with_arrays
 
 
 # ``jax.tree``'s short names (``jax.tree.flatten`` ...), for code written against them

@@ -149,3 +149,150 @@ def test_linalg_extension_names():
         L.outer(a, a)
     g = jitgraph.jit(jitgraph.grad(lambda m: L.trace(m).sum() + L.vecdot(m, m).sum()))(a)
     np.testing.assert_allclose(g, np.eye(3)[None].repeat(2, 0) + 2 * a)
+
+
+def test_namespace_info():
+    info = jnp.__array_namespace_info__()
+    caps = info.capabilities()
+    assert caps == {"boolean indexing": False, "data-dependent shapes": False,
+                    "max dimensions": 64}
+    dev = info.default_device()
+    assert dev.platform == "cpu" and info.devices() == [dev]
+    assert jnp.zeros(2, device=dev).device == dev
+    assert info.default_dtypes() == {"real floating": np.float64, "complex floating":
+                                     np.complex128, "integral": np.int64, "indexing": np.int64}
+    with jitgraph.config.default_float("float32"):
+        assert info.default_dtypes(device=dev)["real floating"] == np.float32
+    assert set(info.dtypes()) == {"bool", "int8", "int16", "int32", "int64", "uint8",
+                                  "float32", "float64"}
+    assert info.dtypes(kind="real floating") == {"float32": np.float32, "float64": np.float64}
+    assert set(info.dtypes(kind=("bool", "unsigned integer"))) == {"bool", "uint8"}
+    with pytest.raises(ValueError, match="host arrays"):
+        info.dtypes(device="cuda")
+
+
+@pytest.mark.parametrize("name,args", [("zeros", (3,)), ("ones", ((2, 2),)), ("empty", (2,)),
+                                       ("full", (2, 1.5)), ("arange", (4,)), ("eye", (2,)),
+                                       ("identity", (2,)), ("linspace", (0.0, 1.0, 5)),
+                                       ("zeros_like", (X,)), ("ones_like", (X,)),
+                                       ("full_like", (X, 2.0)), ("empty_like", (X,))])
+def test_creation_functions_take_device(name, args):
+    f = getattr(jnp, name)
+    info = jnp.__array_namespace_info__()
+    want = f(*args)
+    for dev in (None, "cpu", info.default_device()):
+        np.testing.assert_array_equal(f(*args, device=dev), want)
+    with pytest.raises(ValueError, match=f"jnp.{name}: device='cuda'"):
+        f(*args, device="cuda")
+
+
+def test_prod_dtype_and_cumulative_include_initial():
+    i = np.arange(1, 6, dtype=np.int32)
+    p = jnp.prod(i, dtype=np.float32)
+    assert p.dtype == np.float32 and float(p) == 120.0
+    assert jnp.prod(X, axis=1, dtype=np.float32).dtype == np.float32
+    np.testing.assert_allclose(jnp.prod(X, 1, np.float32), np.prod(X, 1, np.float32), rtol=1e-6)
+    got = jnp.cumulative_sum(X, axis=1, include_initial=True)
+    want = np.concatenate([np.zeros((2, 1, 4)), np.cumsum(X, axis=1)], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    np.testing.assert_allclose(jitgraph.jit(lambda x: jnp.cumulative_sum(
+        x, axis=-1, include_initial=True))(X), np.concatenate(
+        [np.zeros((2, 3, 1)), np.cumsum(X, -1)], -1), rtol=1e-14)
+    cp = jnp.cumulative_prod(np.array([2, 3, 4]), include_initial=True, dtype=np.float64)
+    np.testing.assert_array_equal(cp, [1.0, 2.0, 6.0, 24.0])
+    assert cp.dtype == np.float64
+    np.testing.assert_array_equal(jnp.cumulative_sum(np.arange(4)), [0, 1, 3, 6])
+    with pytest.raises(ValueError, match="axis is required"):
+        jnp.cumulative_sum(X)
+    g = jitgraph.grad(lambda x: jnp.sum(jnp.cumulative_sum(x, axis=0, include_initial=True)))(
+        np.ones(3))
+    np.testing.assert_array_equal(g, [3.0, 2.0, 1.0])
+
+
+def test_matrix_rank_rtol_and_pinv_per_matrix_cutoffs():
+    a = np.stack([np.diag([1.0, 0.3, 0.01]), np.diag([1.0, 0.5, 0.2])])
+    L = jnp.linalg
+    np.testing.assert_array_equal(L.matrix_rank(a), [3, 3])
+    np.testing.assert_array_equal(L.matrix_rank(a, rtol=0.1), [2, 3])
+    np.testing.assert_array_equal(L.matrix_rank(a, rtol=np.array([0.05, 0.4])), [2, 2])
+    np.testing.assert_array_equal(L.matrix_rank(a, tol=0.25), [2, 2])
+    np.testing.assert_array_equal(L.matrix_rank(a, tol=np.array([0.005, 0.6])), [3, 1])
+    with pytest.raises(ValueError, match="not both"):
+        L.matrix_rank(a, tol=0.1, rtol=0.1)
+    rtol = np.array([0.05, 0.4])
+    p = L.pinv(a, rtol=rtol)                 # one cutoff per matrix (it broadcast across them)
+    assert p.shape == (2, 3, 3)
+    np.testing.assert_allclose(p, np.stack([np.diag([1.0, 1 / 0.3, 0.0]),
+                                            np.diag([1.0, 2.0, 0.0])]), rtol=1e-12, atol=1e-15)
+    b = np.random.default_rng(0).normal(size=(4, 3, 5))
+    np.testing.assert_allclose(L.pinv(b, rtol=np.full(4, 1e-10)), np.linalg.pinv(b),
+                               rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 6, 4), (2, 4, 6), (4, 4)])
+def test_svd_full_matrices_for_non_square(shape):
+    a = np.random.default_rng(1).normal(size=shape)
+    m, n = shape[-2:]
+    k = min(m, n)
+    for f in (jnp.linalg.svd, jitgraph.jit(jnp.linalg.svd)):
+        u, s, vh = f(a)
+        assert u.shape == shape[:-2] + (m, m) and vh.shape == shape[:-2] + (n, n)
+        np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+        np.testing.assert_allclose((u[..., :k] * s[..., None, :]) @ vh[..., :k, :], a,
+                                   atol=1e-12)
+        np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u,
+                                   np.broadcast_to(np.eye(m), u.shape), atol=1e-12)
+        np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2),
+                                   np.broadcast_to(np.eye(n), vh.shape), atol=1e-12)
+    thin = jnp.linalg.svd(a, full_matrices=False)
+    assert thin.U.shape == shape[:-2] + (m, k) and thin.Vh.shape == shape[:-2] + (k, n)
+
+
+@pytest.mark.parametrize("other", ["abc", "float32 ", {}, {"a": 1}, [], None, 3])
+def test_dtype_equality_with_anything_is_a_bool(other):
+    """A dtype compared with a string or dict that names no dtype is unequal, as NumPy's,
+    not an error (the conformance suite compares dtypes with such values)."""
+    for d in (jnp.float32, jnp.int64, jnp.bool_):
+        assert (d == other) is False and (d != other) is True
+    assert jnp.float32 == "float32" and jnp.float32 == np.float32 and jnp.int64 == "int64"
+
+
+@pytest.mark.parametrize("dtype,bits", [(np.float64, np.uint64), (np.float32, np.uint32)])
+def test_nextafter_bit_for_bit(dtype, bits):
+    """Every class of float, toward every class of target: zeros of both signs, subnormals,
+    the smallest normal, powers of two (where the spacing halves going down), the largest
+    finite, infinities and NaN; eager and under jit, the bits of numpy.nextafter."""
+    fi = np.finfo(dtype)
+    rng = np.random.default_rng(0)
+    special = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 0.75, 3.0, fi.tiny, -fi.tiny, 2 * fi.tiny,
+               fi.smallest_subnormal, -fi.smallest_subnormal, 3 * fi.smallest_subnormal,
+               fi.max, -fi.max, np.inf, -np.inf, np.nan, 1 + fi.eps, 1 - fi.epsneg]
+    x = np.concatenate([np.array(special, dtype),
+                        (rng.normal(size=200) * np.exp2(rng.integers(-40, 40, 200))).astype(dtype)])
+    targets = [np.inf, -np.inf, 0.0, -0.0, np.nan, 1.0, rng.permutation(x)]
+    f = jitgraph.jit(jnp.nextafter)
+    with np.errstate(over="ignore"):
+        for t in targets:
+            y = np.broadcast_to(np.asarray(t, dtype), x.shape)
+            want = np.nextafter(x, y).view(bits)
+            for got in (jnp.nextafter(x, y), f(x, y)):
+                assert got.dtype == dtype
+                np.testing.assert_array_equal(np.asarray(got).view(bits), want)
+    assert jnp.nextafter(1.0, 2.0) == 1.0 + np.finfo(np.float64).eps
+    np.testing.assert_array_equal(jitgraph.grad(lambda v: jnp.sum(jnp.nextafter(v, 2.0)))(
+        np.ones(3)), np.zeros(3))
+
+
+def test_from_dlpack_shares_or_copies():
+    x = np.arange(6.0).reshape(2, 3)
+    y = jnp.from_dlpack(x)
+    np.testing.assert_array_equal(y, x)
+    assert np.shares_memory(x, y) and y.block_until_ready() is y
+    z = jnp.from_dlpack(x, copy=True, device="cpu")
+    assert not np.shares_memory(x, z)
+    np.testing.assert_array_equal(z, x)
+    np.testing.assert_array_equal(jnp.from_dlpack(jnp.arange(3)), [0, 1, 2])   # its own arrays
+    with pytest.raises(ValueError, match="host arrays"):
+        jnp.from_dlpack(x, device="cuda")
+    with pytest.raises(TypeError, match="complex64"):
+        jnp.from_dlpack(np.ones(2, np.complex64))

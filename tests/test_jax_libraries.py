@@ -1,10 +1,11 @@
 """JAX's own pure-Python libraries, ``jax.example_libraries.stax`` and ``optimizers``, run on
 jitgraph unchanged: the files in ``third_party/jax_example_libraries`` are JAX's, imported with
-``jax``, ``jax.numpy``, ``jax.lax``, ``jax.nn``, ``jax.random`` and ``jax.tree_util`` mapped to
-jitgraph. An MLP and a small CNN (Conv, Relu, MaxPool, AvgPool, Flatten, Dense, LogSoftmax)
-train a few steps under ``jit`` with ``sgd``, ``momentum`` and ``adam`` in float64, and their
-losses and parameters match the values real JAX gives for the same initial parameters and
-data (given explicitly, so no random stream is involved).
+``jax``, ``jax.numpy``, ``jax.lax``, ``jax.nn`` (with ``jax.nn.initializers``), ``jax.random``
+and ``jax.tree_util`` mapped to jitgraph. An MLP and a small CNN (Conv, Relu, MaxPool,
+AvgPool, Flatten, Dense, LogSoftmax) train a few steps under ``jit`` with ``sgd``,
+``momentum`` and ``adam`` in float64, and their losses and parameters match the values real
+JAX gives for the same initial parameters and data (given explicitly, so no random stream is
+involved); stax's layers initialize with jitgraph's initializer factories.
 
 The expected values were produced by running this file's scenarios on real JAX:
 ``python tests/test_jax_libraries.py`` (JAX 0.10.2 on the CPU, ``jax_enable_x64``) prints them.
@@ -44,24 +45,12 @@ def _util_module() -> types.ModuleType:
     return util
 
 
-def _initializers_module() -> types.ModuleType:
-    """JAX-style initializer factories (``glorot_normal()`` returns an initializer): the
-    parameters the tests train are given explicitly, so these only need the right shapes."""
-    init = types.ModuleType("jax.nn.initializers")
-
-    def factory(*_, **__):
-        return lambda key, shape, dtype=np.float64: np.zeros(shape, dtype)
-    init.glorot_normal = init.normal = factory
-    init.zeros = lambda key, shape, dtype=np.float64: np.zeros(shape, dtype)
-    init.ones = lambda key, shape, dtype=np.float64: np.ones(shape, dtype)
-    return init
-
-
 def load_on_jitgraph():
     """(stax, optimizers) imported with jax's modules mapped to jitgraph's."""
     import jitgraph
     import jitgraph.lax
     import jitgraph.nn
+    import jitgraph.nn.initializers
     import jitgraph.numpy
     import jitgraph.random
     import jitgraph.tree
@@ -74,7 +63,7 @@ def load_on_jitgraph():
     src.util = _util_module()
     mapped = {"jax": fake, "jax.numpy": jitgraph.numpy, "jax.lax": jitgraph.lax,
               "jax.random": jitgraph.random, "jax.nn": jitgraph.nn,
-              "jax.nn.initializers": _initializers_module(), "jax.tree_util": jitgraph.tree,
+              "jax.nn.initializers": jitgraph.nn.initializers, "jax.tree_util": jitgraph.tree,
               "jax.tree": jitgraph.tree, "jax._src": src, "jax._src.util": src.util}
     saved = {k: sys.modules.get(k) for k in mapped}
     sys.modules.update(mapped)
@@ -212,6 +201,29 @@ def test_training_matches_jax(libs, model, opt):
     want = EXPECTED[model, opt]
     np.testing.assert_allclose(losses, want["losses"], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(checksums(final), want["params"], rtol=1e-10, atol=1e-12)
+
+
+def test_stax_layers_initialize_with_jitgraphs_initializer_factories(libs):
+    """stax's ``Dense(out, W_init=glorot_normal())`` and ``Conv`` (``glorot_normal(in_axis,
+    out_axis)`` from its dimension numbers) take jitgraph's factories unchanged: the shapes
+    stax asks for, the dtype, and the variance glorot_normal promises, 2 / (fan_in + fan_out)
+    (a conv kernel's fans count its receptive field)."""
+    import jitgraph
+    stax, _ = libs
+    init_fun, _ = stax.serial(stax.Dense(400), stax.Relu, stax.Dense(300))
+    out_shape, params = init_fun(jitgraph.random.key(0), (8, 500))
+    assert out_shape == (8, 300)
+    (w1, b1), (), (w2, b2) = params
+    assert w1.shape == (500, 400) and b1.shape == (400,) and w2.shape == (400, 300)
+    assert w1.dtype == np.float64
+    np.testing.assert_allclose(np.var(w1), 2 / (500 + 400), rtol=0.02)
+    np.testing.assert_allclose(np.var(w2), 2 / (400 + 300), rtol=0.02)
+    np.testing.assert_allclose(np.std(b1), 1e-2, rtol=0.15)          # normal(): stddev 0.01
+    assert np.abs(w1).max() <= 2 * np.sqrt(2 / 900) / .87962566103423978   # truncated at 2 sd
+    conv_init, _ = stax.Conv(64, (3, 3))                  # NHWC input, HWIO kernel
+    _, (k, kb) = conv_init(jitgraph.random.key(1), (2, 10, 10, 32))
+    assert k.shape == (3, 3, 32, 64) and kb.shape == (1, 1, 1, 64)
+    np.testing.assert_allclose(np.var(k), 2 / (9 * 32 + 9 * 64), rtol=0.03)
 
 
 def test_optimizer_state_is_a_registered_pytree(libs):

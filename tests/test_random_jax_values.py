@@ -277,10 +277,10 @@ def test_32_bit_defaults_match_jax_without_x64(partitionable):
         u = jr.uniform(jr.key(1), (3,))
         assert u.dtype == np.float32
         np.testing.assert_array_equal(u, np.asarray(want["uniform"], np.float32))
-        g = init.glorot_normal(jr.key(1), (2, 3))      # truncated, as JAX's
+        g = init.glorot_normal()(jr.key(1), (2, 3))      # truncated, as JAX's
         assert g.dtype == np.float32
         assert _ulps(g, want["glorot_normal"], np.float32) <= 4
-        h = init.he_uniform(jr.key(1), (3, 2))
+        h = init.he_uniform()(jr.key(1), (3, 2))
         np.testing.assert_array_equal(h, np.asarray(want["he_uniform"], np.float32))
     np.testing.assert_array_equal(jr.key(-1), [M, M])     # 64-bit seeds again
 
@@ -302,9 +302,9 @@ def test_initializers_match_jax(partitionable):
     want = INIT[partitionable]
     with config.threefry_partitionable(partitionable):
         k = jr.key(3)
-        got = {"glorot_normal_float64": init.glorot_normal(k, (3, 4), np.float64),
-               "he_normal_conv_float32": init.he_normal(k, (2, 2, 3, 2), np.float32),
-               "lecun_uniform_float64": init.lecun_uniform(k, (3, 4), np.float64)}
+        got = {"glorot_normal_float64": init.glorot_normal()(k, (3, 4), np.float64),
+               "he_normal_conv_float32": init.he_normal()(k, (2, 2, 3, 2), np.float32),
+               "lecun_uniform_float64": init.lecun_uniform()(k, (3, 4), np.float64)}
     for name, g in got.items():
         if name == "glorot_normal_float64":          # (float64 erfinv: see _NEAR)
             assert _ulps(g, want[name], np.float64) <= 4

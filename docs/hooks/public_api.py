@@ -32,6 +32,8 @@ MODULES = [
     ("jitgraph.nn.initializers", "jitgraph.nn.initializers", "Parameter initializers."),
     ("jitgraph.nn.functional", "jitgraph.nn.functional", "The layers' pure functions (`F`)."),
     ("jitgraph.random", "jitgraph.random", "Counter-based random numbers (Threefry-2x32)."),
+    ("jitgraph.misc.fixed_points", "jitgraph.misc.fixed_points",
+     "`fixed_point` with its implicit derivative, as autograd's."),
     ("jitgraph.optim", "jitgraph.optim", "Optimizers and schedules (optax-shaped)."),
     ("jitgraph.train", "jitgraph.train", "`train_step`: forward, backward and update as one program."),
     ("jitgraph.serialization", "jitgraph.serialization", "Checkpoints: `save` / `load`."),

@@ -31,7 +31,7 @@ class Linear(Module):
     """``x @ W + b`` with ``W`` of shape ``(in_features, out_features)`` drawn by
     ``weight_init``."""
     def __init__(self, in_features: int, out_features: int, *, key, bias: bool = True,
-                 dtype=np.float32, weight_init: Callable = init.glorot_uniform):
+                 dtype=np.float32, weight_init: Callable = init.glorot_uniform()):
         kw, = _keys(key, 1)
         self.weight = np.asarray(weight_init(kw, (in_features, out_features), dtype))
         self.bias = np.zeros(out_features, dtype) if bias else None
@@ -126,7 +126,7 @@ class Conv2d(Module):
         check_layout(layout, "Conv2d")
         kh, kw = pair(kernel_size, "kernel_size")
         kk, = _keys(key, 1)
-        w = np.asarray(init.he_uniform(kk, (kh, kw, in_channels, out_channels), dtype))
+        w = np.asarray(init.he_uniform()(kk, (kh, kw, in_channels, out_channels), dtype))
         self.weight = w if layout == "NHWC" else np.ascontiguousarray(w.transpose(3, 2, 0, 1))
         self.bias = np.zeros(out_channels, dtype) if bias else None
         self.stride, self.padding, self.layout = stride, padding, layout

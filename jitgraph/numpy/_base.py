@@ -195,7 +195,7 @@ def _located(fn, name: str, prefix: str = "jnp."):
         t = r.__class__
         if t is _ndarray:
             return r.view(_Result)
-        return _as_array(r) if t is tuple or t is list else r
+        return _as_array(r) if isinstance(r, (tuple, list, np.generic)) else r
     return wrapper
 
 
@@ -220,7 +220,8 @@ class _ScalarType:
     def __call__(self, x):
         if _holds_tracer(x):
             return astype(x, self.dtype)
-        return self.dtype.type(x)
+        r = self.dtype.type(x)          # (a NumPy scalar from a scalar, as NumPy's types)
+        return r.view(_Result) if r.__class__ is _ndarray else r
 
     def __getattr__(self, name):            # kind, itemsize, name, type, char, ...
         return getattr(self.__dict__["dtype"], name)

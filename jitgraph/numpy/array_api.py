@@ -1,7 +1,8 @@
 """Names of the Python Array API standard that NumPy 2 spells differently or lacks, over the
 NumPy-named functions: dtype queries (``finfo``, ``iinfo``, ``isdtype``, ``result_type``,
 ``can_cast``) and the standard's spellings of existing operations (``concat``,
-``permute_dims``, ``matrix_transpose``, ``pow``, ``positive``, ``unstack``, ``vecdot``).
+``permute_dims``, ``matrix_transpose``, ``pow``, ``positive``, ``unstack``, ``vecdot``), and
+``__array_namespace_info__``, what the namespace supports.
 """
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
+from .. import config, dtypes
+from ..arrays import Array
 from ..core import Tracer, aval_of
-from ._base import _locate_module, _operand, asarray
+from ._base import _check_device, _locate_module, _operand, asarray
 from .manipulation import concatenate, moveaxis, swapaxes, transpose
 from .math import multiply, power
 from .reductions import sum as _sum
 
 __all__ = ["finfo", "iinfo", "isdtype", "result_type", "can_cast", "concat", "permute_dims",
-           "matrix_transpose", "pow", "positive", "unstack", "vecdot"]
+           "matrix_transpose", "pow", "positive", "unstack", "vecdot", "from_dlpack",
+           "__array_namespace_info__", "ArrayNamespaceInfo"]
 
 _KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral": "iu",
           "real floating": "f", "complex floating": "c", "numeric": "iufc"}
@@ -121,6 +124,62 @@ def vecdot(x1, x2, axis: int = -1):
     """The dot product of vectors along ``axis`` (broadcast over the other axes):
     ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed)."""
     return _sum(multiply(x1, x2), axis=axis)
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    """An array of any object exporting ``__dlpack__`` (a NumPy array, a CPU tensor of
+    another library), as the standard's: it shares the exporter's memory unless ``copy=True``
+    (``copy=False`` refuses to copy); a host array, so ``device`` must be the host's."""
+    _check_device(device, "from_dlpack")
+    arr = np.from_dlpack(x) if copy is None else np.from_dlpack(x, copy=copy)
+    return asarray(arr, copy=copy)
+
+
+# the standard's dtypes that jitgraph.numpy has (complex and uint16/32/64 not yet)
+_STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64")
+
+
+class ArrayNamespaceInfo:
+    """What ``jitgraph.numpy`` supports, as the Array API's inspection object (JAX's answers
+    where jitgraph's are the same): its capabilities, devices and dtypes."""
+
+    def capabilities(self) -> dict:
+        """``boolean indexing`` and ``data-dependent shapes`` are False, as JAX's: both work
+        eagerly, not under ``jit`` (a traced shape must not depend on values)."""
+        return {"boolean indexing": False, "data-dependent shapes": False,
+                "max dimensions": 64}
+
+    def default_device(self) -> Any:
+        """The device the creation functions make arrays on: the host (jitgraph's CPU
+        device; ``jitgraph.device_put`` moves arrays to a GPU)."""
+        return getattr(np.zeros(()).view(Array), "device", "cpu")
+
+    def devices(self) -> list:
+        """The devices ``device=`` accepts: the host's."""
+        return [self.default_device()]
+
+    def default_dtypes(self, *, device: Any = None) -> dict:
+        """The dtypes made without ``dtype=``: ``jitgraph.config``'s default float and int
+        (float64 and int64 unless set to 32 bits); the complex one is the float's pair,
+        though complex arrays are not supported yet."""
+        _check_device(device, "__array_namespace_info__().default_dtypes")
+        f, i = config.float_dtype(), np.dtype(config.int_dtype())
+        c = np.dtype(np.complex64 if f == np.float32 else np.complex128)
+        return {"real floating": np.dtype(f), "complex floating": c, "integral": i,
+                "indexing": i}
+
+    def dtypes(self, *, device: Any = None, kind: Any = None) -> dict:
+        """The standard's dtypes this namespace has, by name, of ``kind`` (as ``isdtype``'s;
+        all of them by default)."""
+        _check_device(device, "__array_namespace_info__().dtypes")
+        out = {n: np.dtype(n) for n in _STANDARD_DTYPES}
+        return out if kind is None else {n: d for n, d in out.items() if isdtype(d, kind)}
+
+
+def __array_namespace_info__() -> ArrayNamespaceInfo:
+    """The Array API's inspection object for this namespace (``capabilities()``,
+    ``default_device()``, ``devices()``, ``default_dtypes()``, ``dtypes()``)."""
+    return ArrayNamespaceInfo()
 
 
 _locate_module(globals(), __name__)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import config, dtypes
 from ..core import Tracer, aval_of
-from ._base import _operand, astype, _locate_module
+from ._base import _check_device, _operand, astype, _locate_module
 from .manipulation import broadcast_to
 
 
@@ -34,59 +34,68 @@ def _default_of(r: np.ndarray, *values) -> np.dtype:
     return dtypes.canonical(r.dtype)
 
 
-def zeros(shape, dtype=None):
+def zeros(shape, dtype=None, *, device=None):
     """An array of ``shape`` filled with zeros (the default float dtype, float64 unless
     ``jitgraph.config`` says float32, when no ``dtype`` is given)."""
+    _check_device(device, "zeros")
     return np.zeros(shape, _dt(dtype))
 
 
-def ones(shape, dtype=None):
+def ones(shape, dtype=None, *, device=None):
     """An array of ``shape`` filled with ones (the default float dtype, float64 unless
     ``jitgraph.config`` says float32, when no ``dtype`` is given)."""
+    _check_device(device, "ones")
     return np.ones(shape, _dt(dtype))
 
 
-def full(shape, fill_value, dtype=None):
+def full(shape, fill_value, dtype=None, *, device=None):
     """An array of ``shape`` filled with ``fill_value``."""
+    _check_device(device, "full")
     if isinstance(fill_value, Tracer):
         return broadcast_to(astype(fill_value, dtype) if dtype else fill_value, shape)
     d = _dt(dtype, _default_of(np.asarray(fill_value), fill_value))
     return np.full(shape, fill_value, d)
 
 
-def empty(shape, dtype=None):
+def empty(shape, dtype=None, *, device=None):
     """Zeros (as JAX's ``empty``: a traced program has no uninitialized memory to give)."""
+    _check_device(device, "empty")
     return zeros(shape, dtype)
 
 
-def empty_like(x, dtype=None):
+def empty_like(x, dtype=None, *, device=None):
     """An array of ``x``'s shape and dtype (or ``dtype``); here filled with zeros, so never
     uninitialised."""
+    _check_device(device, "empty_like")
     return zeros_like(x, dtype)
 
 
-def zeros_like(x, dtype=None):
+def zeros_like(x, dtype=None, *, device=None):
     """An array of ``x``'s shape and dtype (or ``dtype``) filled with zeros."""
+    _check_device(device, "zeros_like")
     a = aval_of(_operand(x))
     return np.zeros(a.shape, _dt(dtype, a.dtype))
 
 
-def ones_like(x, dtype=None):
+def ones_like(x, dtype=None, *, device=None):
     """An array of ``x``'s shape and dtype (or ``dtype``) filled with ones."""
+    _check_device(device, "ones_like")
     a = aval_of(_operand(x))
     return np.ones(a.shape, _dt(dtype, a.dtype))
 
 
-def full_like(x, fill_value, dtype=None):
+def full_like(x, fill_value, dtype=None, *, device=None):
     """An array of ``x``'s shape (and dtype unless given) filled with ``fill_value``."""
+    _check_device(device, "full_like")
     a = aval_of(_operand(x))
     return full(a.shape, fill_value, _dt(dtype, a.dtype))
 
 
-def arange(start, stop=None, step=1, dtype=None):
+def arange(start, stop=None, step=1, dtype=None, *, device=None):
     """NumPy's arange. Traced bounds work where their values are known at trace time (inside
     ``grad``/``jvp`` run eagerly): the length is fixed from them and the values stay
     differentiable (``start + step * i``). Under ``jit`` the bounds must be static."""
+    _check_device(device, "arange")
     if any(isinstance(v, Tracer) for v in (start, stop, step)):
         return _traced_arange(start, stop, step, dtype)
     r = np.arange(start, stop, step) if stop is not None else np.arange(start)
@@ -113,8 +122,10 @@ def _traced_arange(start, stop, step, dtype):
     return astype(add(start, multiply(step, np.arange(n, dtype=d))), d)
 
 
-def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
+             device=None):
     """NumPy's linspace; ``start``/``stop`` may be traced (the length ``num`` is static)."""
+    _check_device(device, "linspace")
     from .math import add, multiply, subtract
     num = int(num)
     if num < 0:
@@ -140,13 +151,15 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     return (out, multiply(step, 1.0 / div) if div else np.nan) if retstep else out
 
 
-def eye(N, M=None, k=0, dtype=None):
+def eye(N, M=None, k=0, dtype=None, *, device=None):
     """An ``N`` x ``M`` array with ones on the ``k``-th diagonal."""
+    _check_device(device, "eye")
     return np.eye(N, M, k, dtype=_dt(dtype))
 
 
-def identity(n, dtype=None):
+def identity(n, dtype=None, *, device=None):
     """The ``n`` x ``n`` identity matrix."""
+    _check_device(device, "identity")
     return eye(n, dtype=dtype)
 
 

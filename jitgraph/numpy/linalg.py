@@ -105,15 +105,35 @@ def eigvalsh(a, UPLO="L"):
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
-    """Thin SVD (``full_matrices=True`` gives the thin factors too when m == n)."""
+    """Singular value decomposition, as ``numpy.linalg.svd``: ``u * s @ vh == a``.
+
+    ``full_matrices=True`` (NumPy's default) completes the thin factor of a non-square
+    matrix to a square orthogonal one (``u`` is (m, m), or ``vh`` is (n, n)): the extra
+    columns are an orthonormal basis of the complement, which is not unique (LAPACK's differ
+    from these), and multiply zeros in the product."""
     a = _matrix(a, "svd", square=False)
     m, n = aval_of(a).shape[-2:]
-    if full_matrices and compute_uv and m != n:
-        raise NotImplementedError("linalg.svd: full_matrices=True is not supported for "
-                                  "non-square matrices (its extra columns are not unique); "
-                                  "pass full_matrices=False")
     u, s, vh = bind(_P.svd, a)
-    return SVDResult(u, s, vh) if compute_uv else s
+    if not compute_uv:
+        return s
+    if full_matrices and m > n:
+        u = _completed(u)
+    elif full_matrices and m < n:
+        vh = swapaxes(_completed(swapaxes(vh, -1, -2)), -1, -2)
+    return SVDResult(u, s, vh)
+
+
+def _completed(q):
+    """``q`` (..., m, k), orthonormal columns, k < m, followed by m - k columns that make it
+    a square orthogonal matrix: the last columns of the Q of ``[q, I]``, whose first k span
+    ``q``'s columns."""
+    from .manipulation import broadcast_to, concatenate
+    from .indexing import getitem
+    shp = aval_of(q).shape
+    m, k = shp[-2:]
+    eye = broadcast_to(np.eye(m, dtype=aval_of(q).dtype), shp[:-1] + (m,))
+    basis, _ = bind(_P.qr, concatenate([q, eye], axis=-1))
+    return concatenate([q, getitem(basis, (Ellipsis, slice(None), slice(k, m)))], axis=-1)
 
 
 def svdvals(a):
@@ -137,7 +157,8 @@ def pinv(a, rcond=None, hermitian=False, rtol=None):
     if cutoff is None:
         cutoff = 10 * builtins.max(m, n) * np.finfo(aval_of(a).dtype).eps
     u, s, vh = bind(_P.svd, a)
-    keep = greater(s, cutoff * max(s, axis=-1, keepdims=True))
+    # one cutoff per matrix of a stack (shape a.shape[:-2]): against its own singular values
+    keep = greater(s, expand_dims(cutoff, -1) * max(s, axis=-1, keepdims=True))
     sinv = where(keep, true_divide(1.0, where(keep, s, 1.0)), 0.0)
     return matmul(swapaxes(vh, -1, -2) * expand_dims(sinv, -2), swapaxes(u, -1, -2))
 
@@ -170,13 +191,20 @@ def multi_dot(arrays):
     return out
 
 
-def matrix_rank(a, tol=None):
-    """Number of singular values above ``tol`` (by default the largest times ``max(m, n) *
-    eps``), as NumPy."""
+def matrix_rank(a, tol=None, *, rtol=None):
+    """Number of singular values above ``tol`` (absolute), or above ``rtol`` times the
+    largest (the Array API's keyword; by default ``max(m, n) * eps``), as NumPy. Either may
+    hold one value per matrix of a stack."""
     s = svdvals(a)
+    if tol is not None and rtol is not None:
+        raise ValueError("matrix_rank: pass tol (absolute) or rtol (relative), not both")
     if tol is None:
-        m, n = aval_of(_operand(a)).shape[-2:]
-        tol = max(s, axis=-1, keepdims=True) * builtins.max(m, n) * np.finfo(aval_of(s).dtype).eps
+        if rtol is None:
+            m, n = aval_of(_operand(a)).shape[-2:]
+            rtol = builtins.max(m, n) * np.finfo(aval_of(s).dtype).eps
+        tol = expand_dims(rtol, -1) * max(s, axis=-1, keepdims=True)
+    else:
+        tol = expand_dims(tol, -1)
     return sum(astype(greater(s, tol), np.int64), axis=-1)
 
 

@@ -389,6 +389,40 @@ def copysign(x, y):
     return bind(_P.copysign, x, y)
 
 
+def nextafter(x, y):
+    """Elementwise the next float after ``x`` toward ``y``, as ``numpy.nextafter`` (``y`` where
+    they are equal; NaN where either is; from zero, the smallest subnormal with ``y``'s
+    sign). Its derivative is zero (it is a step function).
+
+    With no bit casts among the primitives it is arithmetic, exact in every case: the
+    spacing of floats at ``x`` is ``2 ** (e - nmant)`` for ``2 ** e <= |x| < 2 ** (e + 1)``
+    (``e`` from ``log2``, corrected by exact powers of two; never below the subnormals'),
+    halved when stepping toward zero from a power of two, computed in float64 where every
+    spacing of float32 and float64 is exact."""
+    x, y = _promote(x, y, float_only=True)
+    d = aval_of(x).dtype
+    fi = np.finfo(d)
+    x, y = stop_gradient(x), stop_gradient(y)
+    x64, y64 = astype(x, float64), astype(y, float64)
+    ax = abs(x64)
+    finite = logical_and(logical_not(isinf(ax)), greater(ax, 0.0))
+    safe = where(finite, ax, 1.0)
+    e = floor(log2(safe))
+    e = where(greater(exp2(e), safe), e - 1.0, e)             # (log2 rounded up to 2**k)
+    e = where(greater_equal(safe, exp2(e + 1.0)), e + 1.0, e)
+    e = maximum(e, float(fi.minexp))                          # subnormals: one spacing
+    step = exp2(e - float(fi.nmant))
+    away = equal(greater(y64, x64), greater(x64, 0.0))         # away from zero
+    below = logical_and(equal(safe, exp2(e)), greater(e, float(fi.minexp)))
+    step = where(logical_and(logical_not(away), below), step * 0.5, step)
+    r = x64 + where(greater(y64, x64), step, -step)
+    r = where(isinf(ax), copysign(float(fi.max), x64), r)      # from an infinity, inward
+    r = where(equal(r, 0.0), copysign(0.0, x64), r)            # toward zero keeps x's sign
+    r = where(equal(x64, 0.0), copysign(float(fi.smallest_subnormal), y64), r)
+    r = where(equal(x64, y64), y64, r)
+    return astype(where(logical_or(isnan(x64), isnan(y64)), np.nan, r), d)
+
+
 def fmod(x, y):
     """Elementwise remainder of ``x / y`` truncated toward zero (the sign of ``x``, as C's
     ``fmod`` and ``numpy.fmod``; ``mod`` takes the sign of ``y``)."""

@@ -101,7 +101,7 @@ def _install_tracer_methods() -> None:
     T.min = lambda s, axis=None, out=None, keepdims=False: min(
         s, axis, keepdims) if _no_out(out, "min") else None
     T.prod = lambda s, axis=None, dtype=None, out=None, keepdims=False: prod(
-        s if dtype is None else astype(s, dtype), axis, keepdims) if _no_out(out, "prod") else None
+        s, axis, dtype, keepdims) if _no_out(out, "prod") else None
     T.var = lambda s, axis=None, dtype=None, out=None, ddof=0, keepdims=False: var(
         s if dtype is None else astype(s, dtype), axis, ddof, keepdims) \
         if _no_out(out, "var") else None

@@ -32,10 +32,13 @@ def sum(x, axis=None, dtype=None, keepdims=False):
     return _reduce("reduce_sum", x, axis, keepdims)
 
 
-def prod(x, axis=None, keepdims=False):
-    """Product over ``axis`` (all axes by default); booleans and int32 multiply in int64."""
+def prod(x, axis=None, dtype=None, keepdims=False):
+    """Product over ``axis`` (all axes by default), as ``numpy.prod``: in ``dtype`` when given,
+    else booleans and int32 multiply in int64."""
     x = _operand(x)
-    if aval_of(x).dtype in (bool_, int32):
+    if dtype is not None:
+        x = astype(x, dtype)
+    elif aval_of(x).dtype in (bool_, int32):
         x = astype(x, int64)
     return _reduce("reduce_prod", x, axis, keepdims)
 
@@ -221,7 +224,37 @@ def cummin(x, axis=None):
                  else np.iinfo(aval_of(x).dtype).max)
 
 
-cumulative_sum, cumulative_prod = cumsum, cumprod
+def _cumulative_api(x, axis, dtype, include_initial: bool, name: str, scan, fill):
+    """The standard's ``cumulative_*``: ``axis`` may be left out of a 1-d array only, and
+    ``include_initial`` puts the empty sum (``fill``) first, one longer along ``axis``."""
+    from .manipulation import concatenate
+    x = _operand(x)
+    nd = aval_of(x).ndim
+    if axis is None:
+        if nd != 1:
+            raise ValueError(f"{name}: axis is required for an array of {nd} dimensions "
+                             f"(shape {aval_of(x).shape}); only a 1-d array may leave it out")
+        axis = 0
+    r = scan(x, axis=axis, dtype=dtype)
+    if not include_initial:
+        return r
+    ax = _axis1(r, axis, name)
+    shp = list(aval_of(r).shape)
+    shp[ax] = 1
+    return concatenate([np.full(shp, fill, aval_of(r).dtype), r], axis=ax)
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial: bool = False):
+    """Running sum along ``axis``, as the Array API's ``cumulative_sum``: ``cumsum`` that
+    needs ``axis`` beyond one dimension and, with ``include_initial=True``, starts with 0."""
+    return _cumulative_api(x, axis, dtype, include_initial, "cumulative_sum", cumsum, 0)
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial: bool = False):
+    """Running product along ``axis``, as the Array API's ``cumulative_prod``: ``cumprod``
+    that needs ``axis`` beyond one dimension and, with ``include_initial=True``, starts
+    with 1."""
+    return _cumulative_api(x, axis, dtype, include_initial, "cumulative_prod", cumprod, 1)
 
 
 def diff(x, n=1, axis=-1, prepend=None, append=None):
@@ -292,7 +325,7 @@ def nansum(x, axis=None, dtype=None, keepdims=False):
 
 def nanprod(x, axis=None, keepdims=False):
     """``prod`` with NaNs counted as one."""
-    return prod(_nan_filled(x, 1.0), axis, keepdims)
+    return prod(_nan_filled(x, 1.0), axis, keepdims=keepdims)
 
 
 def nanmax(x, axis=None, keepdims=False):

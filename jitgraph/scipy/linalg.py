@@ -7,6 +7,7 @@ from ..core import PRIMITIVES, aval_of, bind
 from ..numpy import asarray, astype, float64
 from ..numpy.linalg import cholesky as _np_cholesky, det, eigh, inv, pinv, qr, solve, svd  # noqa: F401
 from ..numpy import reshape, swapaxes
+from ..tree import as_arrays
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
@@ -25,7 +26,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     if vec:
         b = reshape(b, aval_of(b).shape + (1,))
     x = bind(PRIMITIVES["solve_triangular"], a, b, lower=bool(lower), trans=int(trans))
-    return reshape(x, aval_of(x).shape[:-1]) if vec else x
+    return reshape(x, aval_of(x).shape[:-1]) if vec else as_arrays(x)
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):

@@ -6,6 +6,7 @@ from ..ops.binders import promote
 from ..ops.elementwise import erf_p, logistic_p
 from ..ops.transcendental import (digamma_p, erfc_p, erfinv_p, lgamma_p, ndtri_p,
                                   polygamma_p)
+from ..tree import as_arrays
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):
@@ -29,13 +30,13 @@ def logsumexp(x, axis=None, keepdims: bool = False):
 def expit(x):
     """The logistic sigmoid 1 / (1 + exp(-x)) (``jitgraph.nn.sigmoid``)."""
     (x,) = promote(x, float_only=True)
-    return logistic_p(x)
+    return as_arrays(logistic_p(x))
 
 
 def erf(x):
     """The error function, elementwise."""
     (x,) = promote(x, float_only=True)
-    return erf_p(x)
+    return as_arrays(erf_p(x))
 
 
 # ---------------------------------------------------------------- more special functions
@@ -45,7 +46,7 @@ def _f(x):
 
 
 def _prim1(prim, x):
-    return prim(_f(x))
+    return as_arrays(prim(_f(x)))
 
 
 def erfc(x):
@@ -86,7 +87,7 @@ def polygamma(n, x):
         raise ValueError(f"polygamma: n must be a non-negative integer, got {n}")
     if n == 0:
         return digamma(x)
-    return polygamma_p(_f(x), n=n)
+    return as_arrays(polygamma_p(_f(x), n=n))
 
 
 def betaln(a, b):
