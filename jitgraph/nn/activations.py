@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from .. import numpy as jnp
-from ..ops.binders import promote
+from ..ops import binders
 from ..ops.elementwise import erf_p
 from ..scipy import special
 from ..scipy.special import logsumexp  # noqa: F401  (re-exported)
@@ -78,7 +78,7 @@ def gelu(x, approximate: bool = True):
     if approximate:
         c = math.sqrt(2.0 / math.pi)
         return 0.5 * x * (1.0 + jnp.tanh(c * (x + 0.044715 * (x * x * x))))
-    (x,) = promote(x, float_only=True)
+    (x,) = binders.promote(x, float_only=True)
     return 0.5 * x * (1.0 + erf_p(x * (1.0 / math.sqrt(2.0))))
 
 

@@ -8,6 +8,12 @@ from ..ops.transcendental import (digamma_p, erfc_p, erfinv_p, lgamma_p, ndtri_p
                                   polygamma_p)
 from ..tree import as_arrays
 
+# the functions of scipy.special (not the primitives and binders this module is written with)
+__all__ = ["beta", "betaln", "digamma", "entr", "erf", "erfc", "erfinv", "expit",
+           "gamma", "gammaln", "log_ndtr", "log_softmax", "logit", "logsumexp",
+           "multigammaln", "ndtr", "ndtri", "polygamma", "psi", "softmax", "xlog1py",
+           "xlogy"]
+
 
 def logsumexp(x, axis=None, keepdims: bool = False):
     """log(sum(exp(x))) computed as max + log(sum(exp(x - max))), safe for large and -inf inputs.

@@ -8,7 +8,7 @@ import math
 import types
 
 from .. import numpy as jnp
-from ..ops.binders import promote
+from ..ops import binders
 from . import special
 from .linalg import solve_triangular
 
@@ -16,7 +16,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def _std(x, loc, scale):
-    x, loc, scale = promote(x, loc, scale, float_only=True)
+    x, loc, scale = binders.promote(x, loc, scale, float_only=True)
     return (x - loc) / scale, scale
 
 
@@ -48,7 +48,7 @@ norm = types.SimpleNamespace(
 
 
 def _t_logpdf(x, df, loc=0.0, scale=1.0):
-    x, df, loc, scale = promote(x, df, loc, scale, float_only=True)
+    x, df, loc, scale = binders.promote(x, df, loc, scale, float_only=True)
     z = (x - loc) / scale
     return (special.gammaln(0.5 * (df + 1.0)) - special.gammaln(0.5 * df)
             - 0.5 * jnp.log(df * math.pi) - jnp.log(scale)
@@ -61,7 +61,7 @@ t = types.SimpleNamespace(logpdf=_t_logpdf,
 
 def _mvn_logpdf(x, mean=None, cov=1.0, allow_singular=False):
     """log N(x; mean, cov) over the last axis, by a Cholesky factor of ``cov``."""
-    x = promote(x, float_only=True)[0]
+    x = binders.promote(x, float_only=True)[0]
     d = jnp.shape(x)[-1] if jnp.ndim(x) else 1
     if mean is not None:
         x = x - mean
@@ -138,7 +138,7 @@ logistic = types.SimpleNamespace(
 
 
 def _gamma_logpdf(x, a, loc=0.0, scale=1.0):
-    x, a, loc, scale = promote(x, a, loc, scale, float_only=True)
+    x, a, loc, scale = binders.promote(x, a, loc, scale, float_only=True)
     z = (x - loc) / scale
     return special.xlogy(a - 1.0, z) - z - special.gammaln(a) - jnp.log(scale)
 
@@ -148,7 +148,7 @@ gamma = types.SimpleNamespace(
 
 
 def _beta_logpdf(x, a, b, loc=0.0, scale=1.0):
-    x, a, b, loc, scale = promote(x, a, b, loc, scale, float_only=True)
+    x, a, b, loc, scale = binders.promote(x, a, b, loc, scale, float_only=True)
     z = (x - loc) / scale
     return (special.xlogy(a - 1.0, z) + special.xlog1py(b - 1.0, -z) - special.betaln(a, b)
             - jnp.log(scale))
@@ -159,7 +159,7 @@ beta = types.SimpleNamespace(
 
 
 def _poisson_logpmf(k, mu, loc=0):
-    k, mu = promote(k, mu, float_only=True)
+    k, mu = binders.promote(k, mu, float_only=True)
     k = k - loc
     return special.xlogy(k, mu) - mu - special.gammaln(k + 1.0)
 
