@@ -23,6 +23,7 @@ from ..fusion import HostStep
 from ..host import host_impl
 from ..settings import compile_settings, disk_cache, fingerprint
 from ..state import STATE
+from .base import CpuOptions, own_options, with_own
 from .cpu import finish_module
 
 
@@ -58,7 +59,7 @@ class CpuProgram:
         self.kernel_modules = list(kernel_modules)
         self.runner_template = gen.runner
         self.options = options            # how it was generated (CompileOptions)
-        self.symbols = tuple(options.symbols)
+        self.symbols = tuple(own_options(options, CpuOptions).symbols)
         self.out_specs = [(n, storage(d)) for _, n, d in info["out_specs"]]
         self.scratch_specs = [(n, storage(d)) for _, n, d in info["scratch_specs"]]
         self.sources = info["output_sources"]
@@ -117,8 +118,8 @@ class CpuProgram:
         (see ``jitgraph.profile``)."""
         key = None if graph is None else tuple(v.aval.shape for v in graph.inputs)
         if key not in self._profiled:
-            options = replace(self.options, symbols=(), decisions=None, profile=True,
-                              allow_native=False)
+            options = with_own(replace(self.options, profile=True), CpuOptions, symbols=(),
+                               decisions=None, allow_native=False)
             self._profiled[key] = self._compile_again(
                 self.graph if graph is None else graph, options)
         return self._profiled[key]
@@ -197,14 +198,14 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
 def load(gen, options, t0: float, compile_again: Callable | None = None) -> CpuProgram:
     """Name, write or find in the disk cache, import and wrap a generated program: each kernel
     is its own cache entry (shared by every program computing it), the driver another.
-    ``options.allow_native``: where this process has not imported Numba, run the
+    ``allow_native`` (its ``CpuOptions``): where this process has not imported Numba, run the
     program from its native bundle (``native.py``) when the disk cache has one; otherwise
     write one after the program's first call."""
     fin = finish_module(gen.module.source, gen.module.kernels, gen.module.driver_name)
     key = fingerprint()
     cache = disk_cache()
     bundle = None
-    if options.allow_native and native.enabled() and not any(
+    if own_options(options, CpuOptions).allow_native and native.enabled() and not any(
             isinstance(s, HostStep) for s in gen.plan.steps):
         bundle = cache.directory / (cache.entry_name(fin.driver_source, key) + ".native")
         if "numba" not in sys.modules:

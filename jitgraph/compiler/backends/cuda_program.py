@@ -22,6 +22,7 @@ from ...device import (DeviceArray, as_device_buffer, buffer_pointer, compute_ca
 from ..fusion import HostStep, MatmulStep
 from ..host import host_impl, on_device
 from ..settings import disk_cache, fingerprint
+from .base import CudaOptions, own_options
 
 
 def cache_key(fingerprint: str, cc: tuple, sim: bool, shuffle: bool) -> str:
@@ -45,6 +46,7 @@ class CudaProgram:
         info = gen.module.info
         self.name = options.name
         self.options = options
+        self.own = own_options(options, CudaOptions)   # the CUDA target's own options
         self.donate = set(options.donate)
         self.graph = gen.shown_graph
         self.plan = gen.shown_plan
@@ -80,7 +82,7 @@ class CudaProgram:
                     "nd": np.ndarray, "pool": self._scratch_pool, "step": self.launcher(),
                     "unflatten": out_tree.unflatten, "overlaps": _overlaps, "copy": _copy,
                     "new_scratch": lambda: [D.alloc(n, d) for n, d in self.scratch_specs],
-                    "fail": lambda e: _fail(e, self.name), "D": D, "S": self.options.stream}
+                    "fail": lambda e: _fail(e, self.name), "D": D, "S": self.own.stream}
         lines = [f"def run({', '.join(xs)}):", "    try:"]
         donated = sorted(set(self.donated.values()))
         if donated:
@@ -112,7 +114,7 @@ class CudaProgram:
             lines.append("        s = pool.pop() if pool else new_scratch()")
         bs = [f"b{i}" for i in range(n_in)]
         call = f"step({', '.join(bs + cs + outs + sc)})"
-        if self.options.stream is not None:       # the caller's stream, given explicitly
+        if self.own.stream is not None:       # the caller's stream, given explicitly
             lines += ["        with D.using(S):", f"            {call}"]
         else:
             lines.append(f"        {call}")
@@ -162,7 +164,7 @@ class CudaProgram:
         events between steps)."""
         if self._replay is None:
             D = cuda_driver()
-            ok = (self.options.cuda_graph and not self.options.profile
+            ok = (self.own.cuda_graph and not self.options.profile
                   and D.capture_mode is not None
                   and not any(isinstance(s, HostStep) and not on_device(s.node)
                               for s in self.plan.steps))
