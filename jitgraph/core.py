@@ -274,6 +274,14 @@ def scalar_function(name: str, backend: str, in_dtype: np.dtype, approx_math: bo
     return f"math.{name}" if fn is None else fn.format(f=_float_suffix(dtype))
 
 
+def approximations() -> list[str]:
+    """The routines of the vectorizable approximations the records declare
+    (``Lowering.approx``), ``<name>_f32`` and ``<name>_f64`` per primitive, in the order the
+    primitives were defined: what a backend with them imports."""
+    return [f"{name}_{suffix}" for name, prim in PRIMITIVES.items() if prim.lowering.approx
+            for suffix in ("f32", "f64")]
+
+
 def returns_input_type(name: str, backend: str, approx_math: bool) -> bool:
     """Whether ``ctx.fn(name)`` on ``backend`` is known to return its argument's float type
     (the CPU's approximations), so the expression needs no cast."""

@@ -15,13 +15,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ...core import returns_input_type, scalar_function
+from ...core import approximations, returns_input_type, scalar_function
 from ...dtypes import storage
 from ..emit import literal, offset, scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, init_value, kernel_params, numba_cast, numba_convert,
-                           outer_offset, with_narrow_import,
+                           import_lines, outer_offset, with_narrow_import,
                            step_ops, store_lines, subgraph_comment)
 from ..memory import MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_WITH_BLAS,
@@ -68,10 +68,11 @@ import numpy as np
 from numba import njit, prange
 from jitgraph.kernels.scalar import (maximum, minimum, maximum_step, minimum_step, sign, floor,
     erf, logistic, power, clamp_index)
-from jitgraph.kernels.fastmath import (exp_f32, exp_f64, log_f32, log_f64, log1p_f32, log1p_f64,
-    expm1_f32, expm1_f64, tanh_f32, tanh_f64, logistic_f32, logistic_f64)
+''' + import_lines("jitgraph.kernels.fastmath", approximations()) + '''\
 from jitgraph.kernels.matmul import blas_gemm, gemm, matmul_blas, matmul_loop
 '''
+# (the approximations' import comes from the records, ``Lowering.approx``: a primitive given
+# one is imported with no edit here; tests/test_lowering_records.py checks the rest)
 
 
 def _view_type(operand) -> str:
