@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...device import cuda_api, simulator
 from ...targets import TARGETS, Capabilities, register_target
 from ..fusion import Plan
+from ..memory import Buffers
 from . import cpu_program, cuda_program
 from .base import CompileOptions, CpuOptions, CudaOptions, own_options
 from .cpu import CpuCodegen, CpuContext
@@ -36,7 +37,7 @@ class CpuTarget:
                           decisions=own.decisions, profile=options.profile,
                           compiled_driver=own.compiled_driver)
 
-    def call_path(self, plan: Plan, info: dict, options: CompileOptions) -> str:
+    def call_path(self, plan: Plan, info: Buffers, options: CompileOptions) -> str:
         """The source of the straight-line call path (generalized with the module when sizes
         are runtime arguments)."""
         return cpu_program.runner_template(plan.graph, info, len(plan.const_args),
@@ -71,7 +72,7 @@ class CudaTarget:
         return CudaCodegen(plan, ctx, shuffle=shuffle_default(simulator()),
                            fastmath=options.fastmath, profile=options.profile)
 
-    def call_path(self, plan: Plan, info: dict, options: CompileOptions) -> str:
+    def call_path(self, plan: Plan, info: Buffers, options: CompileOptions) -> str:
         return ""       # built per signature by CudaProgram.make_runner
 
     def decisions(self, codegen: CudaCodegen) -> list:

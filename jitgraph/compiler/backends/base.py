@@ -17,7 +17,7 @@ import numpy as np
 
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..kernel_text import KernelSource
-from ..memory import MemoryPlan
+from ..memory import Buffers, MemoryPlan
 from ...targets import Capabilities
 
 
@@ -25,11 +25,12 @@ from ...targets import Capabilities
 class ModuleText:
     """One program's generated text, before anything is compiled: the module source (a
     template holding ``{H}`` where a backend names functions by a hash of the finished
-    text), its kernels, the driver's name and the buffer info of the memory plan."""
+    text), its kernels, the driver's name and the buffers of the memory plan (extended by the
+    backend with what its program reads)."""
     source: str
     kernels: list[KernelSource]
     driver_name: str
-    info: dict
+    info: Buffers
 
 
 @dataclass
@@ -179,7 +180,7 @@ class Target(Protocol):
 
     def codegen(self, plan: Plan, ctx: ScalarContext, options: CompileOptions) -> Codegen: ...
 
-    def call_path(self, plan: Plan, info: dict, options: CompileOptions) -> str:
+    def call_path(self, plan: Plan, info: Buffers, options: CompileOptions) -> str:
         """The source of the straight-line call path ``load`` builds the program's runner
         from ("" where the executable builds one per signature itself)."""
 

@@ -56,13 +56,13 @@ class CudaProgram:
         self.driver = driver
         self.module = module
         self.was_on_disk = was_on_disk
-        self.donated = info["donated"]
+        self.donated = info.donated
         self.const_values = tuple(D.to_device(as_stored(gen.graph.consts[v]))
                                   for v in gen.plan.const_args)     # uploaded once
-        self.out_specs = [(n, storage(d)) for _, n, d in info["out_specs"]]   # (16-bit
-        self.scratch_specs = [(n, storage(d)) for _, n, d in info["scratch_specs"]]  # floats: bits)
-        self.sources = info["output_sources"]
-        self.launch_counts: dict = info.get("launches", {})   # step -> kernels it launches
+        self.out_specs = [(n, storage(d)) for _, n, d in info.out_specs]   # (16-bit
+        self.scratch_specs = [(n, storage(d)) for _, n, d in info.scratch_specs]  # floats: bits)
+        self.sources = info.output_sources
+        self.launch_counts: dict = info.launches   # step -> kernels it launches
         self._compile_again = compile_again
         self._profiled: CudaProgram | None = None
         self._scratch_pool: list = []
@@ -301,7 +301,7 @@ def _fail(e: Exception, name: str) -> Exception:
 def load(gen, options, t0: float, compile_again: Callable | None = None) -> CudaProgram:
     """Find the module in the disk cache (or write it) and wrap it; its kernels compile on
     their first launch."""
-    key = cache_key(fingerprint(), compute_capability(), simulator(), gen.module.info["shuffle"])
+    key = cache_key(fingerprint(), compute_capability(), simulator(), gen.module.info.shuffle)
     module, was_on_disk = disk_cache().load_module(gen.module.source, key_extra=key)
     # the driver calls host steps by module-level name
     for s in gen.plan.steps:
