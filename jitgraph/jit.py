@@ -950,7 +950,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
         returned arrays. Only jitgraph's own arrays (results of earlier calls) are updated in
         place: a plain NumPy array passed for a donated argument is copied first, as JAX copies
         NumPy inputs, so the caller's array keeps its values.
-    :param device: ``"cpu"`` (default) or ``"cuda"``: where the program runs. On the GPU it returns
+    :param device: ``"cpu"`` (default), ``"cuda"`` or another registered target's name
+        (``jitgraph.targets.register_target``): where the program runs. On the GPU it returns
         device arrays (``DeviceArray``; host arrays passed in are copied over); every launch
         goes to one stream jitgraph owns, or to ``stream``.
     :param fastmath: let LLVM reorder and contract float arithmetic beyond IEEE semantics (on

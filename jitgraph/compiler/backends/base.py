@@ -6,7 +6,8 @@ which fusion uses while it builds kernel bodies), generates one program's text (
 and the driver that launches the steps) and loads that text as an ``Executable``. The
 pipeline (``compiler/pipeline.py``) calls them in that order; ``emit_program`` below is the
 part of generation that is the same for every backend. To add a backend, write these three
-objects; nothing else in the compiler changes.
+objects, bundle them in a ``Target`` and pass it to ``register_target`` (``jitgraph.targets``);
+nothing else in jitgraph changes (docs/pipeline/codegen.md, "Adding a backend").
 """
 from __future__ import annotations
 
