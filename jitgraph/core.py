@@ -293,8 +293,7 @@ def returns_input_type(name: str, backend: str, approx_math: bool) -> bool:
 def _uses_approximations(backend: str, approx_math: bool) -> bool:
     """Whether ``backend`` calls the records' approximations (``Lowering.approx``): under
     ``approx_math``, where its capabilities say it has them. Raises on an unknown name."""
-    has = capabilities(backend).approx_functions
-    return approx_math and has
+    return capabilities(backend).approx_functions and approx_math
 
 
 # --------------------------------------------------------------------------- primitives

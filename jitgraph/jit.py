@@ -417,7 +417,7 @@ class JitFunction:
             raise ValueError(f"jit: stream= is for programs that run on a stream "
                              f"(device='cuda'), not device={target.name!r}")
         self.device = target.name
-        self._target = target
+        self._target, self._caps = target, caps
         self.fastmath = fastmath
         self.cuda_graph = bool(cuda_graph)
         self.stream = stream
@@ -598,7 +598,7 @@ class JitFunction:
         if any(isinstance(x, Tracer) for x in leaves):
             return None, leaves, False
         sig = []
-        leaf_sig = _device_leaf_sig if self._target.capabilities.device_arrays else _leaf_sig
+        leaf_sig = _device_leaf_sig if self._caps.device_arrays else _leaf_sig
         for i, x in enumerate(leaves):
             try:
                 sig.append(leaf_sig(x))
@@ -684,7 +684,7 @@ class JitFunction:
         own = options_from(target.options_type, {"allow_native": True, "stream": self.stream,
                                                  "cuda_graph": self.cuda_graph})
         return CompileOptions(fastmath=self.fastmath, donate=tuple(donated),
-                              single_output=not target.capabilities.device_arrays
+                              single_output=not self._caps.device_arrays
                               and out_tree.node == "*", name=self.__name__, target=own)
 
     def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves) -> _Entry:
@@ -701,7 +701,7 @@ class JitFunction:
                       f"compiled {self.__name__}({served.signature}) (sizes are runtime "
                       f"arguments): {reason}", file=sys.stderr)
             return served
-        caps = self._target.capabilities
+        caps = self._caps
         if caps.device_arrays:      # trace device arrays by shape and dtype: no host copy
             args, kwargs, dyn_args, dyn_kwargs = device_runtime.host_placeholders(
                 (args, kwargs, dyn_args, dyn_kwargs))

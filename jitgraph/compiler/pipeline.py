@@ -107,10 +107,11 @@ def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, options: Co
                     t0: float | None = None, target: str = "cpu") -> Executable:
     """Compile ``graph`` with the sizes ``symbols`` (name -> [(input, axis)]) as runtime
     arguments, on a target whose capabilities say ``dynamic_shapes`` (its options take
-    ``symbols``, ``decisions`` and ``allow_native``). ``trace_at(point)`` traces the same function with those sizes set
-    to ``point``'s; the programs generated at ``dynamic.sample_points`` are fitted into one
-    (``dynamic.generalize``). Loop layouts are decided at the sizes of ``graph``. Raises
-    ``CannotGeneralize`` when the program's structure depends on the sizes."""
+    ``symbols``, ``decisions`` and ``allow_native``). ``trace_at(point)`` traces the same
+    function with those sizes set to ``point``'s; the programs generated at
+    ``dynamic.sample_points`` are fitted into one (``dynamic.generalize``). Loop layouts are
+    decided at the sizes of ``graph``. Raises ``CannotGeneralize`` when the program's
+    structure depends on the sizes."""
     t0 = time.perf_counter() if t0 is None else t0
     tgt = target_of(target)
     if not tgt.capabilities.dynamic_shapes:
