@@ -25,6 +25,7 @@ from . import config, dtypes
 from .dtypes import NARROW_SET
 from .arrays import Array
 from .errors import ConcretizationError, LeakedTracerError, ShapeError, user_frame, where
+from .targets import capabilities
 
 
 # --------------------------------------------------------------------------- abstract values
@@ -195,8 +196,6 @@ SCATTER_ADD = "scatter_add"  # its own kernel adding updates at indexed position
 MATMUL = "matmul"            # BLAS or the backend's matrix-product kernel
 HOST = "host"                # no generated code: ``impl`` runs between kernels
 
-BACKENDS = ("cpu", "cuda")
-
 
 @dataclass(frozen=True)
 class Lowering:
@@ -262,24 +261,39 @@ def _float_suffix(dtype: np.dtype) -> str:
 
 def scalar_function(name: str, backend: str, in_dtype: np.dtype, approx_math: bool) -> str:
     """The routine generated code calls for ``ctx.fn(name)``: the one the record of primitive
-    ``name`` gives for ``backend`` (``in_dtype``: the operand's), else ``math.<name>``."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    ``name`` gives for ``backend`` (``in_dtype``: the operand's), else ``math.<name>``.
+    ``backend`` is a registered target's name (``targets.register_target``)."""
+    approx = _uses_approximations(backend, approx_math)
     prim = PRIMITIVES.get(name)
     if prim is None:
         return f"math.{name}"
     low, dtype = prim.lowering, np.dtype(in_dtype)
-    if backend == "cpu" and approx_math and low.approx and dtype.kind == "f":
+    if approx and low.approx and dtype.kind == "f":
         return f"{name}_{_float_suffix(dtype)}"
     fn = low.functions.get(backend)
     return f"math.{name}" if fn is None else fn.format(f=_float_suffix(dtype))
+
+
+def approximations() -> list[str]:
+    """The routines of the vectorizable approximations the records declare
+    (``Lowering.approx``), ``<name>_f32`` and ``<name>_f64`` per primitive, in the order the
+    primitives were defined: what a backend with them imports."""
+    return [f"{name}_{suffix}" for name, prim in PRIMITIVES.items() if prim.lowering.approx
+            for suffix in ("f32", "f64")]
 
 
 def returns_input_type(name: str, backend: str, approx_math: bool) -> bool:
     """Whether ``ctx.fn(name)`` on ``backend`` is known to return its argument's float type
     (the CPU's approximations), so the expression needs no cast."""
     prim = PRIMITIVES.get(name)
-    return backend == "cpu" and approx_math and prim is not None and prim.lowering.approx
+    return _uses_approximations(backend, approx_math) and prim is not None and \
+        prim.lowering.approx
+
+
+def _uses_approximations(backend: str, approx_math: bool) -> bool:
+    """Whether ``backend`` calls the records' approximations (``Lowering.approx``): under
+    ``approx_math``, where its capabilities say it has them. Raises on an unknown name."""
+    return capabilities(backend).approx_functions and approx_math
 
 
 # --------------------------------------------------------------------------- primitives

@@ -21,6 +21,7 @@ import numpy as np
 from . import dtypes
 from .cuda_driver import (CudaUnavailableError, buffer_address, cuda_api, cuda_or_reason, driver,
                           simulator)
+from .targets import target_named
 from .tree import tree_map
 
 __all__ = ["CudaUnavailableError", "DeviceArray", "Device", "cuda_api", "device_get",
@@ -34,7 +35,8 @@ class Device(NamedTuple):
     compute_capability: tuple = ()
 
     def __str__(self) -> str:
-        return f"{self.platform}:{self.id}" if self.platform != "cpu" else "cpu"
+        numbered = target_named(self.platform).capabilities.device_arrays    # (the CPU is one)
+        return f"{self.platform}:{self.id}" if numbered else self.platform
 
 
 def devices() -> list[Device]:
@@ -61,13 +63,10 @@ def compute_capability() -> tuple:
     return tuple(cuda.get_current_device().compute_capability)
 
 
-def _check_device(device: str) -> str:
-    d = str(device)
-    if d in ("cuda", "gpu", "cuda:0"):
-        return "cuda"
-    if d == "cpu":
-        return "cpu"
-    raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda' (see jitgraph.devices())")
+def _on_host(device: Any, what: str) -> bool:
+    """Whether the registered target ``device`` (a name, an alias or a ``Device``) keeps its
+    arrays on the host (its capabilities), rather than in device memory."""
+    return not target_named(device, f"{what}: unknown device").capabilities.device_arrays
 
 
 # ---------------------------------------------------------------- the array type
@@ -343,7 +342,7 @@ def device_put(x: Any, device: str = "cuda") -> Any:
     :raises jitgraph.device.CudaUnavailableError: on ``"cuda"`` when no usable GPU (or CUDA
         simulator) is found; the message says why.
     """
-    if _check_device(device) == "cpu":
+    if _on_host(device, "device_put"):
         return device_get(x)
     cuda_api("device_put")
     d = driver()

@@ -19,7 +19,7 @@ import numpy as np
 
 from .arrays import Array
 from .compiler import pipeline
-from .compiler.backends.base import CompileOptions
+from .compiler.backends.base import CompileOptions, options_from
 from .compiler.dynamic import CannotGeneralize
 from .compiler.settings import compile_settings
 from .compiler.state import STATE
@@ -408,18 +408,16 @@ class JitFunction:
                                            else set(static_argnums)))
         self.static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
-        if device in ("cuda", "gpu", "cuda:0"):
-            device_runtime.cuda_api(f"jit({callable_name(fun)})")   # clear error if unusable
-            device = "cuda"
-            self._fast_types = (np.ndarray, device_runtime.DeviceArray, Array)
-        elif device != "cpu":
-            raise ValueError(f"jit: unknown device {device!r}; use 'cpu' or 'cuda' "
-                             "(jitgraph.devices() lists what is usable here)")
-        else:
-            self._fast_types = (np.ndarray, Array)
-        if stream is not None and device != "cuda":
-            raise ValueError("jit: stream= is for device='cuda' programs")
-        self.device = device
+        target = pipeline.target_of(device, "jit: unknown device")
+        target.check_usable(f"jit({callable_name(fun)})")   # a clear error if unusable
+        caps = target.capabilities
+        self._fast_types = (np.ndarray, device_runtime.DeviceArray, Array) \
+            if caps.device_arrays else (np.ndarray, Array)
+        if stream is not None and not caps.streams:
+            raise ValueError(f"jit: stream= is for programs that run on a stream "
+                             f"(device='cuda'), not device={target.name!r}")
+        self.device = target.name
+        self._target, self._caps = target, caps
         self.fastmath = fastmath
         self.cuda_graph = bool(cuda_graph)
         self.stream = stream
@@ -600,7 +598,7 @@ class JitFunction:
         if any(isinstance(x, Tracer) for x in leaves):
             return None, leaves, False
         sig = []
-        leaf_sig = _leaf_sig if self.device == "cpu" else _device_leaf_sig
+        leaf_sig = _device_leaf_sig if self._caps.device_arrays else _leaf_sig
         for i, x in enumerate(leaves):
             try:
                 sig.append(leaf_sig(x))
@@ -682,10 +680,12 @@ class JitFunction:
 
     def _options(self, donated, out_tree) -> CompileOptions:
         """How this function's programs are compiled (``compiler.pipeline``)."""
+        target = self._target
+        own = options_from(target.options_type, {"allow_native": True, "stream": self.stream,
+                                                 "cuda_graph": self.cuda_graph})
         return CompileOptions(fastmath=self.fastmath, donate=tuple(donated),
-                              single_output=self.device == "cpu" and out_tree.node == "*",
-                              name=self.__name__, allow_native=True,
-                              cuda_graph=self.cuda_graph, stream=self.stream)
+                              single_output=not self._caps.device_arrays
+                              and out_tree.node == "*", name=self.__name__, target=own)
 
     def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves) -> _Entry:
         _STATS.misses += 1
@@ -701,12 +701,13 @@ class JitFunction:
                       f"compiled {self.__name__}({served.signature}) (sizes are runtime "
                       f"arguments): {reason}", file=sys.stderr)
             return served
-        if self.device == "cuda":    # trace device arrays by shape and dtype: no host copy
+        caps = self._caps
+        if caps.device_arrays:      # trace device arrays by shape and dtype: no host copy
             args, kwargs, dyn_args, dyn_kwargs = device_runtime.host_placeholders(
                 (args, kwargs, dyn_args, dyn_kwargs))
-            dims = []                # the CUDA backend launches from static shapes
-        else:
-            dims = self._dynamic_dims_for(dyn_args, dyn_kwargs, shapes, pattern)
+        # (a target without dynamic shapes, CUDA's, launches from static shapes)
+        dims = self._dynamic_dims_for(dyn_args, dyn_kwargs, shapes, pattern) \
+            if caps.dynamic_shapes else []
         graph, out_tree = self._trace(args, kwargs, statics, dyn_args, dyn_kwargs)
         donated = self._donated_leaves(dyn_args)
         symbols = program = None
@@ -731,7 +732,7 @@ class JitFunction:
                     f"in {{seconds:.2f}}s "
                     f"[{len(program.kernels)} kernels, {kind}"
                     f"{'loaded from disk cache' if program.was_on_disk else 'new'}]: {reason}")
-        host = self.device == "cpu"
+        host = not caps.device_arrays
         run = program.make_runner(in_dtypes, _ArrayResults(out_tree) if host else out_tree)
         if host and donated:
             run = _sparing_numpy_arguments(run, sorted(set(
@@ -804,7 +805,8 @@ class JitFunction:
         t0 = time.perf_counter()
         try:
             return pipeline.compile_dynamic(graph, trace_at, symbols,
-                                            self._options(donated, out_tree), t0=t0)
+                                            self._options(donated, out_tree), t0=t0,
+                                            target=self.device)
         except CannotGeneralize as e:
             pattern.failed.add(frozenset(dims))
             if _log_enabled():
@@ -948,7 +950,8 @@ def jit(fun: Callable | None = None, *, static_argnums: int | Sequence[int] = ()
         returned arrays. Only jitgraph's own arrays (results of earlier calls) are updated in
         place: a plain NumPy array passed for a donated argument is copied first, as JAX copies
         NumPy inputs, so the caller's array keeps its values.
-    :param device: ``"cpu"`` (default) or ``"cuda"``: where the program runs. On the GPU it returns
+    :param device: ``"cpu"`` (default), ``"cuda"`` or another registered target's name
+        (``jitgraph.targets.register_target``): where the program runs. On the GPU it returns
         device arrays (``DeviceArray``; host arrays passed in are copied over); every launch
         goes to one stream jitgraph owns, or to ``stream``.
     :param fastmath: let LLVM reorder and contract float arithmetic beyond IEEE semantics (on

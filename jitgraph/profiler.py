@@ -469,11 +469,19 @@ def _json_default(o):
 
 
 # ---------------------------------------------------------------- entry points
-def _is_cuda(f, args) -> bool:
-    if getattr(f, "device", "cpu") == "cuda":
-        return True
-    from .tree import tree_leaves
-    return any(hasattr(x, "__cuda_array_interface__") for x in tree_leaves((args,)))
+def _target_for(f, args, device: str | None):
+    """The compiler target whose hardware runs ``f``: ``device`` where given, else a jit
+    function's own, else CUDA where an argument is a device array, else the CPU."""
+    from .compiler.pipeline import target_of
+    from .targets import TARGETS
+    if device is None:
+        own = getattr(f, "device", None)
+        device = own if isinstance(own, str) and own in TARGETS else "cpu"
+        if TARGETS[device].capabilities.hardware == "cpu":
+            from .tree import tree_leaves
+            if any(hasattr(x, "__cuda_array_interface__") for x in tree_leaves((args,))):
+                device = "cuda"
+    return target_of(device, "benchmark: unknown device")
 
 
 def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time: float = 0.2,
@@ -508,8 +516,9 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
     :param reps: the number of samples.
     :param min_time: seconds all samples should last together; each sample is the mean of
         enough back-to-back calls for that.
-    :param device: ``"cpu"`` or ``"cuda"`` (default: ``"cuda"`` when ``f`` is a CUDA ``jit``
-        function or an argument is a device array); on the GPU, CUDA events time the calls.
+    :param device: a compiler target's name, ``"cpu"`` or ``"cuda"`` (default: a ``jit``
+        function's own; ``"cuda"`` when an argument is a device array); on the GPU, CUDA
+        events time the calls.
     :param profile: for a ``jit`` function, add the per-step table: each kernel, BLAS and host
         call with its time, bytes, FLOPs and rates (default on; ``False`` skips it).
     :param peaks: rate each step against this machine's ``machine_peaks`` (measured once per
@@ -519,36 +528,38 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
         ``first_call_s``, ``compile_s`` and the per-step table.
     """
     from .jit import JitFunction, cache_info
-    device = device or ("cuda" if _is_cuda(f, args) else "cpu")
+    target = _target_for(f, args, device)
+    hardware = target.capabilities.hardware     # how to time it, the peaks to rate it by
 
     def call():
         return f(*args, **kwargs)
 
     before = cache_info()["misses"]
-    sync = _cuda_sync if device == "cuda" else (lambda: None)
+    sync = target.synchronize
     t0 = time.perf_counter()
     call()
     sync()
     first = time.perf_counter() - t0
     compiled = isinstance(f, JitFunction) and cache_info()["misses"] > before
-    if device == "cuda":
+    if hardware == "cuda":
         stats = time_cuda(call, warmup=warmup, reps=reps, min_time=min_time)
     elif kwargs:
         stats = time_host(call, warmup=warmup, reps=reps, min_time=min_time)
     else:        # f itself in the timed loop, no closure around it
         stats = time_host(f, warmup=warmup, reps=reps, min_time=min_time, args=args)
-    result = BenchmarkResult(getattr(f, "__name__", type(f).__name__), device, stats, first,
+    result = BenchmarkResult(getattr(f, "__name__", type(f).__name__), hardware, stats, first,
                              max(first - stats.median, 0.0) if compiled else None)
-    if device == "cuda":
+    if hardware == "cuda":
         from .device import simulator
         if simulator():
             result.note = ("CUDA simulator: its events record no time, so these times are "
                            "placeholders; byte and FLOP counts are exact")
     if isinstance(f, JitFunction) and profile is not False:
-        for k, v in _profile_steps(f, args, kwargs, reps=max(reps, 5), device=device).items():
+        steps = _profile_steps(f, args, kwargs, reps=max(reps, 5), hardware=hardware)
+        for k, v in steps.items():
             setattr(result, k, v)
         if peaks:
-            result.peaks = _rate_against_peaks(result.kernels, device)
+            result.peaks = _rate_against_peaks(result.kernels, hardware)
     return result
 
 
@@ -564,12 +575,7 @@ def profile(f: Callable, *args: Any, reps: int = 20, peaks: bool = True,
     return benchmark(f, *args, reps=reps, profile=True, peaks=peaks, **kwargs)
 
 
-def _cuda_sync() -> None:
-    from numba import cuda
-    cuda.synchronize()
-
-
-def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
+def _profile_steps(f, args, kwargs, reps: int, hardware: str = "cpu") -> dict:
     """Per-step medians from the profiling variant of ``f``'s program for these arguments,
     called through ``f`` itself (its dispatch, checks and allocation included): on the CPU
     ``perf_counter`` marks before the call, after each step and after the call; on the GPU
@@ -591,11 +597,11 @@ def _profile_steps(f, args, kwargs, reps: int, device: str = "cpu") -> dict:
     run = prog.make_runner(entry.in_dtypes, entry.out_tree)
     marks, clock = prog.module.profile_marks, prog.module.profile_clock
     reset = getattr(clock, "reset", lambda: None)    # a pool of CUDA events, reused per call
-    if device == "cuda":
+    if hardware == "cuda":
         from .compiler.backends.cuda_program import event_intervals as intervals
     else:
         intervals = np.diff
-    with compile_settings(device):
+    with compile_settings(f.device):
         run(*leaves)
     rows = []
     plain, entry.run = entry.run, run      # f's own call path, with the profiled program

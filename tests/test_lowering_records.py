@@ -12,9 +12,12 @@ import pytest
 import jitgraph
 import jitgraph.numpy as jnp
 from jitgraph import core
+from jitgraph.compiler.backends import cpu as cpu_backend, cuda as cuda_backend
 from jitgraph.compiler.fusion import HostStep, LoopKernel
+from jitgraph.compiler.kernel_text import import_lines
 from jitgraph.core import (ARG_REDUCE, GATHER, HOST, INDEX_MAP, MATMUL, REDUCE, SCALAR,
                            SCATTER_ADD, Lowering, returns_input_type, scalar_function)
+from jitgraph.targets import capabilities
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 
@@ -38,7 +41,7 @@ def test_every_primitive_has_a_record_fitting_its_kind(name):
     else:
         assert low.monoid is None
     assert low.kind != INDEX_MAP or low.cost == 0        # layout ops move, never compute
-    assert set(low.functions) <= set(core.BACKENDS)
+    assert set(low.functions) <= {"cpu", "cuda"}     # registered targets' names
 
 
 @pytest.mark.parametrize("name, backend, dtype, approx, want", [
@@ -72,6 +75,44 @@ def test_returns_input_type():
     assert not returns_input_type("asin", "cpu", True)
     with pytest.raises(ValueError):
         scalar_function("exp", "tpu", F32, False)
+
+
+def _record_routines(backend: str) -> set[str]:
+    """The routines the records make ``backend``'s kernels call by a bare name (not
+    ``math.``/``np.``): what its module header must import."""
+    names = set()
+    for prim in core.PRIMITIVES.values():
+        fn = prim.lowering.functions.get(backend)
+        if fn is not None and "." not in fn:
+            names |= {fn.format(f="f32"), fn.format(f="f64")}
+    if capabilities(backend).approx_functions:
+        names |= set(core.approximations())
+    return names
+
+
+def _imported(header: str) -> set[str]:
+    tree = ast.parse(header)
+    return {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for a in node.names}
+
+
+@pytest.mark.parametrize("backend, header", [("cpu", cpu_backend.HEADER),
+                                             ("cuda", cuda_backend.HEADER)], ids=["cpu", "cuda"])
+def test_each_header_imports_every_routine_the_records_name(backend, header):
+    """The approximations' import is generated from the records; the other routines'
+    (kernels/scalar.py, kernels/cuda_scalar.py) are checked here against them."""
+    assert _record_routines(backend) <= _imported(header), \
+        _record_routines(backend) - _imported(header)
+    assert {"maximum", "erf"} <= _record_routines(backend)      # (the scan finds them)
+
+
+def test_the_approximations_import_follows_the_records():
+    assert core.approximations()[:2] == ["exp_f32", "exp_f64"]
+    assert import_lines("jitgraph.kernels.fastmath", core.approximations()) in cpu_backend.HEADER
+    assert import_lines("m", ["a", "b"]) == "from m import (a, b)\n"
+    wrapped = import_lines("m", [f"name{i}" for i in range(20)], width=40).splitlines()
+    assert len(wrapped) > 2 and all(len(line) <= 40 for line in wrapped)
+    assert all(line.startswith("    ") for line in wrapped[1:])
 
 
 def _cube(x):

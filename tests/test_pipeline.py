@@ -1,7 +1,9 @@
 """The compiler pipeline: one entry point, printable stages, backends behind one protocol and
 the compiler's state in one object."""
 import ast
+import dataclasses
 import pathlib
+import types
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from jitgraph.compiler.backends.cuda import CudaCodegen, CudaContext
 from jitgraph.compiler.backends.cuda_program import CudaProgram
 from jitgraph.compiler.state import STATE, CompilerState
 from jitgraph.interpreter import run
+from jitgraph.targets import Capabilities, capabilities, register_target, target_named
 
 COMPILER = pathlib.Path(jitgraph.__file__).parent / "compiler"
 
@@ -71,7 +74,7 @@ def test_unknown_target_is_a_clear_error():
 
 
 def test_backends_share_a_protocol_not_an_ancestor():
-    assert set(TARGETS) == {"cpu", "cuda"}
+    assert {"cpu", "cuda"} <= set(TARGETS)
     for a, b in [(CpuCodegen, CudaCodegen), (CpuContext, CudaContext), (CpuProgram, CudaProgram)]:
         assert not issubclass(a, b) and not issubclass(b, a)
     for codegen in (CpuCodegen, CudaCodegen):
@@ -81,9 +84,17 @@ def test_backends_share_a_protocol_not_an_ancestor():
     for program in (CpuProgram, CudaProgram):
         for method in ("make_runner", "profiled", "numba_compiles"):
             assert callable(getattr(program, method)), (program, method)
-    for target in TARGETS.values():
-        for method in ("context", "codegen", "call_path", "load"):
+    for target in (TARGETS["cpu"], TARGETS["cuda"]):
+        for method in ("check_usable", "synchronize", "context", "codegen", "call_path",
+                       "decisions", "load"):
             assert callable(getattr(target, method))
+        assert isinstance(target.capabilities, Capabilities) and target.aliases is not None
+        assert dataclasses.is_dataclass(target.options_type)
+    # what the protocol declares is what the targets have
+    declared = {n for n in vars(base.Target) if not n.startswith("_")} | \
+        set(base.Target.__annotations__)
+    for target in (TARGETS["cpu"], TARGETS["cuda"]):
+        assert all(hasattr(target, n) for n in declared), declared
     assert CudaProgram.native is False and CudaProgram.symbols == ()
 
 
@@ -133,6 +144,50 @@ def test_a_compile_fills_the_state():
     assert set(STATE.compile_stats) >= {"worker_compiles", "local_compiles", "worker_failures"}
 
 
-def test_options_are_one_record():
+def test_options_are_common_plus_each_targets_own():
     opts = base.CompileOptions(fastmath=True, donate=(0,))
-    assert opts.approx_math and not opts.profile and opts.donate == (0,)
+    assert not opts.profile and opts.donate == (0,) and opts.target is None
+    assert base.own_options(opts, base.CpuOptions).approx_math       # the defaults
+    assert base.own_options(opts, base.CudaOptions).cuda_graph
+    cpu_only = {f.name for f in dataclasses.fields(base.CpuOptions)}
+    cuda_only = {f.name for f in dataclasses.fields(base.CudaOptions)}
+    common = {f.name for f in dataclasses.fields(base.CompileOptions)}
+    assert not (cpu_only & cuda_only) and not (common & (cpu_only | cuda_only))
+    # jit hands every target the settings it has; each keeps those it declares
+    settings = {"allow_native": True, "stream": "s", "cuda_graph": False}
+    assert base.options_from(base.CpuOptions, settings) == base.CpuOptions(allow_native=True)
+    assert base.options_from(base.CudaOptions, settings) == base.CudaOptions(False, "s")
+    changed = base.with_own(opts, base.CpuOptions, symbols=(("n", 0, 0),))
+    assert changed.target.symbols == (("n", 0, 0),) and opts.target is None
+    with pytest.raises(TypeError, match="CudaOptions"):
+        base.own_options(changed, base.CudaOptions)
+
+
+def test_targets_are_asked_not_named():
+    assert capabilities("cpu").dynamic_shapes and not capabilities("cuda").dynamic_shapes
+    assert capabilities("cuda").device_arrays and not capabilities("cpu").device_arrays
+    assert target_named("gpu") is target_named("cuda:0") is TARGETS["cuda"]
+    with pytest.raises(ValueError, match="already names target 'cuda'"):
+        register_target(types.SimpleNamespace(name="other", aliases=("gpu",),
+                                              capabilities=Capabilities()))
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        jitgraph.jit(_loss, device="tpu")
+    with pytest.raises(ValueError, match="stream= is for programs that run on a stream"):
+        jitgraph.jit(_loss, stream=object())
+    with pytest.raises(ValueError, match="fixed sizes only"):
+        pipeline.compile_dynamic(jitgraph.make_graph(_loss)(*_args()), None, {},
+                                 pipeline.CompileOptions(), target="cuda")
+
+
+_NAME_TESTS = ("jit.py", "device.py", "core.py", "compiler/settings.py", "compiler/pipeline.py")
+
+
+@pytest.mark.parametrize("name", _NAME_TESTS)
+def test_no_module_compares_target_names(name):
+    """jit, device_put, the compile settings, the pipeline and core ask a target's
+    capabilities; none compares a device string with "cpu" or "cuda"."""
+    tree = ast.parse((COMPILER.parent / name).read_text())
+    found = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+             and any(isinstance(c, ast.Constant) and c.value in ("cpu", "cuda", "gpu")
+                     for c in [node.left, *node.comparators])]
+    assert not found, f"{name}: lines {found} compare target names"

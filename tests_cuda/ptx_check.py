@@ -329,7 +329,7 @@ def program_kernels(fn, args, cc=(9, 0), fastmath=False, **patch) -> list[dict]:
         fingerprint(), cc, fastmath, True) + "|ptx-check")
     from jitgraph.dtypes import storage     # (the kernels get a 16-bit float's bits)
     dtypes = {name: storage(v.aval.dtype) for v, name in plan._names.items()}
-    dtypes.update({n: storage(d) for n, _, d in info["scratch_specs"]})
+    dtypes.update({n: storage(d) for n, _, d in info.scratch_specs})
     # the dtypes of the values each step computes (not weak Python scalars): a float32 program
     # may compute in float64 where NumPy promotes (f32 * i32, f32 ** int64, astype)
     steps = {re.sub(r"_[0-9a-f]{12}$", "", ks.name): {

@@ -593,7 +593,7 @@ def test_memory_analysis_counts_the_split_reductions_partials():
     gpu = jitgraph.jit(fn, device="cuda").lower(x)               # lowered only: nothing runs
     cpu = jitgraph.jit(fn).lower(x).memory_analysis()
     m = gpu.memory_analysis()
-    parts = [s for s in gpu.stages["memory"].info["scratch_specs"] if "_part_" in s[0]]
+    parts = [s for s in gpu.stages["memory"].info.scratch_specs if "_part_" in s[0]]
     assert parts and m.temp_size_in_bytes == sum(n * np.dtype(d).itemsize for _, n, d in parts)
     assert cpu.temp_size_in_bytes == 0
     assert m.argument_size_in_bytes == cpu.argument_size_in_bytes == x.nbytes

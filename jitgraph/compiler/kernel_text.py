@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -65,6 +66,23 @@ _TO_BITS = {"float16": "to_f16", "bfloat16": "to_bf16"}
 #: source of every other program stays as it was)
 NARROW_IMPORT = "from jitgraph.kernels.{module} import from_bf16, to_bf16, from_f16, to_f16, odd_f32\n"
 _NARROW_CALL = re.compile(r"\b(?:from_bf16|to_bf16|from_f16|to_f16|odd_f32)\(")
+
+
+def import_lines(module: str, names: Sequence[str], width: int = 99) -> str:
+    """``from module import (a, b, ...)`` with ``names`` in order, wrapped before ``width``
+    characters with continuation lines indented by four: a generated header's import of
+    routines that the primitives' records name."""
+    lines, line = [], f"from {module} import ("
+    for i, name in enumerate(names):
+        item = name + ("," if i < len(names) - 1 else ")")
+        if line.endswith("("):
+            line += item
+        elif len(line) + 1 + len(item) > width:
+            lines.append(line)
+            line = "    " + item
+        else:
+            line += " " + item
+    return "\n".join(lines + [line]) + "\n"
 
 
 def with_narrow_import(header: str, source: str, module: str) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from ..core import Graph
 from ..control_flow import cond_p, scan_p, while_p
 from . import pipeline
-from .backends.base import CompileOptions
+from .backends.base import CompileOptions, CpuOptions
 from .backends.cpu import HEADER
 from .fusion import HostStep, MatmulStep
 from .host import HOST_LOWERINGS, one_blas_thread
@@ -35,7 +35,7 @@ def compile_sub(g: Graph, donate: Sequence[int] = ()) -> Callable:
     the kernel cache): the call path taking and returning flat arrays. ``donate``: inputs
     whose buffers the program may update in place."""
     prog = pipeline.compile(g, "cpu", CompileOptions(donate=tuple(donate),
-                                                     allow_native=True))
+                                                     target=CpuOptions(allow_native=True)))
     return prog.make_runner([v.aval.dtype for v in g.inputs], _ListTree)
 
 
@@ -93,7 +93,7 @@ def _compiled_body(g: Graph):
     """The body compiled with a driver a compiled loop can call, or None when its program
     needs Python (a host step) or is too big."""
     t0 = time.perf_counter()
-    options = CompileOptions(compiled_driver=True)
+    options = CompileOptions(target=CpuOptions(compiled_driver=True))
     cpu = pipeline.target_of("cpu")
     gen = pipeline.generate_graph(g, cpu, options)
     steps = gen.plan.steps

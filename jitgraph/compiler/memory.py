@@ -8,7 +8,7 @@ last read). Both backends use this plan unchanged; they only say how a step is c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -62,11 +62,37 @@ def _size_text(n: int) -> str:
     return f"{n} B"
 
 
+@dataclass
+class Buffers:
+    """The buffers a memory plan decided, as the backends' modules and programs read them:
+    ``out_specs`` and ``scratch_specs`` are ``(name, elements, dtype)`` (outputs in the order
+    the driver takes them), ``donated`` maps an output's name to the input whose buffer it
+    is written into, ``output_sources`` says where each graph output is after a call:
+    ``('out', k)``, ``('input', i)`` or ``('const', k)``. A backend's module may extend it
+    (a subclass with what its own program reads, ``extended``)."""
+    out_specs: list = field(default_factory=list)
+    scratch_specs: list = field(default_factory=list)
+    donated: dict = field(default_factory=dict)
+    output_sources: list = field(default_factory=list)
+
+    @property
+    def out_names(self) -> list[str]:
+        return [n for n, _, _ in self.out_specs]
+
+    @property
+    def scratch_names(self) -> list[str]:
+        return [n for n, _, _ in self.scratch_specs]
+
+    def extended(self, kind: type, **changes) -> "Buffers":
+        """These buffers as a ``kind`` (a subclass), with ``changes``."""
+        return kind(**{**vars(self), **changes})
+
+
 class MemoryPlan:
     """Buffers for the steps of ``plan``; ``donate``: input indices whose buffers may hold
     outputs. ``driver_lines`` walks the steps once, binding buffers as it goes; afterwards
-    ``info`` describes the buffers (``out_specs``, ``scratch_specs``, ``donated``,
-    ``output_sources``) and ``in_place`` maps each output updated in place to its donor."""
+    ``info`` describes the buffers (``Buffers``) and ``in_place`` maps each output updated
+    in place to its donor."""
 
     def __init__(self, plan: Plan, donate: set[int], accumulators: dict | None = None,
                  profile: bool = False):
@@ -75,14 +101,14 @@ class MemoryPlan:
         self.accumulators = accumulators if accumulators is not None else {}
         self.profile = profile
         self.in_place: dict = {}
-        self.info: dict = {}
+        self.info = Buffers()
 
     def __str__(self) -> str:
         info = self.info
-        lines = [f"output {n}: {size} x {np.dtype(d).name}" for n, size, d in info.get("out_specs", ())]
-        lines += [f"{n}: {size} x {np.dtype(d).name}" for n, size, d in info.get("scratch_specs", ())]
+        lines = [f"output {n}: {size} x {np.dtype(d).name}" for n, size, d in info.out_specs]
+        lines += [f"{n}: {size} x {np.dtype(d).name}" for n, size, d in info.scratch_specs]
         lines += [f"{name} = donated input {i} (updated in place)"
-                  for name, i in info.get("donated", {}).items()]
+                  for name, i in info.donated.items()]
         return "\n".join(lines) or "(no buffers)"
 
     def driver_lines(self, calls: Sequence, step_lines: Callable) -> list[str]:
@@ -167,12 +193,9 @@ class MemoryPlan:
         lines.append("return None")
         order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))  # one buffer each
         self.walked_scratch = list(scratch_specs)
-        self.info = {"out_names": [out_specs[v][0] for v in order],
-                     "out_specs": [out_specs[v] for v in order],
-                     "scratch_names": [n for n, _, _ in scratch_specs],
-                     "scratch_specs": scratch_specs,
-                     "donated": {plan.array_name(v): i for v, i in donated.items()},
-                     "output_sources": self._output_sources(order, donated)}
+        self.info = Buffers([out_specs[v] for v in order], scratch_specs,
+                            {plan.array_name(v): i for v, i in donated.items()},
+                            self._output_sources(order, donated))
         return lines
 
     def stats(self) -> "MemoryStats":
@@ -183,15 +206,15 @@ class MemoryPlan:
         outs = list(dict.fromkeys(g.outputs))
         out = sum(_nbytes(v) for v in outs)
         alias = sum(_nbytes(v) for v in outs if v in self.in_place)
-        temp = sum(size * np.dtype(dt).itemsize for _, size, dt in info["scratch_specs"])
+        temp = sum(size * np.dtype(dt).itemsize for _, size, dt in info.scratch_specs)
         # backend scratch the walk did not see (the CUDA split reductions' partials): live
         # throughout
-        walked = {n for n, _, _ in getattr(self, "walked_scratch", info["scratch_specs"])}
-        extra = sum(size * np.dtype(dt).itemsize for n, size, dt in info["scratch_specs"]
+        walked = {n for n, _, _ in getattr(self, "walked_scratch", info.scratch_specs)}
+        extra = sum(size * np.dtype(dt).itemsize for n, size, dt in info.scratch_specs
                     if n not in walked)
         steps = [(name, arg + const + b + extra) for name, b in getattr(self, "timeline", [])]
         peak = max([b for _, b in steps], default=arg + const)
-        largest = max([size * np.dtype(dt).itemsize for _, size, dt in info["scratch_specs"]],
+        largest = max([size * np.dtype(dt).itemsize for _, size, dt in info.scratch_specs],
                       default=0)
         return MemoryStats(arg, out, alias, temp, const, peak, tuple(steps), largest)
 

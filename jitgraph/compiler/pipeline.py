@@ -19,16 +19,17 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core import Graph
-from .backends import TARGETS
+from ..targets import target_named
+from .backends import register_target
 from .backends.base import CompileOptions, Executable, ModuleText, ScalarContext, Target, \
-    emit_program
+    emit_program, with_own
 from .dynamic import CannotGeneralize, generalize, sample_points
 from .fusion import HostStep, Plan, kernel_ops, make_plan
 from .lower import lower
 from .memory import MemoryPlan
 
 __all__ = ["CompileOptions", "Generated", "compile", "compile_dynamic", "fuse", "generate",
-           "generate_graph", "load", "lower"]
+           "generate_graph", "load", "lower", "register_target", "target_of"]
 
 
 @dataclass
@@ -51,11 +52,10 @@ class Generated:
         self.shown_plan = self.plan if self.shown_plan is None else self.shown_plan
 
 
-def target_of(name: str) -> Target:
-    try:
-        return TARGETS[name]
-    except KeyError:
-        raise ValueError(f"unknown compiler target {name!r}; one of {sorted(TARGETS)}") from None
+def target_of(name: str, what: str = "unknown compiler target") -> Target:
+    """The registered target called ``name`` (``register_target``); ``what`` starts the
+    error message where there is none."""
+    return target_named(name, what)      # type: ignore[return-value]
 
 
 def fuse(graph: Graph, ctx: ScalarContext) -> Plan:
@@ -69,8 +69,7 @@ def generate(plan: Plan, target: Target, ctx: ScalarContext,
     codegen = target.codegen(plan, ctx, options)
     module, memory = emit_program(codegen, plan, set(options.donate))
     runner = target.call_path(plan, module.info, options)
-    return Generated(plan.graph, plan, module, memory, getattr(codegen, "made_decisions", []),
-                     runner)
+    return Generated(plan.graph, plan, module, memory, target.decisions(codegen), runner)
 
 
 def load(gen: Generated, target: Target, options: CompileOptions, t0: float) -> Executable:
@@ -105,17 +104,21 @@ def compile(graph: Graph, target: str = "cpu", options: CompileOptions | None = 
 
 
 def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, options: CompileOptions,
-                    t0: float | None = None) -> Executable:
+                    t0: float | None = None, target: str = "cpu") -> Executable:
     """Compile ``graph`` with the sizes ``symbols`` (name -> [(input, axis)]) as runtime
-    arguments (CPU only). ``trace_at(point)`` traces the same function with those sizes set
-    to ``point``'s; the programs generated at ``dynamic.sample_points`` are fitted into one
-    (``dynamic.generalize``). Loop layouts are decided at the sizes of ``graph``. Raises
-    ``CannotGeneralize`` when the program's structure depends on the sizes."""
+    arguments, on a target whose capabilities say ``dynamic_shapes`` (its options take
+    ``symbols``, ``decisions`` and ``allow_native``). ``trace_at(point)`` traces the same
+    function with those sizes set to ``point``'s; the programs generated at
+    ``dynamic.sample_points`` are fitted into one (``dynamic.generalize``). Loop layouts are
+    decided at the sizes of ``graph``. Raises ``CannotGeneralize`` when the program's
+    structure depends on the sizes."""
     t0 = time.perf_counter() if t0 is None else t0
-    tgt = target_of("cpu")
+    tgt = target_of(target)
+    if not tgt.capabilities.dynamic_shapes:
+        raise ValueError(f"compile_dynamic: target {tgt.name!r} compiles fixed sizes only")
     base = generate_graph(graph, tgt, options)
     sym_list = tuple((name, group[0][0], group[0][1]) for name, group in symbols.items())
-    at_points = replace(options, symbols=sym_list, decisions=base.decisions)
+    at_points = with_own(options, tgt.options_type, symbols=sym_list, decisions=base.decisions)
     points = sample_points(dict.fromkeys(symbols, 0))
     gens = []
     for point in points:
@@ -139,7 +142,7 @@ def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, options: Co
                        generalize([g.runner for g in gens], points),
                        shown_graph=base.graph, shown_plan=base.plan,
                        stages=dict(base.stages, source=module.source))
-    loaded = replace(at_points, decisions=None, allow_native=True)
+    loaded = with_own(at_points, tgt.options_type, decisions=None, allow_native=True)
     return load(fitted, tgt, loaded, t0)
 
 

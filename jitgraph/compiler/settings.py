@@ -8,6 +8,7 @@ import importlib.util
 import os
 from contextlib import contextmanager
 
+from ..targets import capabilities
 from ..version import __version__
 from .disk_cache import DiskCache
 from .state import STATE
@@ -23,14 +24,15 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @contextmanager
-def compile_settings(device: str = "cpu"):
-    """Numba settings while a generated program compiles (its first call: Numba compiles
-    lazily): the optimization level, and the garbage collector off (``no_gc``). Holds Numba's
-    compiler lock, so other threads' compiles keep their settings. CUDA kernels keep NVVM's
-    own optimization level."""
+def compile_settings(target: str = "cpu"):
+    """Numba settings while a generated program of ``target`` compiles (its first call: Numba
+    compiles lazily): the garbage collector off (``no_gc``) and, for a target compiling with
+    Numba's CPU pipeline (its capabilities say ``numba_cpu``), the optimization level, under
+    Numba's compiler lock, so other threads' compiles keep their settings. Other targets
+    (CUDA kernels: NVVM) keep their own optimization level."""
     from numba.core import config
     from numba.core.compiler_lock import global_compiler_lock
-    if "NUMBA_OPT" in os.environ or device != "cpu":
+    if "NUMBA_OPT" in os.environ or not capabilities(target).numba_cpu:
         with no_gc():
             yield
         return

@@ -6,55 +6,95 @@ which fusion uses while it builds kernel bodies), generates one program's text (
 and the driver that launches the steps) and loads that text as an ``Executable``. The
 pipeline (``compiler/pipeline.py``) calls them in that order; ``emit_program`` below is the
 part of generation that is the same for every backend. To add a backend, write these three
-objects; nothing else in the compiler changes.
+objects, bundle them in a ``Target`` and pass it to ``register_target`` (``jitgraph.targets``);
+nothing else in jitgraph changes (docs/pipeline/codegen.md, "Adding a backend").
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..kernel_text import KernelSource
-from ..memory import MemoryPlan
+from ..memory import Buffers, MemoryPlan
+from ...targets import Capabilities
 
 
 @dataclass
 class ModuleText:
     """One program's generated text, before anything is compiled: the module source (a
     template holding ``{H}`` where a backend names functions by a hash of the finished
-    text), its kernels, the driver's name and the buffer info of the memory plan."""
+    text), its kernels, the driver's name and the buffers of the memory plan (extended by the
+    backend with what its program reads)."""
     source: str
     kernels: list[KernelSource]
     driver_name: str
-    info: dict
+    info: Buffers
 
 
 @dataclass
 class CompileOptions:
-    """How a program is compiled. ``donate``: input indices whose buffers may hold outputs;
-    ``approx_math``: the CPU's vectorizable exp/log/tanh approximations; ``symbols``: sizes
-    that are runtime arguments, ``(name, input index, axis)``; ``decisions``: loop layouts to
-    reuse (``compile_dynamic``); ``compiled_driver``: a loop body's driver, called from a
-    compiled loop; ``profile``: a driver that marks the end of every step; ``name``: the
-    function's name, for error messages; ``allow_native``: where this process has not
-    imported Numba, a CPU program may run from its native bundle (``native.py``), and one is
-    written after its first call; ``cuda_graph``: a CUDA program replays its launch sequence
-    as a CUDA graph once its buffers repeat; ``stream``: the caller's stream for a CUDA
-    program (else the driver's own)."""
+    """How a program is compiled, for every target. ``donate``: input indices whose buffers
+    may hold outputs; ``single_output``: the call path returns a lone output array as it is
+    (a host-array target; jit asks for it only there); ``profile``: a driver that marks the
+    end of every step; ``name``: the function's name, for error messages; ``target``: the
+    target's own options (``CpuOptions``, ``CudaOptions``; None: its defaults, see
+    ``own_options``)."""
     fastmath: bool = False
     donate: tuple = ()
-    approx_math: bool = True
     single_output: bool = False
+    profile: bool = False
+    name: str = "f"
+    target: Any = None
+
+
+@dataclass
+class CpuOptions:
+    """The CPU target's own options. ``approx_math``: the vectorizable exp/log/tanh
+    approximations; ``symbols``: sizes that are runtime arguments, ``(name, input index,
+    axis)``; ``decisions``: loop layouts to reuse (``compile_dynamic``);
+    ``compiled_driver``: a loop body's driver, called from a compiled loop;
+    ``allow_native``: where this process has not imported Numba, a program may run from its
+    native bundle (``native.py``), and one is written after its first call."""
+    approx_math: bool = True
     symbols: tuple = ()
     decisions: Any = None
     compiled_driver: bool = False
-    profile: bool = False
-    name: str = "f"
     allow_native: bool = False
+
+
+@dataclass
+class CudaOptions:
+    """The CUDA target's own options. ``cuda_graph``: a program replays its launch sequence
+    as a CUDA graph once its buffers repeat; ``stream``: the caller's stream (else the
+    driver's own)."""
     cuda_graph: bool = True
     stream: Any = None
+
+
+def own_options(options: CompileOptions, kind: type) -> Any:
+    """The target's own options in ``options`` (a ``kind`` with its defaults when none were
+    given)."""
+    own = options.target
+    if own is None:
+        return kind()
+    if not isinstance(own, kind):
+        raise TypeError(f"compile options for {kind.__name__} expected, got {type(own).__name__}")
+    return own
+
+
+def options_from(kind: type, settings: dict) -> Any:
+    """A target's own options made from the settings a caller has (``jit``'s ``cuda_graph``,
+    ``stream``, ...): those that ``kind`` declares, the rest ignored."""
+    names = {f.name for f in fields(kind)}
+    return kind(**{k: v for k, v in settings.items() if k in names})
+
+
+def with_own(options: CompileOptions, kind: type, **changes: Any) -> CompileOptions:
+    """``options`` with its target options changed (``dataclasses.replace`` of both)."""
+    return replace(options, target=replace(own_options(options, kind), **changes))
 
 
 class ScalarContext(Protocol):
@@ -121,12 +161,33 @@ class Executable(Protocol):
 
 
 class Target(Protocol):
-    """A backend: its scalar context, its code generator and its loader."""
+    """A backend: its name and capabilities (what ``jit``, ``device_put``, the profiler and
+    the compile settings ask instead of comparing names), its own options, and the four
+    things the pipeline calls in order: its scalar context, its code generator, the call path
+    of a generated program and its loader. ``register_target`` makes one usable by name."""
     name: str
+    aliases: tuple[str, ...]
+    capabilities: Capabilities
+    options_type: type
+    """The dataclass of its own options (``CompileOptions.target``)."""
+
+    def check_usable(self, what: str) -> None:
+        """Raise a clear error, naming ``what`` asked, where this target cannot run here."""
+
+    def synchronize(self) -> None:
+        """Wait until every program launched on this target has finished (a timer's end)."""
 
     def context(self, options: CompileOptions) -> ScalarContext: ...
 
     def codegen(self, plan: Plan, ctx: ScalarContext, options: CompileOptions) -> Codegen: ...
+
+    def call_path(self, plan: Plan, info: Buffers, options: CompileOptions) -> str:
+        """The source of the straight-line call path ``load`` builds the program's runner
+        from ("" where the executable builds one per signature itself)."""
+
+    def decisions(self, codegen: Codegen) -> list:
+        """The layout decisions ``codegen`` made (reused when the program is generated again
+        at other sizes, ``compile_dynamic``); [] for a target without them."""
 
     def load(self, generated: Any, options: CompileOptions, t0: float,
              compile_again: Callable | None = None) -> Executable: ...

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from ...core import returns_input_type, scalar_function
+from ...core import approximations, returns_input_type, scalar_function
 from ...dtypes import storage
 from ..emit import literal, offset, scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, init_value, kernel_params, numba_cast, numba_convert,
-                           outer_offset, with_narrow_import,
+                           import_lines, outer_offset, with_narrow_import,
                            step_ops, store_lines, subgraph_comment)
-from ..memory import MemoryPlan
+from ..memory import Buffers, MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_WITH_BLAS,
                           SMALL_PROGRAM_STEPS)
 from .base import ModuleText
@@ -68,10 +68,11 @@ import numpy as np
 from numba import njit, prange
 from jitgraph.kernels.scalar import (maximum, minimum, maximum_step, minimum_step, sign, floor,
     erf, logistic, power, clamp_index)
-from jitgraph.kernels.fastmath import (exp_f32, exp_f64, log_f32, log_f64, log1p_f32, log1p_f64,
-    expm1_f32, expm1_f64, tanh_f32, tanh_f64, logistic_f32, logistic_f64)
+''' + import_lines("jitgraph.kernels.fastmath", approximations()) + '''\
 from jitgraph.kernels.matmul import blas_gemm, gemm, matmul_blas, matmul_loop
 '''
+# (the approximations' import comes from the records, ``Lowering.approx``: a primitive given
+# one is imported with no edit here; tests/test_lowering_records.py checks the rest)
 
 
 def _view_type(operand) -> str:
@@ -112,6 +113,13 @@ def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) 
         ",\n    no_cpython_wrapper=True, no_cfunc_wrapper=True"
     return (f"@njit(cache=True, parallel={parallel}, fastmath={fm}, error_model='numpy', "
             f"boundscheck=False, nogil=True{extra})")
+
+
+@dataclass
+class CpuBuffers(Buffers):
+    """The memory plan's buffers, and the BLAS helpers the driver calls (``(name, types)``,
+    what ``compile_pool`` compiles ahead)."""
+    blas_calls: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -345,21 +353,19 @@ class CpuCodegen:
         info; the templates hold ``{H}`` where ``finish_module`` puts the hash of the finished
         source."""
         plan, g = self.plan, self.plan.graph
-        info = memory.info
+        info = memory.info = memory.info.extended(CpuBuffers, blas_calls=sorted(self._blas_calls))
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
         driver_name = "program_{H}"
         dl = [] if self.python_driver else ["@njit(cache=True, nogil=True)"]
-        params = in_names + const_names + info["out_names"] + info["scratch_names"]
+        params = in_names + const_names + info.out_names + info.scratch_names
         dl.append(f"def {driver_name}({', '.join(p + '_nd' for p in params)}):")
         dl += [f"    {name} = {in_names[i]}_nd.shape[{axis}]  # a size known at run time"
                for name, i, axis in self.symbols]
         sizes = [v.aval.size for v in g.inputs] + [v.aval.size for v in plan.const_args] + \
-            [n for _, n, _ in info["out_specs"]] + [n for _, n, _ in info["scratch_specs"]]
+            [n for _, n, _ in info.out_specs] + [n for _, n, _ in info.scratch_specs]
         dl += [f"    {p} = {p}_nd.reshape({n})  # flat view" for p, n in zip(params, sizes)]
         dl += ["    " + l for l in body]
-        info["const_names"] = const_names
-        info["blas_calls"] = sorted(self._blas_calls)
         source = "\n\n\n".join(self.chunks + ["\n".join(dl)]) + "\n"
         return ModuleText(source, self.kernels, driver_name, info)
 

@@ -21,8 +21,10 @@ from .. import compile_pool, native
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import host_impl
+from ..memory import Buffers
 from ..settings import compile_settings, disk_cache, fingerprint
 from ..state import STATE
+from .base import CpuOptions, own_options, with_own
 from .cpu import finish_module
 
 
@@ -51,17 +53,17 @@ class CpuProgram:
         # (16-bit floats as their bits: what the kernels read, see kernels/narrow.py)
         self.const_values = tuple(as_stored(gen.graph.consts[v])
                                   for v in gen.plan.const_args)
-        self.donated = info["donated"]
-        self.blas_calls = tuple(info.get("blas_calls", ()))   # what compile_pool precompiles
+        self.donated = info.donated
+        self.blas_calls = tuple(info.blas_calls)   # what compile_pool precompiles
         self.was_on_disk = was_on_disk
         self.module = module
         self.kernel_modules = list(kernel_modules)
         self.runner_template = gen.runner
         self.options = options            # how it was generated (CompileOptions)
-        self.symbols = tuple(options.symbols)
-        self.out_specs = [(n, storage(d)) for _, n, d in info["out_specs"]]
-        self.scratch_specs = [(n, storage(d)) for _, n, d in info["scratch_specs"]]
-        self.sources = info["output_sources"]
+        self.symbols = tuple(own_options(options, CpuOptions).symbols)
+        self.out_specs = [(n, storage(d)) for _, n, d in info.out_specs]
+        self.scratch_specs = [(n, storage(d)) for _, n, d in info.scratch_specs]
+        self.sources = info.output_sources
         self.native = native_bundle is not None   # runs from a native bundle, without Numba
         self.bundle_file = native_bundle  # the bundle it was run from or written to
         self.bundle_path = bundle_path    # where to write its native bundle after a call
@@ -117,8 +119,8 @@ class CpuProgram:
         (see ``jitgraph.profile``)."""
         key = None if graph is None else tuple(v.aval.shape for v in graph.inputs)
         if key not in self._profiled:
-            options = replace(self.options, symbols=(), decisions=None, profile=True,
-                              allow_native=False)
+            options = with_own(replace(self.options, profile=True), CpuOptions, symbols=(),
+                               decisions=None, allow_native=False)
             self._profiled[key] = self._compile_again(
                 self.graph if graph is None else graph, options)
         return self._profiled[key]
@@ -131,7 +133,7 @@ class CpuProgram:
         return sum(numba_compile_count(m) for m in [self.module, *self.kernel_modules])
 
 
-def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence = (),
+def runner_template(graph: Graph, info: Buffers, n_consts: int, symbols: Sequence = (),
                     single_output: bool = False) -> str:
     """Source of the call path (see ``CpuProgram.make_runner``), with every size written
     as a literal, so programs whose sizes are runtime arguments can fit it like the module.
@@ -147,7 +149,7 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
         lines.append(f"    if x{i}.dtype is not D{i} or "
                      f"not x{i}.flags.c_contiguous or not x{i}.flags.writeable: "
                      f"x{i} = conv(x{i}, D{i})")
-    donated = sorted(set(info["donated"].values()))
+    donated = sorted(set(info.donated.values()))
     if donated and n_in > 1:
         # a buffer updated in place must not also be read through another argument
         lines.append(f"    bad = overlaps(({', '.join(xs)},), {tuple(donated)!r})")
@@ -159,14 +161,14 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
         if is_narrow(v.aval.dtype):
             lines.append(f"    v{i} = x{i}.view(U16)")
             args[i] = f"v{i}"
-    out_shapes = {j: v.aval.shape for (kind, j), v in zip(info["output_sources"], graph.outputs)
+    out_shapes = {j: v.aval.shape for (kind, j), v in zip(info.output_sources, graph.outputs)
                   if kind == "out"}
     outs = []
-    for j in range(len(info["out_specs"])):
+    for j in range(len(info.out_specs)):
         lines.append(f"    o{j} = empty({out_shapes[j]!r}, OD{j})")
         outs.append(f"o{j}")
     cs = [f"C{j}" for j in range(n_consts)]
-    specs = info["scratch_specs"]
+    specs = info.scratch_specs
     sc = [f"s[{j}]" for j in range(len(specs))]
     if sc:
         key = f"({''.join(name + ', ' for name, _, _ in symbols)})"
@@ -180,7 +182,7 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
         lines.append("    pool.append(s)" if not symbols else
                      f"    pools.setdefault({key}, []).append(s) if len(pools) < 64 else None")
     res = []
-    for k, ((kind, j), v) in enumerate(zip(info["output_sources"], graph.outputs)):
+    for k, ((kind, j), v) in enumerate(zip(info.output_sources, graph.outputs)):
         shp = v.aval.shape
         back = f".view(LD{k})" if is_narrow(v.aval.dtype) else ""
         if kind == "out":
@@ -197,14 +199,14 @@ def runner_template(graph: Graph, info: dict, n_consts: int, symbols: Sequence =
 def load(gen, options, t0: float, compile_again: Callable | None = None) -> CpuProgram:
     """Name, write or find in the disk cache, import and wrap a generated program: each kernel
     is its own cache entry (shared by every program computing it), the driver another.
-    ``options.allow_native``: where this process has not imported Numba, run the
+    ``allow_native`` (its ``CpuOptions``): where this process has not imported Numba, run the
     program from its native bundle (``native.py``) when the disk cache has one; otherwise
     write one after the program's first call."""
     fin = finish_module(gen.module.source, gen.module.kernels, gen.module.driver_name)
     key = fingerprint()
     cache = disk_cache()
     bundle = None
-    if options.allow_native and native.enabled() and not any(
+    if own_options(options, CpuOptions).allow_native and native.enabled() and not any(
             isinstance(s, HostStep) for s in gen.plan.steps):
         bundle = cache.directory / (cache.entry_name(fin.driver_source, key) + ".native")
         if "numba" not in sys.modules:
@@ -242,7 +244,7 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
         # the driver's BLAS helpers first (each costs as much as a large kernel; where Numba's
         # cache has them, this only loads them), then kernels largest first (source length as
         # the cost), so whoever is free takes the next largest and the processes finish together
-        helpers = [(matmul, name, types) for name, types in gen.module.info.get("blas_calls", ())]
+        helpers = [(matmul, name, types) for name, types in gen.module.info.blas_calls]
         wait_for_bundles()
         _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
     # the driver calls its kernels (own cache entries) and host steps by module-level name

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,7 +48,7 @@ from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, colum
                            has_arg_reduction, kernel_params, numba_cast, numba_convert,
                            with_narrow_import, outer_offset, step_ops,
                            store_lines, subgraph_comment)
-from ..memory import MemoryPlan
+from ..memory import Buffers, MemoryPlan
 from ..thresholds import (COLUMN_MIN_OUTER, COLUMN_PART_MIN, COLUMN_ROWS,  # noqa: F401
                           ELEMENTS_PER_THREAD, GATHER_SPLIT_CHUNK, GATHER_SPLIT_MIN_INNER,
                           MAX_BLOCKS, MAX_THREADS, SPLIT_CHUNK, SPLIT_MAX_OUTER,
@@ -72,6 +73,15 @@ from jitgraph.kernels.cuda_scalar import (maximum, minimum, sign, floor, erf, po
 from jitgraph.cuda_driver import driver
 D = driver()   # every launch, copy and library call goes through the driver layer, on its stream
 '''
+
+
+@dataclass
+class CudaBuffers(Buffers):
+    """The memory plan's buffers (the split reductions' partials among the scratch), whether
+    the reductions use warp shuffles (part of the module's cache key) and how many kernels
+    each step's launcher launches."""
+    shuffle: bool = False
+    launches: dict = field(default_factory=dict)
 
 
 class CudaContext:
@@ -899,13 +909,13 @@ class CudaCodegen:
         """The finished module source (named by its hash), its kernels, the driver's name and
         the buffer info, with the split reductions' partials as scratch."""
         plan, g = self.plan, self.plan.graph
-        info = memory.info
-        info["scratch_specs"] = list(info["scratch_specs"]) + self.extra_scratch
-        info["scratch_names"] = [n for n, _, _ in info["scratch_specs"]]
+        info = memory.info = memory.info.extended(
+            CudaBuffers, scratch_specs=list(memory.info.scratch_specs) + self.extra_scratch,
+            shuffle=self.shuffle, launches=dict(self.launch_counts))
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
         driver_name = "program_{H}"
-        params = in_names + const_names + info["out_names"] + info["scratch_names"]
+        params = in_names + const_names + info.out_names + info.scratch_names
         dl = ['def ' + driver_name + f"({', '.join(params)}):",
               '    """Launch the steps in order on flat device arrays (no synchronisation)."""']
         dl += ["    " + l for l in body]
@@ -917,9 +927,6 @@ class CudaCodegen:
         for ks in self.kernels:
             ks.source = ks.source.replace("{H}", h)
             ks.name = f"{ks.name}_{h}"
-        info["const_names"] = const_names
-        info["shuffle"] = self.shuffle      # part of the module's cache key
-        info["launches"] = dict(self.launch_counts)
         return ModuleText(src, self.kernels, driver_name.replace("{H}", h), info)
 
 

@@ -22,6 +22,7 @@ from ...device import (DeviceArray, as_device_buffer, buffer_pointer, compute_ca
 from ..fusion import HostStep, MatmulStep
 from ..host import host_impl, on_device
 from ..settings import disk_cache, fingerprint
+from .base import CudaOptions, own_options
 
 
 def cache_key(fingerprint: str, cc: tuple, sim: bool, shuffle: bool) -> str:
@@ -45,6 +46,7 @@ class CudaProgram:
         info = gen.module.info
         self.name = options.name
         self.options = options
+        self.own = own_options(options, CudaOptions)   # the CUDA target's own options
         self.donate = set(options.donate)
         self.graph = gen.shown_graph
         self.plan = gen.shown_plan
@@ -54,13 +56,13 @@ class CudaProgram:
         self.driver = driver
         self.module = module
         self.was_on_disk = was_on_disk
-        self.donated = info["donated"]
+        self.donated = info.donated
         self.const_values = tuple(D.to_device(as_stored(gen.graph.consts[v]))
                                   for v in gen.plan.const_args)     # uploaded once
-        self.out_specs = [(n, storage(d)) for _, n, d in info["out_specs"]]   # (16-bit
-        self.scratch_specs = [(n, storage(d)) for _, n, d in info["scratch_specs"]]  # floats: bits)
-        self.sources = info["output_sources"]
-        self.launch_counts: dict = info.get("launches", {})   # step -> kernels it launches
+        self.out_specs = [(n, storage(d)) for _, n, d in info.out_specs]   # (16-bit
+        self.scratch_specs = [(n, storage(d)) for _, n, d in info.scratch_specs]  # floats: bits)
+        self.sources = info.output_sources
+        self.launch_counts: dict = info.launches   # step -> kernels it launches
         self._compile_again = compile_again
         self._profiled: CudaProgram | None = None
         self._scratch_pool: list = []
@@ -80,7 +82,7 @@ class CudaProgram:
                     "nd": np.ndarray, "pool": self._scratch_pool, "step": self.launcher(),
                     "unflatten": out_tree.unflatten, "overlaps": _overlaps, "copy": _copy,
                     "new_scratch": lambda: [D.alloc(n, d) for n, d in self.scratch_specs],
-                    "fail": lambda e: _fail(e, self.name), "D": D, "S": self.options.stream}
+                    "fail": lambda e: _fail(e, self.name), "D": D, "S": self.own.stream}
         lines = [f"def run({', '.join(xs)}):", "    try:"]
         donated = sorted(set(self.donated.values()))
         if donated:
@@ -112,7 +114,7 @@ class CudaProgram:
             lines.append("        s = pool.pop() if pool else new_scratch()")
         bs = [f"b{i}" for i in range(n_in)]
         call = f"step({', '.join(bs + cs + outs + sc)})"
-        if self.options.stream is not None:       # the caller's stream, given explicitly
+        if self.own.stream is not None:       # the caller's stream, given explicitly
             lines += ["        with D.using(S):", f"            {call}"]
         else:
             lines.append(f"        {call}")
@@ -162,7 +164,7 @@ class CudaProgram:
         events between steps)."""
         if self._replay is None:
             D = cuda_driver()
-            ok = (self.options.cuda_graph and not self.options.profile
+            ok = (self.own.cuda_graph and not self.options.profile
                   and D.capture_mode is not None
                   and not any(isinstance(s, HostStep) and not on_device(s.node)
                               for s in self.plan.steps))
@@ -299,7 +301,7 @@ def _fail(e: Exception, name: str) -> Exception:
 def load(gen, options, t0: float, compile_again: Callable | None = None) -> CudaProgram:
     """Find the module in the disk cache (or write it) and wrap it; its kernels compile on
     their first launch."""
-    key = cache_key(fingerprint(), compute_capability(), simulator(), gen.module.info["shuffle"])
+    key = cache_key(fingerprint(), compute_capability(), simulator(), gen.module.info.shuffle)
     module, was_on_disk = disk_cache().load_module(gen.module.source, key_extra=key)
     # the driver calls host steps by module-level name
     for s in gen.plan.steps:
