@@ -3,8 +3,9 @@
 Layout ops (reshape, transpose, broadcast, slicing, padding, concatenation) and gathers become
 index arithmetic; elementwise ops become scalar expressions (the rule of each primitive's
 ``lowering`` record); a materialized value is an array load, or a local variable when the same
-kernel computed it at this index. The statements are plain Python syntax, valid in Numba
-``@njit`` and ``@cuda.jit`` kernels alike; ``ctx`` names the backend's scalar functions.
+kernel computed it at this index. Every piece of syntax comes from ``ctx``, the backend's
+scalar context: its syntax table (``compiler/syntax.py``), which also names the backend's scalar
+functions.
 """
 from __future__ import annotations
 
@@ -15,26 +16,11 @@ import numpy as np
 from ..core import GATHER, INDEX_MAP, SCALAR, Node, Var
 from ..dtypes import is_narrow
 from ..ops.layout import concat_index_map, row_major_strides
+from .syntax import Statement
 
 
 class CannotFuse(Exception):
     """The requested value can't be computed in this kernel at this point."""
-
-
-def literal(value, dtype) -> str:
-    dtype = np.dtype(dtype)
-    if is_narrow(dtype):            # a 16-bit float: kernels hold its bits (kernels/narrow.py)
-        return f"np.uint16({int(np.asarray(value, dtype).view(np.uint16))})"
-    v = np.asarray(value).item()
-    if dtype.kind == "b":
-        return "True" if v else "False"
-    if dtype.kind in "iu":
-        return f"np.{dtype.name}({int(v)})"
-    if np.isnan(v):
-        return f"np.{dtype.name}(np.nan)"
-    if np.isinf(v):
-        return f"np.{dtype.name}({'-' if v < 0 else ''}np.inf)"
-    return f"np.{dtype.name}({float(v)!r})"
 
 
 def progression(c: np.ndarray) -> tuple[int, int] | None:
@@ -76,7 +62,7 @@ class ScatterParts(NamedTuple):
     source: str              # the update's element
 
 
-def scatter_parts(plan, node: Node) -> ScatterParts:
+def scatter_parts(plan, node: Node, syntax) -> ScatterParts:
     g, *ix = node.inputs
     shape = node.out.aval.shape
     nb = g.aval.ndim - (len(shape) - len(ix))
@@ -88,13 +74,14 @@ def scatter_parts(plan, node: Node) -> ScatterParts:
         lead = nb - iv.aval.ndim
         off = offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
                      iv.aval.shape)
-        lines.append(f"j{k} = clamp_index({plan.array_name(iv)}[{off}], {shape[k]})")
+        lines.append(syntax.assign(f"j{k}", syntax.clamp_index(
+            syntax.index(plan.array_name(iv), off), shape[k])))
         tgt.append(f"j{k}")
     params = list(dict.fromkeys([plan.array_name(v) for v in node.inputs]
                                 + [plan.array_name(node.out)]))
     return ScatterParts(params, bv + rv, list(g.aval.shape[:nb]) + list(rest), lines,
                         offset(tgt + rv, shape),
-                        f"{plan.array_name(g)}[{offset(bv + rv, g.aval.shape)}]")
+                        syntax.index(plan.array_name(g), offset(bv + rv, g.aval.shape)))
 
 
 class Emitter:
@@ -115,7 +102,7 @@ class Emitter:
         self.stored_here = stored_here
         self.ctx = ctx
         self.prefix = prefix
-        self.lines: list[str] = []
+        self.lines: list[Statement] = []
         self.loads: set[Var] = set()
         self.load_offsets: dict[Var, set] = {}
         self.memo: dict = {}
@@ -126,7 +113,7 @@ class Emitter:
     def _new(self, expr: str) -> str:
         name = f"{self.prefix}{self._n}"
         self._n += 1
-        self.lines.append(f"{name} = {expr}")
+        self.lines.append(self.ctx.assign(name, expr))
         return name
 
     def _is_aligned(self, v: Var, idx: tuple) -> bool:
@@ -140,7 +127,7 @@ class Emitter:
         idx = norm_idx(idx, v.aval.shape)
         c = self.plan.graph.consts.get(v)
         if c is not None and c.size == 1:
-            return literal(c.reshape(()), v.aval.dtype)
+            return self.ctx.literal(c.reshape(()), v.aval.dtype)
         key = (v, idx)
         hit = self.memo.get(key)
         if hit is not None:
@@ -165,9 +152,8 @@ class Emitter:
             if prog is not None:          # computed from the index, not loaded
                 (i,) = [e for e, d in zip(idx, v.aval.shape) if d != 1]
                 start, step = prog
-                expr = i if step == 1 else f"{step} * {i}"
-                expr = expr if start == 0 else f"{start} + {expr}"
-                return self._new(self.ctx.cast(f"({expr})", v.aval.dtype))
+                expr = self.ctx.group(self.ctx.affine(start, step, i))
+                return self._new(self.ctx.cast(expr, v.aval.dtype))
         if v in self.plan.materialized or v in self.plan.graph.consts or v in self.plan.input_set:
             pos = self.plan.available_at(v)
             if pos >= self.step_pos and not (
@@ -177,7 +163,7 @@ class Emitter:
             self.loads.add(v)
             off = offset(idx, v.aval.shape)
             self.load_offsets.setdefault(v, set()).add(off)
-            return self._new(f"{self.plan.array_name(v)}[{off}]")
+            return self._new(self.ctx.index(self.plan.array_name(v), off))
         return self._expand(v, idx)
 
     def compute(self, v: Var, idx: Sequence[str]) -> str:
@@ -236,22 +222,23 @@ class Emitter:
             for inp, (in_idx, lo, hi) in zip(x, parts):
                 in_idx = list(in_idx)
                 n = inp.aval.shape[axis]
-                in_idx[axis] = f"min(max({in_idx[axis]}, 0), {n - 1})"
+                in_idx[axis] = self.ctx.clip(in_idx[axis], n)
                 vals.append((self.value(inp, in_idx), hi))
             expr = vals[-1][0]
             for val, hi in reversed(vals[:-1]):
-                expr = f"({val} if {idx[axis]} < {hi} else {expr})"
+                expr = self.ctx.select(self.ctx.bare("lt", idx[axis], self.ctx.number(hi)),
+                                       val, expr)
             return self._new(expr)
         if name == "pad_slice":
             in_idx, cond = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
-            in_idx = [f"min(max({e}, 0), {d - 1})" if e not in idx else e
+            in_idx = [self.ctx.clip(e, d) if e not in idx else e
                       for e, d in zip(in_idx, x[0].aval.shape)]
             if x[0].aval.size == 0:
-                return literal(0, out.dtype)
+                return self.ctx.literal(0, out.dtype)
             val = self.value(x[0], in_idx)
             if cond is None:
                 return val
-            return self._new(f"({val} if {cond} else {literal(0, out.dtype)})")
+            return self._new(self.ctx.select(cond, val, self.ctx.literal(0, out.dtype)))
         in_idx = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
         return self.value(x[0], in_idx)
 
@@ -263,5 +250,5 @@ class Emitter:
         for k, iv in enumerate(ix):
             lead = nb - iv.aval.ndim
             raw = self.value(iv, b_idx[lead:])
-            in_idx.append(self._new(f"clamp_index({raw}, {x.aval.shape[k]})"))
+            in_idx.append(self._new(self.ctx.clamp_index(raw, x.aval.shape[k])))
         return self.value(x, in_idx + list(rest))

@@ -37,10 +37,10 @@ def _word_prim(name, impl, rule):
 
 uint32_add_p = _word_prim(
     "uint32_add", lambda x, y: (x + y) & MASK32,
-    lambda c, x, y: f"(({x} + {y}) & {MASK32})")
+    lambda c, x, y: c.op("bitand", c.op("add", x, y), c.number(MASK32)))
 uint32_xor_p = _word_prim(
     "uint32_xor", lambda x, y: np.bitwise_xor(x, y),
-    lambda c, x, y: f"({x} ^ {y})")
+    lambda c, x, y: c.op("xor", x, y))
 
 
 def _mix_impl(x, y, *, r):
@@ -52,5 +52,7 @@ def _mix_impl(x, y, *, r):
 # 20-round generator is about a third shorter, and Numba compiles it faster.
 threefry_mix_p = _word_prim(
     "threefry_mix", _mix_impl,
-    lambda c, x, y, *, r: f"(((({y} << {r}) | ({y} >> {32 - r})) & {MASK32}) "
-                          f"^ (({x} + {y}) & {MASK32}))")
+    lambda c, x, y, *, r: c.op("xor", c.op("bitand", c.op("bitor", c.op("shl", y, c.number(r)),
+                                                            c.op("shr", y, c.number(32 - r))),
+                                                 c.number(MASK32)),
+                               c.op("bitand", c.op("add", x, y), c.number(MASK32))))

@@ -44,7 +44,7 @@ from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..host import DEVICE_CALLS, on_device
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
-                           has_arg_reduction, kernel_params, numba_cast, numba_convert,
+                           has_arg_reduction, kernel_params,
                            with_narrow_import, outer_offset, step_ops,
                            store_lines, subgraph_comment)
 from ..memory import MemoryPlan
@@ -52,6 +52,7 @@ from ..thresholds import (COLUMN_MIN_OUTER, COLUMN_PART_MIN, COLUMN_ROWS,  # noq
                           ELEMENTS_PER_THREAD, GATHER_SPLIT_CHUNK, GATHER_SPLIT_MIN_INNER,
                           MAX_BLOCKS, MAX_THREADS, SPLIT_CHUNK, SPLIT_MAX_OUTER,
                           SPLIT_MIN_INNER, WARP_ROW_MAX, WARP_ROWS)
+from ..syntax import Syntax
 from .base import ModuleText
 from .cuda_geometry import DeviceLimits, device_limits, min_blocks, stride_grid
 
@@ -74,8 +75,9 @@ D = driver()   # every launch, copy and library call goes through the driver lay
 '''
 
 
-class CudaContext:
-    """Scalar functions for CUDA kernels: ``math.*`` maps to libdevice (``expf`` for float32)."""
+class CudaContext(Syntax):
+    """The syntax of CUDA kernels: the base table (``compiler/syntax.py``), whose scalar
+    functions are CUDA's (``math.*`` maps to libdevice: ``expf`` for float32)."""
 
     backend = "cuda"
     narrow_products = True     # 16-bit float operands straight to GemmEx (fusion.product_inputs)
@@ -88,12 +90,6 @@ class CudaContext:
 
     def returns_input_type(self, name: str) -> bool:
         return returns_input_type(name, "cuda", self.approx_math)
-
-    def cast(self, expr: str, dtype) -> str:
-        return numba_cast(expr, dtype)
-
-    def convert(self, expr: str, src, dst) -> str:
-        return numba_convert(expr, src, dst)
 
     def fn(self, name: str) -> str:
         return scalar_function(name, "cuda", self.in_dtype, self.approx_math)
@@ -224,7 +220,7 @@ class CudaCodegen:
         lines = self._kernel_head(kern, params)
         st = body.stages[0]
         dec = _decompose("lin", body.o_vars, k.outer_shape, "")
-        stores = store_lines(self.plan, st, k, "")
+        stores = store_lines(self.ctx, self.plan, st, k, "")
         simple = all(_ASSIGN.match(l) and not l.rstrip().endswith(":") for l in dec + st.lines)
         group = u * t
         n_main = (n // group) * group if simple and u > 1 else 0
@@ -262,7 +258,7 @@ class CudaCodegen:
         return out
 
     def _init_accs(self, st, pad: str) -> list[str]:
-        return acc_init_lines(st.reductions, pad)
+        return acc_init_lines(self.ctx, st.reductions, pad)
 
     def _accumulate(self, st, index: str, pad: str) -> list[str]:
         out = []
@@ -325,7 +321,7 @@ class CudaCodegen:
     def _scalar_stage(self, st, k: LoopKernel, pad: str) -> list[str]:
         """Every thread computes the per-row values (later stages read them); one stores."""
         out = [pad + l for l in st.lines]
-        stores = store_lines(self.plan, st, k, pad + "    ")
+        stores = store_lines(self.ctx, self.plan, st, k, pad + "    ")
         if stores:
             out += [pad + "if tid == 0:"] + stores
         return out
@@ -387,7 +383,7 @@ class CudaCodegen:
         body = k.body
         dec = _decompose("rl", body.r_vars, k.inner_shape, "")
         accs = self._accumulate(st, "rl", "") if accs is None else accs
-        stores = store_lines(self.plan, st, k, "")
+        stores = store_lines(self.ctx, self.plan, st, k, "")
         u = ELEMENTS_PER_THREAD
         inner = pad + "    "
 
@@ -565,7 +561,7 @@ class CudaCodegen:
         for i, st in enumerate(stages):
             if st.kind == "scalar":
                 lines += [pad + l for l in st.lines]
-                stores = store_lines(self.plan, st, k, pad + "    ")
+                stores = store_lines(self.ctx, self.plan, st, k, pad + "    ")
                 if stores:
                     lines += [pad + "if lane == 0 and live:"] + stores
                 continue
@@ -697,7 +693,7 @@ class CudaCodegen:
         lines += _decompose("rl", body.r_vars, k.inner_shape, inner)
         lines += [inner + l for l in loop.lines]
         lines += self._accumulate(loop, "rl", inner)
-        lines += store_lines(self.plan, loop, k, inner)
+        lines += store_lines(self.ctx, self.plan, loop, k, inner)
         _close_block(lines, inner)
         for (n, acc, _, monoid) in loop.reductions:
             sm = f"sm_{acc}"
@@ -728,7 +724,7 @@ class CudaCodegen:
                     lines.append(pad + f"{self.plan.array_name(n.out)}[{outer_offset(n.out, k)}] = {acc}")
             for st in body.stages[1:]:
                 lines += [pad + l for l in st.lines]
-                lines += store_lines(self.plan, st, k, pad)
+                lines += store_lines(self.ctx, self.plan, st, k, pad)
             _close_block(lines, pad)
             grid2 = stride_grid(self.limits, -(-o_size // t2), t2, MAX_BLOCKS)
             launches = [(kern, grid, (32, ry)), (k2, grid2, t2)]
@@ -738,7 +734,7 @@ class CudaCodegen:
                 lines.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(n.out, k)}] = {acc}")
         for st in body.stages[1:]:
             lines += [pad + "    " + l for l in st.lines]
-            lines += store_lines(self.plan, st, k, pad + "    ")
+            lines += store_lines(self.ctx, self.plan, st, k, pad + "    ")
         _close_block(lines, pad + "    ")
         return "\n".join(lines + ["", ""] +
                          self._launcher(k.name, params, [(kern, grid, (32, ry))])), params
@@ -826,7 +822,7 @@ class CudaCodegen:
     # ------------------------------------------------------------ scatter kernels
     def scatter_kernel(self, s: ScatterStep) -> tuple[str, list]:
         n = s.node
-        sp = scatter_parts(self.plan, n)
+        sp = scatter_parts(self.plan, n, self.ctx)
         params = sp.params
         out = self.plan.array_name(n.out)
         total = int(np.prod(tuple(sp.loop_sizes), dtype=np.int64))
