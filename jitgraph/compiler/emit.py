@@ -89,7 +89,8 @@ class Emitter:
 
     def __init__(self, plan, step_pos: int, full_idx: Sequence[str] | None,
                  o_vars: Sequence[str], o_shape: Sequence[int], aligned_locals: dict,
-                 full_locals: dict, ctx, prefix: str, stored_here: frozenset = frozenset()):
+                 full_locals: dict, ctx, prefix: str, stored_here: frozenset = frozenset(),
+                 suffix: str = ""):
         self.plan = plan
         self.step_pos = step_pos
         self.full_idx = None if full_idx is None else tuple(full_idx)
@@ -102,6 +103,7 @@ class Emitter:
         self.stored_here = stored_here
         self.ctx = ctx
         self.prefix = prefix
+        self.suffix = suffix                      # (locals are ``<prefix><n><suffix>``)
         self.lines: list[Statement] = []
         self.loads: set[Var] = set()
         self.load_offsets: dict[Var, set] = {}
@@ -111,7 +113,7 @@ class Emitter:
         self._progressions: dict = {}       # constant -> (start, step) or None
 
     def _new(self, expr: str) -> str:
-        name = f"{self.prefix}{self._n}"
+        name = f"{self.prefix}{self._n}{self.suffix}"
         self._n += 1
         self.lines.append(self.ctx.assign(name, expr))
         return name

@@ -320,11 +320,16 @@ def _reduced_axes(n: Node) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------- kernel bodies
-def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
-    """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible."""
+def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "") -> KernelBody:
+    """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible.
+
+    ``copy``: a suffix for the names a loop stage binds per element (the variables of the dims
+    it iterates, its locals), for a backend that unrolls the loop: each copy of the loop body
+    is generated with its own names, rather than renamed in the text."""
     o_shape, r_shape = k.outer_shape, k.inner_shape
-    o_vars = [f"o{i}" if d != 1 else "0" for i, d in enumerate(o_shape)]
-    r_vars = [f"r{i}" if d != 1 else "0" for i, d in enumerate(r_shape)]
+    o_copy, r_copy = ("", copy) if k.axes else (copy, "")
+    o_vars = [f"o{i}{o_copy}" if d != 1 else "0" for i, d in enumerate(o_shape)]
+    r_vars = [f"r{i}{r_copy}" if d != 1 else "0" for i, d in enumerate(r_shape)]
     full, oi, ri = [], iter(o_vars), iter(r_vars)
     for d in range(len(k.shape)):
         full.append(next(ri) if d in k.axes else next(oi))
@@ -338,7 +343,8 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
         full_locals: dict[Var, str] = {}
         em = Emitter(plan, pos, full if st.kind == "loop" else None, o_vars, o_shape,
                      dict(aligned), full_locals, ctx, prefix=f"s{si}_",
-                     stored_here=frozenset(stored_full))
+                     stored_here=frozenset(stored_full),
+                     suffix=copy if st.kind == "loop" else "")
         reds, stores, new_aligned = [], [], {}
         for n in st.items:
             v = n.out

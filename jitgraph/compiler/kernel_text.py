@@ -115,20 +115,26 @@ def column_order(k: LoopKernel, parallel: bool, has_arg: bool) -> bool:
         st[0].kind == "loop" and len(st) <= 2 and (len(st) == 1 or st[1].kind == "scalar")
 
 
-def outer_offset(v: Var, k: LoopKernel) -> str:
-    """The flat index of ``v`` (a value of the kernel's kept dims) at the current outer index."""
-    it = iter([o for o, d in zip(k.body.o_vars, k.outer_shape) if d != 1])
+def outer_offset(v: Var, k: LoopKernel, body=None) -> str:
+    """The flat index of ``v`` (a value of the kernel's kept dims) at the current outer index
+    (``body``: one copy of the kernel's body, else ``k.body``)."""
+    body = k.body if body is None else body
+    it = iter([o for o, d in zip(body.o_vars, k.outer_shape) if d != 1])
     idx = [next(it) if d != 1 else "0" for d in v.aval.shape]
     return offset(idx, v.aval.shape)
 
 
-def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str) -> list[str]:
-    """A stage's stores of the values other steps read (full-index or per outer index)."""
+def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str,
+                body=None) -> list[str]:
+    """A stage's stores of the values other steps read (full-index or per outer index);
+    ``body``: the copy of the kernel's body ``st`` is a stage of, else ``k.body``."""
+    body = k.body if body is None else body
     out = []
     for (v, val, where) in st.stores:
         if v not in plan.needed:
             continue
-        off = offset(k.body.full_idx, v.aval.shape) if where == "full" else outer_offset(v, k)
+        off = offset(body.full_idx, v.aval.shape) if where == "full" else \
+            outer_offset(v, k, body)
         out.append(pad + syntax.store(plan.array_name(v), off, val))
     return out
 

@@ -36,12 +36,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from typing import Callable
 
 import numpy as np
 
 from ...core import GATHER, returns_input_type, scalar_function
 from ..emit import scatter_parts
-from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
+from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..host import DEVICE_CALLS, on_device
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, kernel_params,
@@ -99,9 +100,11 @@ def threads_for(n: int, lo: int = 32) -> int:
     return max(lo, min(MAX_THREADS, 1 << max(0, (max(n, 1) - 1).bit_length())))
 
 
-def _decompose(syntax: Syntax, lin: str, names, shape, pad: str = "") -> list[str]:
+def _decompose(syntax: Syntax, lin: str, names, shape, pad: str = "",
+               q: str = "_q") -> list[str]:
     """Statements turning a row-major linear index into the named multi-index (unit dims are
-    the literal ``0`` in the plan and get no variable); without ``pad``, ``Statement``s."""
+    the literal ``0`` in the plan and get no variable; ``q``: the quotient's variable);
+    without ``pad``, ``Statement``s."""
     dims = [(v, d) for v, d in zip(names, shape) if d != 1]
     out, rest = [], lin
     for i, (v, d) in enumerate(reversed(dims)):
@@ -109,9 +112,9 @@ def _decompose(syntax: Syntax, lin: str, names, shape, pad: str = "") -> list[st
             out.append(syntax.assign(v, rest))
         else:
             out.append(syntax.assign(v, syntax.bare("mod", rest, syntax.number(d))))
-            out.append(syntax.assign("_q", syntax.bare("floordiv", lin if i == 0 else "_q",
-                                                       syntax.number(d))))
-            rest = "_q"
+            out.append(syntax.assign(q, syntax.bare("floordiv", lin if i == 0 else q,
+                                                    syntax.number(d))))
+            rest = q
     return [pad + line for line in out] if pad else out
 
 
@@ -119,16 +122,6 @@ def _targets(lines: list[str]) -> list[str] | None:
     """The names ``lines`` assign, if every line is an assignment (else None)."""
     names = [getattr(line, "target", None) for line in lines]
     return None if None in names else names
-
-
-def _renamed(lines: list[str], names, suffix: str) -> list[str]:
-    """``lines`` with every whole-word occurrence of ``names`` suffixed (one unrolled copy of
-    an elementwise body)."""
-    if not names:
-        return list(lines)
-    pat = re.compile(r"(?<![\w.])(" + "|".join(sorted(map(re.escape, names), key=len,
-                                                      reverse=True)) + r")\b")
-    return [pat.sub(lambda m: m.group(1) + suffix, line) for line in lines]
 
 
 def _close_block(lines: list[str], pad: str) -> None:
@@ -164,6 +157,7 @@ class CudaCodegen:
         self.limits: DeviceLimits = getattr(ctx, "limits", None) or device_limits()
         self.kernels: list[KernelSource] = []
         self.launch_counts: dict = {}     # step name -> kernel launches its launcher makes
+        self._unrolled: dict = {}         # step name -> copies of its body (``_copies``)
 
     # ------------------------------------------------------------ loop kernels
     def loop_kernel(self, k: LoopKernel) -> tuple[str, list]:
@@ -224,15 +218,17 @@ class CudaCodegen:
         group = u * t
         n_main = (n // group) * group if assigned is not None and u > 1 else 0
         if n_main:
-            names = {"lin", "_q", *assigned}
             p2 = "        "
             lines.append(f"    for base in range({_BX} * {group} + {_TX}, {n_main}, "
                          f"{_NBX} * {group}):")
-            for j in range(u):
+            copies = self._copies(k)
+            for j, cb in enumerate(copies):
                 lines.append(p2 + f"lin_u{j} = base" + (f" + {j * t}" if j else ""))
-                lines += [p2 + l for l in _renamed(dec + st.lines, names, f"_u{j}")]
-            for j in range(u):
-                lines += [p2 + l for l in _renamed(stores, names, f"_u{j}")]
+                lines += _decompose(self.ctx, f"lin_u{j}", cb.o_vars, k.outer_shape, p2,
+                                    q=f"_q_u{j}")
+                lines += [p2 + l for l in cb.stages[0].lines]
+            for cb in copies:
+                lines += store_lines(self.ctx, self.plan, cb.stages[0], k, p2, body=cb)
             _close_block(lines, p2)
         if n_main < n or not n_main:
             start = f"{n_main} + cuda.grid(1)" if n_main else "cuda.grid(1)"
@@ -367,8 +363,18 @@ class CudaCodegen:
             out.append(pad + "cuda.syncthreads()")
         return out
 
+    def _copies(self, k: LoopKernel) -> list:
+        """``ELEMENTS_PER_THREAD`` copies of a kernel's body, each binding its own names
+        (``_u<j>`` appended), for the unrolled loops."""
+        if k.name not in self._unrolled:
+            pos = next(i for i, s in enumerate(self.plan.steps) if s is k)
+            self._unrolled[k.name] = [build_body(self.plan, k, pos, self.ctx, copy=f"_u{j}")
+                                      for j in range(ELEMENTS_PER_THREAD)]
+        return self._unrolled[k.name]
+
     def _row_loop(self, st, k: LoopKernel, base: str, offset: str, stop: str, stride: int,
-                  pad: str, guard: str | None = None, accs: list[str] | None = None) -> list[str]:
+                  pad: str, guard: str | None = None,
+                  accumulate: Callable | None = None) -> list[str]:
         """The loop of one thread over its elements of a row, ``base + offset``, every
         ``stride``-th, up to ``stop``: the index decomposition and the stage's statements,
         the accumulation into its reductions, its elementwise stores (under ``guard``).
@@ -378,10 +384,14 @@ class CudaCodegen:
         then the accumulations in element order, then the stores, so a thread has that many
         independent loads in flight instead of one. The remaining elements (fewer than a
         group) take the plain loop. Each accumulator combines its elements in the same
-        order as the plain loop: results are bitwise the same."""
+        order as the plain loop: results are bitwise the same. ``accumulate(stage, index)``:
+        the accumulation's statements (default: into the stage's reductions)."""
         body = k.body
         dec = _decompose(self.ctx, "rl", body.r_vars, k.inner_shape)
-        accs = self._accumulate(st, "rl", "") if accs is None else accs
+        if accumulate is None:
+            def accumulate(stage, index):
+                return self._accumulate(stage, index, "")
+        accs = accumulate(st, "rl")
         stores = store_lines(self.ctx, self.plan, st, k, "")
         u = ELEMENTS_PER_THREAD
         inner = pad + "    "
@@ -402,14 +412,18 @@ class CudaCodegen:
             span = stop if base == "0" else f"({stop}) - {base}"
             out.append(pad + f"main_end = " + (f"{base} + " if base != "0" else "")
                        + f"({span}) // {group} * {group}")
-            names = {"rl", "_q", *assigned}
+            si = next(i for i, s in enumerate(body.stages) if s is st)
+            copies = [(cb, cb.stages[si]) for cb in self._copies(k)]
             out.append(pad + f"for rb in range({start}, main_end, {group}):")
-            for j in range(u):
+            for j, (cb, cst) in enumerate(copies):
                 out.append(inner + f"rl_u{j} = rb" + (f" + {j * stride}" if j else ""))
-                out += [inner + l for l in _renamed(dec + st.lines, names, f"_u{j}")]
-            for j in range(u):
-                out += [inner + l for l in _renamed(accs, names, f"_u{j}")]
-            out += stored([l for j in range(u) for l in _renamed(stores, names, f"_u{j}")],
+                out += _decompose(self.ctx, f"rl_u{j}", cb.r_vars, k.inner_shape, inner,
+                                  q=f"_q_u{j}")
+                out += [inner + l for l in cst.lines]
+            for j, (cb, cst) in enumerate(copies):
+                out += [inner + l for l in accumulate(cst, f"rl_u{j}")]
+            out += stored([l for cb, cst in copies
+                           for l in store_lines(self.ctx, self.plan, cst, k, "", body=cb)],
                           inner)
             _close_block(out, inner)
             tail_start = f"main_end + {offset}"
@@ -473,7 +487,8 @@ class CudaCodegen:
         lines = self._init_accs(st, pad) + self._init_accs(stages[j], pad)
         lines.append(pad + f"_ninf = {m}")             # (the maximum's start: minus infinity)
         lines += self._row_loop(st, k, "0", offset, stop, stride, pad, guard=guard,
-                                accs=self._online_update(m, sm, x, exp))
+                                accumulate=lambda stage, index: self._online_update(
+                                    m, sm, stage.reductions[0][2], exp))
         return exp, m, sm, j, lines
 
     @staticmethod
