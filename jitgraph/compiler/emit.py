@@ -84,6 +84,28 @@ def scatter_parts(plan, node: Node, syntax) -> ScatterParts:
                         syntax.index(plan.array_name(g), offset(bv + rv, g.aval.shape)))
 
 
+def scalar_expression(ctx, node: Node, args: Sequence[str]) -> str:
+    """The expression of a SCALAR node on its operands' expressions ``args``: its rule, cast
+    to its output dtype unless it already has it."""
+    ctx.in_dtype = node.inputs[0].aval.dtype
+    expr = node.prim.lowering.rule(ctx, *args, **node.params)
+    return expr if _keeps_type(ctx, node) else ctx.cast(expr, node.out.aval.dtype)
+
+
+def _keeps_type(ctx, node: Node) -> bool:
+    """Whether the expression already has the output's float type, so the cast can go:
+    each cast is a call Numba must type, a good part of compile time in long kernels."""
+    dt = node.out.aval.dtype
+    if is_narrow(dt) or any(is_narrow(i.aval.dtype) for i in node.inputs):
+        return True       # (only converts make or read 16-bit floats: their bits)
+    if dt.kind != "f" and dt != np.int64 or any(i.aval.dtype != dt for i in node.inputs[-2:]):
+        return False
+    low = node.prim.lowering
+    if dt == np.int64:
+        return low.keeps_int64
+    return low.keeps_float or ctx.returns_input_type(node.prim.name)
+
+
 class Emitter:
     """Generates the statements of one loop body (one stage of one kernel)."""
 
@@ -189,29 +211,12 @@ class Emitter:
             for inp in node.inputs:
                 lead = out_aval.ndim - inp.aval.ndim
                 args.append(self.value(inp, idx[lead:]))
-            self.ctx.in_dtype = node.inputs[0].aval.dtype
-            expr = low.rule(self.ctx, *args, **node.params)
-            if self._keeps_type(node):
-                return self._new(expr)
-            return self._new(self.ctx.cast(expr, out_aval.dtype))
+            return self._new(scalar_expression(self.ctx, node, args))
         if low.kind == INDEX_MAP:
             return self._layout(node, idx)
         if low.kind == GATHER:
             return self._gather(node, idx)
         raise CannotFuse(f"{node.prim.name} output must be materialized")
-
-    def _keeps_type(self, node) -> bool:
-        """Whether the expression already has the output's float type, so the cast can go:
-        each cast is a call Numba must type, a good part of compile time in long kernels."""
-        dt = node.out.aval.dtype
-        if is_narrow(dt) or any(is_narrow(i.aval.dtype) for i in node.inputs):
-            return True       # (only converts make or read 16-bit floats: their bits)
-        if dt.kind != "f" and dt != np.int64 or any(i.aval.dtype != dt for i in node.inputs[-2:]):
-            return False
-        low = node.prim.lowering
-        if dt == np.int64:
-            return low.keeps_int64
-        return low.keeps_float or self.ctx.returns_input_type(node.prim.name)
 
     def _layout(self, node, idx):
         name = node.prim.name

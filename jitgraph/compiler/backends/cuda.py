@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from typing import Callable
 
 import numpy as np
 
 from ...core import GATHER, returns_input_type, scalar_function
-from ..emit import scatter_parts
+from ...ops.elementwise import exp_p
+from ..emit import scalar_expression, scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..host import DEVICE_CALLS, on_device
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
@@ -471,11 +471,12 @@ class CudaCodegen:
         if x2.value != load.value or d.value != self.ctx.op("sub", x2.target, mx) \
                 or ex.target != e:
             return None
-        rhs = ex.value
-        word = rf"\b{re.escape(d.target)}\b"
-        if len(re.findall(word, rhs)) != 1 or "math.exp(" not in rhs:
+        exp = self.plan.producer.get(nc.inputs[0])
+        if exp is None or exp.prim is not exp_p or \
+                ex.value != scalar_expression(self.ctx, exp, [d.target]):
             return None
-        return re.sub(word, "({})", rhs), x, j
+        template = scalar_expression(self.ctx, exp, [self.ctx.group("{}")])
+        return (template, x, j) if "math.exp(" in template else None
 
     def _online_start(self, st, stages, online, k: LoopKernel, offset: str, stop: str,
                       stride: int, pad: str, guard: str | None = None):
