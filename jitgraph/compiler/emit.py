@@ -233,7 +233,7 @@ class Emitter:
                 vals.append((self.value(inp, in_idx), hi))
             expr = vals[-1][0]
             for val, hi in reversed(vals[:-1]):
-                expr = self.ctx.select(self.ctx.bare("lt", idx[axis], self.ctx.number(hi)),
+                expr = self.ctx.select(self.ctx.bare("less", idx[axis], self.ctx.number(hi)),
                                        val, expr)
             return self._new(expr)
         if name == "pad_slice":

@@ -320,12 +320,15 @@ def _reduced_axes(n: Node) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------- kernel bodies
-def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "") -> KernelBody:
+def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "",
+               acc_reads: str = "") -> KernelBody:
     """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible.
 
     ``copy``: a suffix for the names a loop stage binds per element (the variables of the dims
     it iterates, its locals), for a backend that unrolls the loop: each copy of the loop body
-    is generated with its own names, rather than renamed in the text."""
+    is generated with its own names, rather than renamed in the text. ``acc_reads``: a suffix
+    for the name through which later stages read an accumulator (a backend that keeps the
+    accumulators in an array reads each element into a local first)."""
     o_shape, r_shape = k.outer_shape, k.inner_shape
     o_copy, r_copy = ("", copy) if k.axes else (copy, "")
     o_vars = [f"o{i}{o_copy}" if d != 1 else "0" for i, d in enumerate(o_shape)]
@@ -357,7 +360,7 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "") -> Kern
                 low = n.prim.lowering
                 reds.append((n, acc, val,
                              "arg" + low.monoid if low.kind == ARG_REDUCE else low.monoid))
-                new_aligned[v] = acc
+                new_aligned[v] = acc + acc_reads
                 ops.add(n)
             elif st.kind == "loop":
                 if v.aval.shape != k.shape:

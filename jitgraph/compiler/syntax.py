@@ -18,16 +18,16 @@ import numpy as np
 
 from ..dtypes import is_narrow
 
-#: operators by name: the primitives' names where a primitive is one operator
+#: the operators of the language, by name (what a primitive means is its rule's business)
 OPERATORS = {
-    "neg": "-{}", "not": "not {}",
-    "add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}",
-    "floordiv": "{} // {}", "mod": "{} % {}",
-    "gt": "{} > {}", "ge": "{} >= {}", "lt": "{} < {}", "le": "{} <= {}",
-    "eq": "{} == {}", "ne": "{} != {}",
+    "negate": "-{}", "not": "not {}",
+    "plus": "{} + {}", "minus": "{} - {}", "times": "{} * {}", "divide": "{} / {}",
+    "floor_divide": "{} // {}", "remainder": "{} % {}",
+    "greater": "{} > {}", "greater_equal": "{} >= {}", "less": "{} < {}",
+    "less_equal": "{} <= {}", "equal": "{} == {}", "not_equal": "{} != {}",
     "and": "{} and {}", "or": "{} or {}",
-    "bitand": "{} & {}", "bitor": "{} | {}", "xor": "{} ^ {}", "shl": "{} << {}",
-    "shr": "{} >> {}",
+    "bit_and": "{} & {}", "bit_or": "{} | {}", "bit_xor": "{} ^ {}", "shift_left": "{} << {}",
+    "shift_right": "{} >> {}",
 }
 
 _FROM_BITS = {"float16": "from_f16", "bfloat16": "from_bf16"}
@@ -128,8 +128,8 @@ class Syntax:
 
     def affine(self, start: int, step: int, i: str) -> str:
         """``start + step * i``, the terms that are 0 or 1 left out."""
-        expr = i if step == 1 else self.bare("mul", self.number(step), i)
-        return expr if start == 0 else self.bare("add", self.number(start), expr)
+        expr = i if step == 1 else self.bare("times", self.number(step), i)
+        return expr if start == 0 else self.bare("plus", self.number(start), expr)
 
     def clip(self, i: str, n: int) -> str:
         """``i`` clamped to ``[0, n)`` (a read that a select then discards stays in bounds)."""

@@ -131,7 +131,7 @@ def binary(name, impl, codegen, vjp=None, jvp=None, out_dtype=None, differentiab
 
 # ---------------------------------------------------------------- unary math (floats)
 # VJP rules: (g, out, x) -> (dx,). Because they are linear in g, the JVP is the same rule on t.
-neg_p = unary("neg", np.negative, operator("neg", **_KEEPS_TYPE),
+neg_p = unary("neg", np.negative, operator("negate", **_KEEPS_TYPE),
               float_only=False, vjp=lambda g, out, x: (-g,))
 exp_p = unary("exp", np.exp, call("exp", cost=4, approx=True),
               vjp=lambda g, out, x: (g * out,))
@@ -240,20 +240,20 @@ def _minmax_jvp(pick_x):
     return jvp
 
 
-add_p = binary("add", np.add, operator("add", **_KEEPS_TYPE),
+add_p = binary("add", np.add, operator("plus", **_KEEPS_TYPE),
                vjp=_add_vjp,
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(*ts), out.shape))
 sub_p = binary("sub", np.subtract,
-               operator("sub", **_KEEPS_TYPE), vjp=_sub_vjp,
+               operator("minus", **_KEEPS_TYPE), vjp=_sub_vjp,
                jvp=lambda ts, out, x, y: broadcast_tangent(
                    add_tangents(ts[0], None if ts[1] is None else -ts[1]), out.shape))
 mul_p = binary("mul", np.multiply,
-               operator("mul", **_KEEPS_TYPE), vjp=_mul_vjp,
+               operator("times", **_KEEPS_TYPE), vjp=_mul_vjp,
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    None if ts[0] is None else ts[0] * y,
                    None if ts[1] is None else x * ts[1]), out.shape))
 div_p = binary("div", lambda x, y: np.true_divide(x, y).astype(x.dtype),
-               operator("div", cost=2, keeps_float=True),
+               operator("divide", cost=2, keeps_float=True),
                vjp=_div_vjp, float_only=True,
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    None if ts[0] is None else ts[0] / y,
@@ -270,23 +270,22 @@ def _int_floor_div(x, y):
     return np.floor_divide(x, y)
 
 
-floordiv_p = binary("floordiv", _int_floor_div, operator("floordiv"),
+floordiv_p = binary("floordiv", _int_floor_div, operator("floor_divide"),
                     differentiable=False)
-mod_p = binary("mod", np.mod, operator("mod"),
+mod_p = binary("mod", np.mod, operator("remainder"),
                vjp=lambda g, out, x, y: (unbroadcast(g, x.aval),
                                          unbroadcast(-g * jnp.floor(x / y), y.aval)),
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    ts[0], None if ts[1] is None else -(ts[1] * jnp.floor(x / y))), out.shape))
 
 # ---------------------------------------------------------------- comparisons and logic (bool out)
-_CMP = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal,
-        "eq": np.equal, "ne": np.not_equal}
-for _name, _fn in _CMP.items():
-    binary(_name, _fn, operator(_name), out_dtype=dtypes.bool_, differentiable=False)
-and_p = binary("logical_and", np.logical_and, operator("and"),
-               differentiable=False)
-or_p = binary("logical_or", np.logical_or, operator("or"),
-              differentiable=False)
+_CMP = {"gt": (np.greater, "greater"), "ge": (np.greater_equal, "greater_equal"),
+        "lt": (np.less, "less"), "le": (np.less_equal, "less_equal"),
+        "eq": (np.equal, "equal"), "ne": (np.not_equal, "not_equal")}
+for _name, (_fn, _op) in _CMP.items():
+    binary(_name, _fn, operator(_op), out_dtype=dtypes.bool_, differentiable=False)
+and_p = binary("logical_and", np.logical_and, operator("and"), differentiable=False)
+or_p = binary("logical_or", np.logical_or, operator("or"), differentiable=False)
 
 
 # ---------------------------------------------------------------- select and convert

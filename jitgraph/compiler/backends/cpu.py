@@ -18,7 +18,7 @@ import numpy as np
 from ...core import returns_input_type, scalar_function
 from ...dtypes import storage
 from ..emit import offset, scatter_parts
-from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
+from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, init_value, kernel_params,
                            outer_offset, with_narrow_import,
@@ -283,21 +283,17 @@ class CpuCodegen:
         if len(body.stages) == 2:
             # the scalar stage runs per kept element; it reads each accumulator's element
             # through a local named ``<acc>_x``
-            sc = body.stages[1]
+            pos = next(i for i, s in enumerate(plan.steps) if s is k)
+            sc = build_body(plan, k, pos, self.ctx, acc_reads="_x").stages[1]
             ind = 1
             for v, d in o_loops:
                 out.append("    " * ind + f"for {v} in range({d}):")
                 ind += 1
             pad = "    " * ind
             accs = [acc for (_, acc, _, _) in loop_st.reductions]
-            out += [pad + f"{acc}_x = {acc}[{olin}]" for acc in accs]
-            pattern = re.compile(r"\b(" + "|".join(map(re.escape, accs)) + r")\b") if accs else None
-
-            def rename(text: str) -> str:
-                return pattern.sub(r"\1_x", text) if pattern else text
-            out += [pad + rename(line) for line in sc.lines]
-            renamed = type(sc)(sc.kind, [], [], [(v, rename(val), w) for v, val, w in sc.stores])
-            out += store_lines(self.ctx, self.plan, renamed, k, pad)
+            out += [pad + self.ctx.assign(f"{acc}_x", self.ctx.index(acc, olin)) for acc in accs]
+            out += [pad + line for line in sc.lines]
+            out += store_lines(self.ctx, self.plan, sc, k, pad)
         if len(out) == 0:
             out.append("    pass")
         return out

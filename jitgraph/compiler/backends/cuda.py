@@ -111,8 +111,8 @@ def _decompose(syntax: Syntax, lin: str, names, shape, pad: str = "",
         if i == len(dims) - 1:
             out.append(syntax.assign(v, rest))
         else:
-            out.append(syntax.assign(v, syntax.bare("mod", rest, syntax.number(d))))
-            out.append(syntax.assign(q, syntax.bare("floordiv", lin if i == 0 else q,
+            out.append(syntax.assign(v, syntax.bare("remainder", rest, syntax.number(d))))
+            out.append(syntax.assign(q, syntax.bare("floor_divide", lin if i == 0 else q,
                                                     syntax.number(d))))
             rest = q
     return [pad + line for line in out] if pad else out
@@ -468,7 +468,7 @@ class CudaCodegen:
         if _targets(c.lines) is None:
             return None
         x2, d, ex = c.lines
-        if x2.value != load.value or d.value != self.ctx.op("sub", x2.target, mx) \
+        if x2.value != load.value or d.value != self.ctx.op("minus", x2.target, mx) \
                 or ex.target != e:
             return None
         exp = self.plan.producer.get(nc.inputs[0])
