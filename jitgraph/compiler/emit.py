@@ -224,7 +224,8 @@ class Emitter:
         out = node.out.aval
         if name == "concatenate":
             axis = node.params["axis"]
-            parts = concat_index_map(list(idx), [i.aval for i in x], out, axis=axis)
+            parts = concat_index_map(self.ctx, list(idx), [i.aval for i in x], out,
+                                     axis=axis)
             vals = []
             for inp, (in_idx, lo, hi) in zip(x, parts):
                 in_idx = list(in_idx)
@@ -237,7 +238,8 @@ class Emitter:
                                        val, expr)
             return self._new(expr)
         if name == "pad_slice":
-            in_idx, cond = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
+            in_idx, cond = node.prim.lowering.rule(self.ctx, list(idx), x[0].aval, out,
+                                                     **node.params)
             in_idx = [self.ctx.clip(e, d) if e not in idx else e
                       for e, d in zip(in_idx, x[0].aval.shape)]
             if x[0].aval.size == 0:
@@ -246,7 +248,7 @@ class Emitter:
             if cond is None:
                 return val
             return self._new(self.ctx.select(cond, val, self.ctx.literal(0, out.dtype)))
-        in_idx = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
+        in_idx = node.prim.lowering.rule(self.ctx, list(idx), x[0].aval, out, **node.params)
         return self.value(x[0], in_idx)
 
     def _gather(self, node, idx):
