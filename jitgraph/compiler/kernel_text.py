@@ -80,12 +80,16 @@ def acc_init_lines(syntax: Syntax, reductions, pad: str) -> list[str]:
     return out
 
 
-def arg_update_lines(acc: str, val: str, monoid: str, index: str, pad: str) -> list[str]:
+def arg_update_lines(syntax: Syntax, acc: str, val: str, monoid: str, index: str,
+                     pad: str) -> list[str]:
     """One element of an argmax/argmin: the first extreme wins ties, and a NaN wins."""
-    cmp = ">" if monoid == "argmax" else "<"
-    return [pad + f"if {acc} < 0 or {val} {cmp} {acc}_v or ({val} != {val} and {acc}_v == {acc}_v):",
-            pad + f"    {acc}_v = {val}",
-            pad + f"    {acc} = {index}"]
+    s, best = syntax, f"{acc}_v"
+    first = s.bare("less", acc, s.number(0))
+    better = s.bare("greater" if monoid == "argmax" else "less", val, best)
+    nan = s.op("and", s.bare("not_equal", val, val), s.bare("equal", best, best))
+    return [pad + s.if_(s.bare("or", s.bare("or", first, better), nan)),
+            pad + s.indent(s.assign(best, val)),
+            pad + s.indent(s.assign(acc, index))]
 
 
 def has_arg_reduction(k: LoopKernel) -> bool:

@@ -148,3 +148,11 @@ class Syntax:
 
     def store(self, array: str, offset: str, value: str) -> str:
         return f"{self.index(array, offset)} = {value}"
+
+    def if_(self, cond: str) -> str:
+        """The head of a block run where ``cond`` holds (its statements ``indent``ed)."""
+        return f"if {cond}:"
+
+    def indent(self, statement: str) -> str:
+        """A statement inside a block."""
+        return "    " + statement

@@ -219,7 +219,7 @@ class CpuCodegen:
                         fn = "maximum_step" if monoid == "max" else "minimum_step"
                         lines.append(pad2 + f"{acc} = {fn}({acc}, {val})")
                 else:
-                    lines += arg_update_lines(acc, val, monoid, r_lin, pad2)
+                    lines += arg_update_lines(self.ctx, acc, val, monoid, r_lin, pad2)
             lines += store_lines(self.ctx, self.plan, st, k, pad2)
             if not r_loop_vars and not st.lines and not st.reductions and not st.stores:
                 lines.append(pad2 + "pass")

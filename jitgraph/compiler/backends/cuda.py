@@ -259,7 +259,7 @@ class CudaCodegen:
         out = []
         for (n, acc, val, monoid) in st.reductions:
             if monoid.startswith("arg"):
-                out += arg_update_lines(acc, val, monoid, index, pad)
+                out += arg_update_lines(self.ctx, acc, val, monoid, index, pad)
             else:
                 out.append(pad + f"{acc} = {_combine(monoid, acc, val)}")
         return out
