@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core import GATHER, INDEX_MAP, SCALAR, Node, Var
 from ..dtypes import is_narrow
-from ..ops.layout import concat_index_map, row_major_strides
+from ..ops.layout import concat_index_map
 from .syntax import Statement
 
 
@@ -35,16 +35,6 @@ def progression(c: np.ndarray) -> tuple[int, int] | None:
     if not np.array_equal(flat, start + step * np.arange(flat.size, dtype=np.int64)):
         return None
     return start, step
-
-
-def offset(idx: Sequence[str], shape: Sequence[int]) -> str:
-    """Row-major linear offset of a multi-index into a flat array."""
-    terms = []
-    for e, s, d in zip(idx, row_major_strides(shape), shape):
-        if d == 1 or e == "0":
-            continue
-        terms.append(e if s == 1 else f"{e} * {s}")
-    return " + ".join(terms) if terms else "0"
 
 
 def norm_idx(idx: Sequence[str], shape: Sequence[int]) -> tuple[str, ...]:
@@ -72,7 +62,7 @@ def scatter_parts(plan, node: Node, syntax) -> ScatterParts:
     lines, tgt = [], []
     for k, iv in enumerate(ix):
         lead = nb - iv.aval.ndim
-        off = offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
+        off = syntax.offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
                      iv.aval.shape)
         lines.append(syntax.assign(f"j{k}", syntax.clamp_index(
             syntax.index(plan.array_name(iv), off), shape[k])))
@@ -80,8 +70,8 @@ def scatter_parts(plan, node: Node, syntax) -> ScatterParts:
     params = list(dict.fromkeys([plan.array_name(v) for v in node.inputs]
                                 + [plan.array_name(node.out)]))
     return ScatterParts(params, bv + rv, list(g.aval.shape[:nb]) + list(rest), lines,
-                        offset(tgt + rv, shape),
-                        syntax.index(plan.array_name(g), offset(bv + rv, g.aval.shape)))
+                        syntax.offset(tgt + rv, shape),
+                        syntax.index(plan.array_name(g), syntax.offset(bv + rv, g.aval.shape)))
 
 
 def scalar_expression(ctx, node: Node, args: Sequence[str]) -> str:
@@ -185,7 +175,7 @@ class Emitter:
                     and idx == norm_idx(self.full_idx, v.aval.shape)):
                 raise CannotFuse(f"{v} is produced by step {pos}, not before step {self.step_pos}")
             self.loads.add(v)
-            off = offset(idx, v.aval.shape)
+            off = self.ctx.offset(idx, v.aval.shape)
             self.load_offsets.setdefault(v, set()).add(off)
             return self._new(self.ctx.index(self.plan.array_name(v), off))
         return self._expand(v, idx)

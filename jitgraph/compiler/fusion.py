@@ -141,6 +141,7 @@ class Plan:
         # the backend multiplies 16-bit float operands itself (cuBLAS's GemmEx: float32
         # accumulation on tensor cores), so a product reads them without a widened copy
         self.narrow_products = False
+        self.syntax = None                # the target's syntax table its bodies are written in
 
     def available_at(self, v: Var) -> int:
         return self.step_of.get(v, -1)
@@ -457,6 +458,7 @@ def _arrays_under(plan: Plan, values) -> set[Var]:
 def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
     plan = Plan(graph)
     plan.narrow_products = getattr(ctx, "narrow_products", False)
+    plan.syntax = ctx
     after = getattr(graph, "schedule_after", {})
     _decide_materialized(plan)
     for n in graph.nodes:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core import Graph, Var
-from .emit import offset
 from .fusion import LoopKernel, MatmulStep, Plan, kernel_ops
 from .syntax import NARROW_FUNCTIONS, Syntax
 from .thresholds import COLUMN_ORDER_MIN_OUTER
@@ -119,13 +118,13 @@ def column_order(k: LoopKernel, parallel: bool, has_arg: bool) -> bool:
         st[0].kind == "loop" and len(st) <= 2 and (len(st) == 1 or st[1].kind == "scalar")
 
 
-def outer_offset(v: Var, k: LoopKernel, body=None) -> str:
+def outer_offset(syntax: Syntax, v: Var, k: LoopKernel, body=None) -> str:
     """The flat index of ``v`` (a value of the kernel's kept dims) at the current outer index
     (``body``: one copy of the kernel's body, else ``k.body``)."""
     body = k.body if body is None else body
     it = iter([o for o, d in zip(body.o_vars, k.outer_shape) if d != 1])
     idx = [next(it) if d != 1 else "0" for d in v.aval.shape]
-    return offset(idx, v.aval.shape)
+    return syntax.offset(idx, v.aval.shape)
 
 
 def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str,
@@ -137,8 +136,8 @@ def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str,
     for (v, val, where) in st.stores:
         if v not in plan.needed:
             continue
-        off = offset(body.full_idx, v.aval.shape) if where == "full" else \
-            outer_offset(v, k, body)
+        off = syntax.offset(body.full_idx, v.aval.shape) if where == "full" else \
+            outer_offset(syntax, v, k, body)
         out.append(pad + syntax.store(plan.array_name(v), off, val))
     return out
 

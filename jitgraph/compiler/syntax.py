@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import is_narrow
+from ..ops.layout import row_major_strides
 
 #: the operators of the language, by name (what a primitive means is its rule's business)
 OPERATORS = {
@@ -125,6 +126,17 @@ class Syntax:
     def index(self, array: str, offset: str) -> str:
         """The element of a flat array at ``offset``."""
         return f"{array}[{offset}]"
+
+    def offset(self, idx, shape) -> str:
+        """The row-major offset of a multi-index into a flat array of ``shape`` (a dim of size
+        1, or an index that is the literal 0, adds nothing)."""
+        terms = [e if s == 1 else self.bare("times", e, self.number(s))
+                 for e, s, d in zip(idx, row_major_strides(shape), shape)
+                 if d != 1 and e != "0"]
+        out = terms[0] if terms else self.number(0)
+        for t in terms[1:]:
+            out = self.bare("plus", out, t)
+        return out
 
     def affine(self, start: int, step: int, i: str) -> str:
         """``start + step * i``, the terms that are 0 or 1 left out."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...core import returns_input_type, scalar_function
 from ...dtypes import storage
-from ..emit import offset, scatter_parts
+from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, init_value, kernel_params,
@@ -203,7 +203,7 @@ class CpuCodegen:
                 ind2 += 1
             pad2 = "    " * ind2
             lines += [pad2 + l for l in st.lines]
-            r_lin = offset(body.r_vars, r_shape)
+            r_lin = self.ctx.offset(body.r_vars, r_shape)
             for (n, acc, val, monoid) in st.reductions:
                 dt = n.inputs[0].aval.dtype
                 if monoid == "sum":
@@ -228,7 +228,7 @@ class CpuCodegen:
                     lines.append(pad + f"if {acc}_nan:")
                     lines.append(pad + f"    {acc} = {self.ctx.literal(np.nan, n.inputs[0].aval.dtype)}")
                 if n.out in plan.needed:
-                    lines.append(pad + f"{plan.array_name(n.out)}[{outer_offset(n.out, k)}] = {acc}")
+                    lines.append(pad + f"{plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
         return "\n".join(lines), params
 
     # a kernel with reductions is the same loop nest, with accumulators in its stages
@@ -254,7 +254,7 @@ class CpuCodegen:
         o_size = int(np.prod(o_shape, dtype=np.int64))
         o_loops = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         r_loops = [(v, d) for v, d in zip(body.r_vars, r_shape) if d != 1]
-        olin = offset(body.o_vars, o_shape)
+        olin = self.ctx.offset(body.o_vars, o_shape)
         loop_st = body.stages[0]
         out = []
         for j, (n, acc, _, monoid) in enumerate(loop_st.reductions):

@@ -310,7 +310,7 @@ class CudaCodegen:
         for (n, acc, _, _) in st.reductions:
             if n.out in self.plan.needed:
                 out.append(pad + "if tid == 0:")
-                out.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(n.out, k)}] = {acc}")
+                out.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
         return out
 
     def _scalar_stage(self, st, k: LoopKernel, pad: str) -> list[str]:
@@ -595,7 +595,7 @@ class CudaCodegen:
             for (n, acc, _, _) in st.reductions:
                 if n.out in self.plan.needed:
                     lines.append(pad + "if lane == 0 and live:")
-                    lines.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(n.out, k)}] = {acc}")
+                    lines.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
         grid = stride_grid(self.limits, -(-o_size // rows), ws * rows, MAX_BLOCKS)
         return "\n".join(lines + ["", ""] +
                          self._launcher(k.name, params, [(kern, grid, (ws, rows))]))
@@ -736,7 +736,7 @@ class CudaCodegen:
                 lines.append(pad + f"    {acc} = {_combine(monoid, acc, f'{p}[c * {o_size} + ob]')}")
             for (n, acc, _, _) in loop.reductions:
                 if n.out in self.plan.needed:
-                    lines.append(pad + f"{self.plan.array_name(n.out)}[{outer_offset(n.out, k)}] = {acc}")
+                    lines.append(pad + f"{self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
             for st in body.stages[1:]:
                 lines += [pad + l for l in st.lines]
                 lines += store_lines(self.ctx, self.plan, st, k, pad)
@@ -746,7 +746,7 @@ class CudaCodegen:
             return "\n".join(lines + ["", ""] + self._launcher(k.name, params, launches)), params
         for (n, acc, _, _) in loop.reductions:
             if n.out in self.plan.needed:
-                lines.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(n.out, k)}] = {acc}")
+                lines.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
         for st in body.stages[1:]:
             lines += [pad + "    " + l for l in st.lines]
             lines += store_lines(self.ctx, self.plan, st, k, pad + "    ")
