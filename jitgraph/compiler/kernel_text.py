@@ -127,6 +127,12 @@ def outer_offset(syntax: Syntax, v: Var, k: LoopKernel, body=None) -> str:
     return syntax.offset(idx, v.aval.shape)
 
 
+def result_store(syntax: Syntax, plan: Plan, v: Var, k: LoopKernel, value: str) -> str:
+    """The store of ``v``, a value of the kernel's kept dims (a reduction's result), at the
+    current outer index."""
+    return syntax.store(plan.array_name(v), outer_offset(syntax, v, k), value)
+
+
 def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str,
                 body=None) -> list[str]:
     """A stage's stores of the values other steps read (full-index or per outer index);

@@ -145,7 +145,7 @@ class Syntax:
 
     def clip(self, i: str, n: int) -> str:
         """``i`` clamped to ``[0, n)`` (a read that a select then discards stays in bounds)."""
-        return self.call("min", self.call("max", i, "0"), self.number(n - 1))
+        return self.call("min", self.call("max", i, self.number(0)), self.number(n - 1))
 
     def clamp_index(self, i: str, n: int) -> str:
         """An index read from an array, clamped to ``[0, n)`` as a gather's are (NumPy's
@@ -154,11 +154,13 @@ class Syntax:
 
     # ------------------------------------------------------------ statements
     def assign(self, target: str, value: str) -> Statement:
+        """``target`` bound to ``value``."""
         s = Statement(f"{target} = {value}")
         s.target, s.value = target, value
         return s
 
     def store(self, array: str, offset: str, value: str) -> str:
+        """``value`` written to a flat array at ``offset``."""
         return f"{self.index(array, offset)} = {value}"
 
     def if_(self, cond: str) -> str:

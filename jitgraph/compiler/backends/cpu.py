@@ -20,9 +20,8 @@ from ...dtypes import storage
 from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
-                           has_arg_reduction, init_value, kernel_params,
-                           outer_offset, with_narrow_import,
-                           step_ops, store_lines, subgraph_comment)
+                           has_arg_reduction, init_value, kernel_params, result_store,
+                           step_ops, store_lines, subgraph_comment, with_narrow_import)
 from ..memory import MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_WITH_BLAS,
                           SMALL_PROGRAM_STEPS)
@@ -228,7 +227,7 @@ class CpuCodegen:
                     lines.append(pad + f"if {acc}_nan:")
                     lines.append(pad + f"    {acc} = {self.ctx.literal(np.nan, n.inputs[0].aval.dtype)}")
                 if n.out in plan.needed:
-                    lines.append(pad + f"{plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
+                    lines.append(pad + result_store(self.ctx, plan, n.out, k, acc))
         return "\n".join(lines), params
 
     # a kernel with reductions is the same loop nest, with accumulators in its stages

@@ -45,9 +45,8 @@ from ..emit import scalar_expression, scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..host import DEVICE_CALLS, on_device
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
-                           has_arg_reduction, kernel_params,
-                           with_narrow_import, outer_offset, step_ops,
-                           store_lines, subgraph_comment)
+                           has_arg_reduction, kernel_params, result_store, step_ops,
+                           store_lines, subgraph_comment, with_narrow_import)
 from ..memory import MemoryPlan
 from ..thresholds import (COLUMN_MIN_OUTER, COLUMN_PART_MIN, COLUMN_ROWS,  # noqa: F401
                           ELEMENTS_PER_THREAD, GATHER_SPLIT_CHUNK, GATHER_SPLIT_MIN_INNER,
@@ -310,7 +309,7 @@ class CudaCodegen:
         for (n, acc, _, _) in st.reductions:
             if n.out in self.plan.needed:
                 out.append(pad + "if tid == 0:")
-                out.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
+                out.append(pad + "    " + result_store(self.ctx, self.plan, n.out, k, acc))
         return out
 
     def _scalar_stage(self, st, k: LoopKernel, pad: str) -> list[str]:
@@ -595,7 +594,7 @@ class CudaCodegen:
             for (n, acc, _, _) in st.reductions:
                 if n.out in self.plan.needed:
                     lines.append(pad + "if lane == 0 and live:")
-                    lines.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
+                    lines.append(pad + "    " + result_store(self.ctx, self.plan, n.out, k, acc))
         grid = stride_grid(self.limits, -(-o_size // rows), ws * rows, MAX_BLOCKS)
         return "\n".join(lines + ["", ""] +
                          self._launcher(k.name, params, [(kern, grid, (ws, rows))]))
@@ -736,7 +735,7 @@ class CudaCodegen:
                 lines.append(pad + f"    {acc} = {_combine(monoid, acc, f'{p}[c * {o_size} + ob]')}")
             for (n, acc, _, _) in loop.reductions:
                 if n.out in self.plan.needed:
-                    lines.append(pad + f"{self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
+                    lines.append(pad + result_store(self.ctx, self.plan, n.out, k, acc))
             for st in body.stages[1:]:
                 lines += [pad + l for l in st.lines]
                 lines += store_lines(self.ctx, self.plan, st, k, pad)
@@ -746,7 +745,7 @@ class CudaCodegen:
             return "\n".join(lines + ["", ""] + self._launcher(k.name, params, launches)), params
         for (n, acc, _, _) in loop.reductions:
             if n.out in self.plan.needed:
-                lines.append(pad + f"    {self.plan.array_name(n.out)}[{outer_offset(self.ctx, n.out, k)}] = {acc}")
+                lines.append(pad + "    " + result_store(self.ctx, self.plan, n.out, k, acc))
         for st in body.stages[1:]:
             lines += [pad + "    " + l for l in st.lines]
             lines += store_lines(self.ctx, self.plan, st, k, pad + "    ")
