@@ -16,7 +16,7 @@ import numpy as np
 from ..core import GATHER, INDEX_MAP, SCALAR, Node, Var
 from ..dtypes import is_narrow
 from ..ops.layout import concat_index_map
-from .syntax import Statement
+from .syntax import Statement, Syntax
 
 
 class CannotFuse(Exception):
@@ -52,7 +52,7 @@ class ScatterParts(NamedTuple):
     source: str              # the update's element
 
 
-def scatter_parts(plan, node: Node, syntax) -> ScatterParts:
+def scatter_parts(plan, node: Node, syntax: Syntax) -> ScatterParts:
     g, *ix = node.inputs
     shape = node.out.aval.shape
     nb = g.aval.ndim - (len(shape) - len(ix))
@@ -63,7 +63,7 @@ def scatter_parts(plan, node: Node, syntax) -> ScatterParts:
     for k, iv in enumerate(ix):
         lead = nb - iv.aval.ndim
         off = syntax.offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
-                     iv.aval.shape)
+                            iv.aval.shape)
         lines.append(syntax.assign(f"j{k}", syntax.clamp_index(
             syntax.index(plan.array_name(iv), off), shape[k])))
         tgt.append(f"j{k}")
