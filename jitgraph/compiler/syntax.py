@@ -27,8 +27,8 @@ OPERATORS = {
     "greater": "{} > {}", "greater_equal": "{} >= {}", "less": "{} < {}",
     "less_equal": "{} <= {}", "equal": "{} == {}", "not_equal": "{} != {}",
     "and": "{} and {}", "or": "{} or {}",
-    "bit_and": "{} & {}", "bit_or": "{} | {}", "bit_xor": "{} ^ {}", "shift_left": "{} << {}",
-    "shift_right": "{} >> {}",
+    "bit_and": "{} & {}", "bit_or": "{} | {}", "bit_xor": "{} ^ {}", "bit_not": "~{}",
+    "shift_left": "{} << {}", "shift_right": "{} >> {}",
 }
 
 _FROM_BITS = {"float16": "from_f16", "bfloat16": "from_bf16"}

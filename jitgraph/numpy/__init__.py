@@ -26,7 +26,7 @@ from .index_update import at  # noqa: F401  (also installs Tracer.at)
 from . import linalg  # noqa: F401  (jnp.linalg)
 
 #: the revision of the Python Array API standard whose names this namespace follows (not yet
-#: all of it: complex and unsigned dtypes, the bitwise functions and ``fft`` are missing)
+#: all of it: complex dtypes and ``fft`` are missing)
 __array_api_version__ = "2023.12"
 from .vectorize import vectorize  # noqa: F401
 import numpy as np
@@ -42,8 +42,9 @@ int64 = _ScalarType(int64)
 float32 = _ScalarType(float32)
 float64 = _ScalarType(float64)
 float_, int_ = float64, int64
-uint8 = _ScalarType(np.uint8)
 int8, int16 = _ScalarType(np.int8), _ScalarType(np.int16)
+uint8, uint16 = _ScalarType(np.uint8), _ScalarType(np.uint16)
+uint32, uint64 = _ScalarType(np.uint32), _ScalarType(np.uint64)
 float16 = _ScalarType(np.float16)   # stored in 16 bits, computed in float32 (see dtypes)
 if _dtypes.bfloat16 is not None:
     bfloat16 = _ScalarType(_dtypes.bfloat16)

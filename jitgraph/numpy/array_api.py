@@ -135,8 +135,9 @@ def from_dlpack(x, /, *, device=None, copy=None):
     return asarray(arr, copy=copy)
 
 
-# the standard's dtypes that jitgraph.numpy has (complex and uint16/32/64 not yet)
-_STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64")
+# the standard's dtypes that jitgraph.numpy has (complex not yet)
+_STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                    "uint64", "float32", "float64")
 
 
 class ArrayNamespaceInfo:
