@@ -149,3 +149,20 @@ def test_compiled_integer_arithmetic_wraps_as_numpy(dt, data):
         g = np.asarray(g)
         assert g.dtype == w.dtype, (k, g.dtype, w.dtype)
         np.testing.assert_array_equal(g, w, err_msg=f"output {k} of {dt}: x={x} y={y} n={n}")
+
+
+def test_lax_bitwise_operations_as_jax():
+    from jitgraph import lax
+    x = np.array([-8, 5, 127, -1, 3], np.int8)
+    n = np.array([1, 2, 8, 3, -1], np.int8)
+    u = x.view(np.uint8)
+    np.testing.assert_array_equal(lax.shift_right_logical(x, n), [124, 1, 0, 31, 0])
+    np.testing.assert_array_equal(jitgraph.jit(lax.shift_right_logical)(x, n), [124, 1, 0, 31, 0])
+    np.testing.assert_array_equal(lax.shift_right_arithmetic(x, n), [-4, 1, 0, -1, 0])
+    np.testing.assert_array_equal(lax.shift_left(x, n), [-16, 20, 0, -8, 0])
+    np.testing.assert_array_equal(lax.and_(u, np.uint8(12)), u & 12)
+    np.testing.assert_array_equal(lax.not_(x), ~x)
+    np.testing.assert_array_equal(lax.xor(np.array([True, False]), np.array([True, True])),
+                                  [False, True])
+    with pytest.raises(TypeError, match="same dtypes"):
+        lax.or_(x, n.astype(np.int16))
