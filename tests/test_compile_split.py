@@ -80,3 +80,49 @@ def test_phases_are_exclusive_and_only_recorded_inside_recording():
     assert outer["autodiff"] == pytest.approx(inner["autodiff"])
     assert outer["trace"] >= 0.0
     assert compile_phases.split_text({"fuse": 0.5}).startswith("trace 0.000s, autodiff 0.000s")
+
+
+CHILD = """
+import json, sys
+import numpy as np
+import jitgraph
+sys.path.insert(0, {here!r})
+from test_compile_split import layers
+rng = np.random.default_rng(0)
+args = [rng.standard_normal((5, 5)) for _ in range(4)]
+f = jitgraph.jit(jitgraph.grad(layers, argnums=(1, 2, 3)))
+if sys.argv[1] == "lower":
+    f.lower(*args)          # writes the kernels' sources to the cache, compiles nothing
+else:
+    f(*args)
+info = jitgraph.cache_info()
+print(json.dumps({{k: info[k] for k in ("worker_compiles", "local_compiles")}}))
+"""
+
+
+def test_kernels_whose_source_alone_is_cached_compile_ahead_of_the_first_call(tmp_path):
+    """A process that stopped before compiling its kernels left their sources in the cache:
+    the next one compiles them ahead of its first call with the new kernels (on compile
+    workers), not one after another inside that call."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path / "cache"), JITGRAPH_LOG="compiles",
+               JITGRAPH_COMPILE_WORKERS="0")
+    code = CHILD.format(here=str(pathlib.Path(__file__).parent))
+    first = subprocess.run([sys.executable, "-c", code, "lower"], env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout.splitlines()[-1]) == {"worker_compiles": 0,
+                                                         "local_compiles": 0}
+    env["JITGRAPH_COMPILE_WORKERS"] = "1"
+    second = subprocess.run([sys.executable, "-c", code, "run"], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    (s,) = _splits(second.stderr)
+    assert s["new"] == s["distinct"] >= 2 and s["disk"] == 0 and s["memory"] == 0
+    stats = json.loads(second.stdout.splitlines()[-1])
+    # every kernel, and the driver's BLAS helpers, went through the ahead-of-time compile
+    assert stats["worker_compiles"] + stats["local_compiles"] >= s["distinct"], (stats, s)

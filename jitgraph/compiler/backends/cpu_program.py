@@ -18,7 +18,7 @@ from ...arrays import Array
 from ...compile_phases import phase
 from ...core import Graph
 from ...dtypes import as_stored, is_narrow, storage
-from .. import compile_pool, native
+from .. import compile_pool, native, numba_patches
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import host_impl
@@ -34,8 +34,9 @@ class KernelCounts:
     """Where a program's kernels came from (``JITGRAPH_LOG=compiles`` prints it): the kernels
     its steps call, how many distinct functions they are (steps whose kernels are equal up to
     names share one, ``cpu.finish_module``), and of those how many this process had loaded
-    already, how many the disk cache had, how many were new; then how many functions Numba
-    compiled in compile workers and, after the first call, here."""
+    already, how many the disk cache had with their machine code, how many were new (or had
+    only their source cached); then how many functions Numba compiled in compile workers and,
+    after the first call, here."""
     steps: int
     distinct: int
     in_memory: int
@@ -251,20 +252,31 @@ def _intact(path) -> bool:
         return False
 
 
+def _source_only(disp) -> bool:
+    """A kernel whose source is cached but whose machine code is not, anywhere: nothing
+    compiled it in this process and Numba's cache has no index for it (a process stopped
+    before compiling its kernels, or its compile workers failed). It is compiled ahead of the
+    first call with the new kernels, in parallel, instead of one after another in that call."""
+    return not disp.overloads and numba_patches.has_cached_code(disp) is False
+
+
 def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_again,
                      bundle=None) -> CpuProgram:
     from ...kernels import blas, matmul  # type: ignore[attr-defined]
     key = fingerprint()
     modules, on_disk, new = [], [], []
-    memory_hits = 0
+    memory_hits = uncompiled = 0
     for name, src, arg_types in fin.kernel_modules:
         before = cache.stats["memory_hits"]
         m, hit = cache.load_module(src, key_extra=key)
-        memory_hits += cache.stats["memory_hits"] > before
         modules.append((name, m))
         on_disk.append(hit)
-        if not hit and arg_types:
-            new.append((len(src), (m, name, arg_types)))
+        if not hit or _source_only(getattr(m, name)):
+            uncompiled += 1
+            if arg_types:
+                new.append((len(src), (m, name, arg_types)))
+        else:
+            memory_hits += cache.stats["memory_hits"] > before
     module, hit = cache.load_module(fin.driver_source, key_extra=key)
     on_disk.append(hit)
     compiled_before = sum(numba_compile_count(m) for m in [module, *(m for _, m in modules)])
@@ -295,7 +307,7 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
                          bundle_path=bundle)
     program.kernel_counts = KernelCounts(
         len(gen.module.kernels), len(modules), memory_hits,
-        max(0, sum(on_disk[:-1]) - memory_hits), on_disk[:-1].count(False),
+        len(modules) - memory_hits - uncompiled, uncompiled,
         STATE.compile_stats["worker_compiles"] - in_workers, compiled_before)
     return program
 
