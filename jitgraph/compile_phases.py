@@ -57,6 +57,8 @@ def timed(name: str) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def inner(*args, **kwargs):
+            if not _state()[1]:         # nothing records (eager code): a plain call
+                return fn(*args, **kwargs)
             with phase(name):
                 return fn(*args, **kwargs)
         return inner  # type: ignore[return-value]
