@@ -425,6 +425,87 @@ def unfused():
     return LINEAR_CE.disabled()
 
 
+# ------------------------------------------------------------------ the cost model
+# Microseconds per unit of each term of a float32 value-and-gradient step on the CPU, one
+# table for each side (``cost_terms`` counts the units). Fitted with
+# ``bench/fused_vs_unfused.py --only linear_ce --fit`` to 18 shapes (N in {64, 512, 4096}, d in
+# {64, 256}, V in {64, 512, 8192}; one thread of an AVX-512 Xeon, the other core busy with
+# other work): each side's medians as a non-negative sum of its terms, rows weighted by
+# 1 / time. The fused step was slower at 16 of the 18 shapes (1.1x to 1.8x; the other two
+# within the noise): its products over chunks of rows and its per-row loops cost more per
+# logit than the unfused program's whole products and generated loops, so with these
+# constants the rewrite pays only for memory (``LOGITS_ALWAYS_FUSED``).
+FUSED_US = {
+    "call": 0.503,          # the host step: operand copies, outputs
+    "chunk": 0.0,           # per chunk of rows (BLAS calls, a thread dispatch): fitted to 0
+    "logit": 1.03e-2,       # per logit: its exponential, the row loops
+    "logit_feature": 1.14e-4,  # per logit and feature: three products, chunk by chunk
+}
+UNFUSED_US = {
+    "call": 0.0,
+    "logit": 6.8e-3,        # per logit: the generated loops over (N, V)
+    "logit_feature": 8.0e-5,  # per logit and feature: three whole products
+}
+MARGIN = 0.8                # fuse when the fused estimate is below this times the unfused one
+LOGITS_ALWAYS_FUSED = 1 << 28   # logit bytes (256 MiB) from which the rewrite is kept for memory
+
+
+def _chunks(n: int) -> int:
+    """How many chunks of rows ``kernels/linear_ce.py`` takes (its ``chunk_rows``)."""
+    rows = min(1024, max(64, -(-n // 8)))
+    return -(-n // rows)
+
+
+def cost_terms(n: int, d: int, v: int) -> tuple[dict, dict]:
+    """How many units of each term of ``FUSED_US`` and ``UNFUSED_US`` a step takes at one
+    shape: the same logits and products either way, the fused step in chunks of rows."""
+    logits = n * v
+    fused = {"call": 1, "chunk": _chunks(n), "logit": logits, "logit_feature": logits * d}
+    unfused = {"call": 1, "logit": logits, "logit_feature": logits * d}
+    return fused, unfused
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The estimated microseconds of a step each way, the bytes of the unfused program's
+    logits, and the decision."""
+    fused_us: float
+    unfused_us: float
+    logit_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        return self.fused_us / self.unfused_us
+
+    @property
+    def wins(self) -> bool:
+        """Fused when it is estimated faster by ``MARGIN``, or when the logits alone would take
+        ``LOGITS_ALWAYS_FUSED`` bytes (then memory decides)."""
+        return self.ratio < MARGIN or self.logit_bytes >= LOGITS_ALWAYS_FUSED
+
+
+def cost_estimate(n: int, d: int, v: int, itemsize: int = 4) -> Cost:
+    """The cost model at one shape (``cost_terms`` priced by ``FUSED_US`` and ``UNFUSED_US``)."""
+    fused, unfused = cost_terms(n, d, v)
+    return Cost(sum(FUSED_US[k] * c for k, c in fused.items()),
+                sum(UNFUSED_US[k] * c for k, c in unfused.items()), n * v * itemsize)
+
+
+def _wins(hit: _Hit) -> bool:
+    """The cost model at a match (``cost_estimate`` of its shapes)."""
+    n, v = hit.z.aval.shape
+    h = hit.logits[0]
+    return cost_estimate(n, h.aval.shape[1], v, np.dtype(hit.z.aval.dtype).itemsize).wins
+
+
+def always_fused():
+    """``with jitgraph.linear_ce.always_fused():`` programs traced and compiled inside fuse
+    every linear cross-entropy pattern, whatever the cost model says (to measure or test the
+    fused kernels where the unfused program is faster). It holds for the current thread (or
+    task) only."""
+    return LINEAR_CE.forced()
+
+
 # ------------------------------------------------------------------ lowerings
 def _rows(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x)
@@ -472,6 +553,7 @@ LINEAR_CE = register_fused_op(FusedOp(
     rules=(Rule(roots=(sub_p,), match=_lse_minus_picked, replace=_replace),
            Rule(roots=(gather_p,), match=_gathered_log_softmax, replace=_replace)),
     conditions=(lambda hit: hit.logits is not None,),      # the logits are a 2-D product
+    wins=_wins,
     may_match=lambda g: any(n.prim is matmul_p for n in g.nodes) and
     any(n.prim is gather_p or n.prim is reduce_max_p for n in g.nodes),
     prepare=optimize,       # constants folded: a raw trace spells them as nodes

@@ -19,7 +19,9 @@ record, registered once with ``register_fused_op``:
 
 Autodiff and the compiler run ``rewritten(graph)``, every enabled record in name order;
 ``FusedOp.disabled()`` turns one off for the current context (a ``contextvars`` variable:
-another thread, or another asyncio task, keeps its own setting).
+another thread, or another asyncio task, keeps its own setting); ``FusedOp.forced()`` applies
+it wherever its pattern and conditions match, whatever ``wins`` says (for benchmarks that
+measure the cost model, and for tests of the fused kernels at small shapes).
 
 The pieces below the records serve any graph rewrite: ``GraphIndex`` (producers, use
 counts, constants), a small pattern language keyed by primitive objects (``op``, ``var``,
@@ -301,6 +303,8 @@ class FusedOp:
 
     def __post_init__(self):
         self._enabled = contextvars.ContextVar(f"jitgraph.rewrite.{self.name}", default=True)
+        self._forced = contextvars.ContextVar(f"jitgraph.rewrite.{self.name}.forced",
+                                              default=False)
 
     @property
     def enabled(self) -> bool:
@@ -317,6 +321,22 @@ class FusedOp:
         finally:
             self._enabled.reset(token)
 
+    @contextlib.contextmanager
+    def forced(self) -> Iterator[None]:
+        """``with op.forced():`` graphs traced and compiled inside, in this context, take the
+        rewrite wherever a pattern and the conditions match: the cost model (``wins``) is not
+        asked."""
+        token = self._forced.set(True)
+        try:
+            yield
+        finally:
+            self._forced.reset(token)
+
+    def pays(self, hit: Any) -> bool:
+        """Whether the rewrite applies at a hit that meets the conditions: ``wins``, unless
+        forced in this context."""
+        return self._forced.get() or bool(self.wins(hit))
+
     def find(self, g: Graph) -> dict[Node, tuple]:
         """Each node of ``g`` that a rule replaces -> (the rule, its hit)."""
         ix = GraphIndex(g)
@@ -326,7 +346,7 @@ class FusedOp:
                 if n.prim not in rule.roots:
                     continue
                 hit = rule.match(ix, n)
-                if hit is not None and all(c(hit) for c in self.conditions) and self.wins(hit):
+                if hit is not None and all(c(hit) for c in self.conditions) and self.pays(hit):
                     hits[n] = (rule, hit)
                     break
         return hits
