@@ -20,8 +20,11 @@ else. A constant mask or bias that is the causal pattern becomes ``causal=True``
 (T, T) array is read either. Autodiff runs it before building a backward pass and the
 compiler before fusing, so it applies to code that never calls ``nn``. The ``ATTENTION`` record
 at the end (``rewrite.FusedOp``) is what the pipeline reads: the rule (``SOFTMAX`` and the
-scores' forms, and the replacement), its condition, and the lowerings of both primitives on
-the host and in CUDA programs; ``unfused()`` disables it in the current context.
+scores' forms, and the replacement), its condition, its cost model (``cost_estimate``: the
+rewrite applies only at shapes where the fused training step is estimated faster, or where
+the scores alone would be huge), and the lowerings of both primitives on the host and in CUDA
+programs; ``unfused()`` disables it in the current context, ``always_fused()`` applies it
+past the cost model.
 
 The NumPy references compute the full matrices (the ground truth); the second derivative
 of ``attention_bwd`` differentiates that composite again (rarely needed, never fast).

@@ -17,8 +17,11 @@ nowhere else: ``nn.cross_entropy`` (log-sum-exp minus a one-hot sum),
 (as the one-hot sum does; ``nn.cross_entropy`` then masks its loss as NaN).
 
 The ``LINEAR_CE`` record at the end (``rewrite.FusedOp``) is what the pipeline reads: the two
-rules (patterns and replacement), the condition on the logits, the host lowerings of the
-three primitives and ``merge_train_steps``; ``unfused()`` disables it in the current context.
+rules (patterns and replacement), the condition on the logits, the cost model
+(``cost_estimate``: the rewrite applies only where the fused step is estimated faster, or
+where the logits alone would be huge), the host lowerings of the three primitives and
+``merge_train_steps``; ``unfused()`` disables it in the current context, ``always_fused()``
+applies it past the cost model.
 """
 from __future__ import annotations
 

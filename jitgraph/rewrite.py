@@ -21,7 +21,10 @@ Autodiff and the compiler run ``rewritten(graph)``, every enabled record in name
 ``FusedOp.disabled()`` turns one off for the current context (a ``contextvars`` variable:
 another thread, or another asyncio task, keeps its own setting); ``FusedOp.forced()`` applies
 it wherever its pattern and conditions match, whatever ``wins`` says (for benchmarks that
-measure the cost model, and for tests of the fused kernels at small shapes).
+measure the cost model, and for tests of the fused kernels at small shapes). A record's cost
+model prices the kernels of the targets it names (``priced``: the host's); while a program
+for another target is traced and lowered (``targeting``, which ``jit`` and the compiler set)
+its rewrite applies wherever it matches, as before there was a cost model.
 
 The pieces below the records serve any graph rewrite: ``GraphIndex`` (producers, use
 counts, constants), a small pattern language keyed by primitive objects (``op``, ``var``,
@@ -40,6 +43,19 @@ import numpy as np
 from .core import Aval, Graph, Node, Primitive, Var
 
 OUTPUT_USES = 1000      # a graph output counts as this many uses: it is read outside
+
+_TARGET = contextvars.ContextVar("jitgraph.rewrite.target", default="cpu")
+
+
+@contextlib.contextmanager
+def targeting(target: str) -> Iterator[None]:
+    """``with targeting("cuda"):`` graphs rewritten inside (in this context) are for
+    ``target``'s programs: the cost models price only the targets they were measured on."""
+    token = _TARGET.set(target)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
 
 
 # ------------------------------------------------------------------ graph helpers
@@ -287,6 +303,8 @@ class FusedOp:
     conditions: tuple = ()
     # the cost-model condition: hit (the matched vars carry the shapes) -> whether fusing wins
     wins: Callable[[Any], bool] = always
+    # the targets whose kernels ``wins`` prices; for others the rewrite applies at every match
+    priced: tuple = ("cpu",)
     # graph -> whether it may hold a match at all: a cheap test that skips the index
     may_match: Callable[[Graph], bool] | None = None
     # graph -> graph before matching (constants folded, say); the original is returned when
@@ -333,9 +351,9 @@ class FusedOp:
             self._forced.reset(token)
 
     def pays(self, hit: Any) -> bool:
-        """Whether the rewrite applies at a hit that meets the conditions: ``wins``, unless
-        forced in this context."""
-        return self._forced.get() or bool(self.wins(hit))
+        """Whether the rewrite applies at a hit that meets the conditions: ``wins`` for a
+        target the cost model prices, unless forced in this context."""
+        return self._forced.get() or _TARGET.get() not in self.priced or bool(self.wins(hit))
 
     def find(self, g: Graph) -> dict[Node, tuple]:
         """Each node of ``g`` that a rule replaces -> (the rule, its hit)."""

@@ -144,3 +144,18 @@ def test_forcing_is_per_context_and_nests_with_unfused():
         with attention.unfused():
             assert "attention" not in _prims(f(q))
     assert "attention" not in _prims(f(q))
+
+
+def test_targets_the_model_was_not_measured_on_fuse_every_match():
+    """The constants price the host kernels: a program for another target (CUDA's) takes the
+    rewrite wherever it matches, as ``jit(..., device="cuda")`` traces and lowers it."""
+    from jitgraph.rewrite import targeting
+    q = RNG.standard_normal((1, 1, 16, 8))
+    f = jg.make_graph(jg.grad(lambda q: jnp.sum(nn.dot_product_attention(q, q, q))))
+    assert attention.ATTENTION.priced == ("cpu",)
+    assert "attention" not in _prims(f(q))
+    with targeting("cuda"):
+        assert "attention" in _prims(f(q))
+    forward = jg.jit(lambda q: nn.dot_product_attention(q, q, q))
+    assert "attention" not in _prims(forward.lower(q).stages["lowered"])
+    np.testing.assert_allclose(forward(q), nn.dot_product_attention(q, q, q), rtol=1e-12)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core import Graph
+from ..rewrite import targeting
 from ..targets import target_named
 from .backends import register_target
 from .backends.base import CompileOptions, Executable, ModuleText, ScalarContext, Target, \
@@ -85,7 +86,8 @@ def _compile_again(target: Target) -> Callable:
 def generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Generated:
     """lower -> fuse -> generate: the generated program of ``graph``, not yet loaded, with
     every stage's value in ``stages``."""
-    lowered = lower(graph)
+    with targeting(target.name):        # the fused rewrites' cost models price this target
+        lowered = lower(graph)
     ctx = target.context(options)
     plan = fuse(lowered, ctx)
     gen = generate(plan, target, ctx, options)
