@@ -445,25 +445,26 @@ def unfused():
 # ------------------------------------------------------------------ the cost model
 # Microseconds per unit of each term of a float32 training step (forward + backward) on the
 # CPU, one table for each side (``cost_terms`` counts the units). Fitted with
-# ``bench/fused_vs_unfused.py --only attention --fit`` to 96 shapes (B*H in {1, 8, 32}, T in
-# {16, 64, 128, 512}, head size in {16, 32, 64, 128}, causal and not; one thread of an AVX-512
-# Xeon, the other core busy with other work): each side's medians as a non-negative sum of its
-# terms, each row weighted by 1 / its time so that small shapes count as much as large ones.
-# The fit's ratio is within 20 % of the measured one at most shapes, hence ``MARGIN``.
+# ``bench/fused_vs_unfused.py --only attention --fit`` to two runs of its grid of 96 shapes
+# (B*H in {1, 8, 32}, T in {16, 64, 128, 512}, head size in {16, 32, 64, 128}, causal and not;
+# one thread of an AVX-512 Xeon, the other core busy with other work): each side's medians as
+# a non-negative sum of its terms, each row weighted by 1 / its time so that small shapes count
+# as much as large ones. The fitted ratio is within 20 % of the measured one at most shapes
+# (the machine's noise is of that size), hence ``MARGIN``.
 FUSED_US = {
-    "call": 82.4,           # the two host steps: operand copies, outputs, thread dispatch
-    "tile": 5.34,           # per (up to) 128 x 128 tile: five BLAS calls from the kernel
-    "score": 3.21e-3,       # per score seen: two exponentials (forward, recomputed), loops
-    "masked_score": 4.65e-3,  # per score under a mask or bias (not in the grid: as unfused)
-    "score_feature": 2.67e-4,  # per score of the tiles computed, per feature: tile products
+    "call": 70.8,           # the two host steps: operand copies, outputs, thread dispatch
+    "tile": 5.33,           # per (up to) 128 x 128 tile: five BLAS calls from the kernel
+    "score": 2.92e-3,       # per score seen: two exponentials (forward, recomputed), loops
+    "masked_score": 4.61e-3,  # per score under a mask or bias (not in the grid: as unfused)
+    "score_feature": 2.59e-4,  # per score of the tiles computed, per feature: tile products
 }
 UNFUSED_US = {
-    "call": 19.8,           # the unfused step's extra kernels
-    "batch": 14.1,          # per batch matrix: the batched products' BLAS calls
-    "score": 2.15e-3,       # per score: the softmax loops and their backward over (T, T)
-    "masked_score": 4.65e-3,  # per score under the causal cut, a mask or bias: the selects
-    "spilled_score": 5.92e-3,  # per score beyond CACHE_BYTES: the (T, T) passes from memory
-    "score_feature": 1.71e-4,  # per score and feature: six batched products
+    "call": 15.7,           # the unfused step's extra kernels
+    "batch": 13.6,          # per batch matrix: the batched products' BLAS calls
+    "score": 1.99e-3,       # per score: the softmax loops and their backward over (T, T)
+    "masked_score": 4.61e-3,  # per score under the causal cut, a mask or bias: the selects
+    "spilled_score": 7.74e-3,  # per score beyond CACHE_BYTES: the (T, T) passes from memory
+    "score_feature": 1.58e-4,  # per score and feature: six batched products
 }
 CACHE_BYTES = 1 << 21       # about one core's L2 cache: the scores that stay in cache
 MARGIN = 0.8                # fuse when the fused estimate is below this times the unfused one

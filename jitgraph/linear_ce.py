@@ -431,23 +431,23 @@ def unfused():
 # ------------------------------------------------------------------ the cost model
 # Microseconds per unit of each term of a float32 value-and-gradient step on the CPU, one
 # table for each side (``cost_terms`` counts the units). Fitted with
-# ``bench/fused_vs_unfused.py --only linear_ce --fit`` to 18 shapes (N in {64, 512, 4096}, d in
-# {64, 256}, V in {64, 512, 8192}; one thread of an AVX-512 Xeon, the other core busy with
-# other work): each side's medians as a non-negative sum of its terms, rows weighted by
-# 1 / time. The fused step was slower at 16 of the 18 shapes (1.1x to 1.8x; the other two
-# within the noise): its products over chunks of rows and its per-row loops cost more per
-# logit than the unfused program's whole products and generated loops, so with these
-# constants the rewrite pays only for memory (``LOGITS_ALWAYS_FUSED``).
+# ``bench/fused_vs_unfused.py --only linear_ce --fit`` to two runs of its grid of 18 shapes (N
+# in {64, 512, 4096}, d in {64, 256}, V in {64, 512, 8192}; one thread of an AVX-512 Xeon, the
+# other core busy with other work): each side's medians as a non-negative sum of its terms,
+# rows weighted by 1 / time. The fused step was slower at 31 of the 36 measurements (up to
+# 2.1x; the others within the noise): its per-row loops cost twice the unfused program's
+# generated loops per logit, and its products over chunks of rows a little more than whole
+# products, so with these constants the rewrite pays only for memory (``LOGITS_ALWAYS_FUSED``).
 FUSED_US = {
-    "call": 0.503,          # the host step: operand copies, outputs
+    "call": 26.5,           # the host step: operand copies, outputs
     "chunk": 0.0,           # per chunk of rows (BLAS calls, a thread dispatch): fitted to 0
-    "logit": 1.03e-2,       # per logit: its exponential, the row loops
-    "logit_feature": 1.14e-4,  # per logit and feature: three products, chunk by chunk
+    "logit": 1.11e-2,       # per logit: its exponential, the row loops
+    "logit_feature": 7.34e-5,  # per logit and feature: three products, chunk by chunk
 }
 UNFUSED_US = {
-    "call": 0.0,
-    "logit": 6.8e-3,        # per logit: the generated loops over (N, V)
-    "logit_feature": 8.0e-5,  # per logit and feature: three whole products
+    "call": 13.4,           # the unfused step's kernels
+    "logit": 5.38e-3,       # per logit: the generated loops over (N, V)
+    "logit_feature": 6.98e-5,  # per logit and feature: three whole products
 }
 MARGIN = 0.8                # fuse when the fused estimate is below this times the unfused one
 LOGITS_ALWAYS_FUSED = 1 << 28   # logit bytes (256 MiB) from which the rewrite is kept for memory
