@@ -206,9 +206,10 @@ class Lowering:
     kind: str = HOST
     """What code the compiler makes for the op: one of the kinds above."""
     rule: Callable | None = None
-    """SCALAR: ``rule(ctx, *input_exprs, **params) -> expression``, backend-neutral (it names
-    scalar routines with ``ctx.fn``). INDEX_MAP: ``rule(out_idx, in_aval, out_aval, **params)
-    -> in_idx`` (see ``ops.layout``)."""
+    """SCALAR: ``rule(ctx, *input_exprs, **params) -> expression``, backend-neutral: ``ctx`` is
+    the backend's syntax table (``compiler/syntax.py``), and names scalar routines with
+    ``ctx.fn``. INDEX_MAP: ``rule(ctx, out_idx, in_aval, out_aval, **params) -> in_idx`` (see
+    ``ops.layout``)."""
     monoid: str | None = None
     """REDUCE: "sum", "max", "min" or "prod"; ARG_REDUCE: "max" or "min"."""
     cost: int = 1

@@ -347,7 +347,9 @@ def defprimitive(name: str, impl: Callable, abstract_eval: Callable | None = Non
     :param jvp: ``jvp(tangents, out, *inputs, **params)``: the output's tangent. Also settable
         later with ``defjvp``.
     :param codegen: for kind ``"elementwise"``: ``rule(ctx, *input_exprs, **params) -> scalar
-        expression``, fused into the generated loops (or a ``core.Lowering`` record).
+        expression``, fused into the generated loops (or a ``core.Lowering`` record); write it
+        with ``ctx``, the target's syntax table (``ctx.op("times", x, y)``, ``ctx.select``,
+        ``ctx.call(ctx.fn("exp"), x)``...), and it fits every target.
     :param kind: how the compiler treats it (``"opaque"``: a host step; ``"elementwise"``: fused
         with ``codegen``); see ``jitgraph.Primitive``.
     :param batch: ``batch(args, dims, **params) -> (out, out_dim)``: its batching rule for

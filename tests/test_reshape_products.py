@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 import jitgraph as jg
 import jitgraph.numpy as jnp
+from jitgraph.compiler.syntax import Syntax
 from jitgraph.core import Aval
 from jitgraph.ops.layout import reshape_index_map
 
@@ -18,8 +19,8 @@ from jitgraph.ops.layout import reshape_index_map
 def _read_through(ishape, oshape):
     """Every output position's input position, by evaluating the generated index text."""
     names = [f"i{k}" for k in range(len(oshape))]
-    exprs = reshape_index_map(names, Aval(ishape, np.float32), Aval(oshape, np.float32),
-                              shape=oshape)
+    exprs = reshape_index_map(Syntax(), names, Aval(ishape, np.float32),
+                              Aval(oshape, np.float32), shape=oshape)
     x = np.arange(int(np.prod(ishape))).reshape(ishape)
     y = x.reshape(oshape)
     for pos in itertools.product(*[range(d) for d in oshape]):

@@ -3,8 +3,9 @@
 Layout ops (reshape, transpose, broadcast, slicing, padding, concatenation) and gathers become
 index arithmetic; elementwise ops become scalar expressions (the rule of each primitive's
 ``lowering`` record); a materialized value is an array load, or a local variable when the same
-kernel computed it at this index. The statements are plain Python syntax, valid in Numba
-``@njit`` and ``@cuda.jit`` kernels alike; ``ctx`` names the backend's scalar functions.
+kernel computed it at this index. Every piece of syntax comes from ``ctx``, the backend's
+scalar context: its syntax table (``compiler/syntax.py``), which also names the backend's scalar
+functions.
 """
 from __future__ import annotations
 
@@ -14,27 +15,12 @@ import numpy as np
 
 from ..core import GATHER, INDEX_MAP, SCALAR, Node, Var
 from ..dtypes import is_narrow
-from ..ops.layout import concat_index_map, row_major_strides
+from ..ops.layout import concat_index_map
+from .syntax import Statement, Syntax
 
 
 class CannotFuse(Exception):
     """The requested value can't be computed in this kernel at this point."""
-
-
-def literal(value, dtype) -> str:
-    dtype = np.dtype(dtype)
-    if is_narrow(dtype):            # a 16-bit float: kernels hold its bits (kernels/narrow.py)
-        return f"np.uint16({int(np.asarray(value, dtype).view(np.uint16))})"
-    v = np.asarray(value).item()
-    if dtype.kind == "b":
-        return "True" if v else "False"
-    if dtype.kind in "iu":
-        return f"np.{dtype.name}({int(v)})"
-    if np.isnan(v):
-        return f"np.{dtype.name}(np.nan)"
-    if np.isinf(v):
-        return f"np.{dtype.name}({'-' if v < 0 else ''}np.inf)"
-    return f"np.{dtype.name}({float(v)!r})"
 
 
 def progression(c: np.ndarray) -> tuple[int, int] | None:
@@ -49,16 +35,6 @@ def progression(c: np.ndarray) -> tuple[int, int] | None:
     if not np.array_equal(flat, start + step * np.arange(flat.size, dtype=np.int64)):
         return None
     return start, step
-
-
-def offset(idx: Sequence[str], shape: Sequence[int]) -> str:
-    """Row-major linear offset of a multi-index into a flat array."""
-    terms = []
-    for e, s, d in zip(idx, row_major_strides(shape), shape):
-        if d == 1 or e == "0":
-            continue
-        terms.append(e if s == 1 else f"{e} * {s}")
-    return " + ".join(terms) if terms else "0"
 
 
 def norm_idx(idx: Sequence[str], shape: Sequence[int]) -> tuple[str, ...]:
@@ -76,7 +52,7 @@ class ScatterParts(NamedTuple):
     source: str              # the update's element
 
 
-def scatter_parts(plan, node: Node) -> ScatterParts:
+def scatter_parts(plan, node: Node, syntax: Syntax) -> ScatterParts:
     g, *ix = node.inputs
     shape = node.out.aval.shape
     nb = g.aval.ndim - (len(shape) - len(ix))
@@ -86,15 +62,38 @@ def scatter_parts(plan, node: Node) -> ScatterParts:
     lines, tgt = [], []
     for k, iv in enumerate(ix):
         lead = nb - iv.aval.ndim
-        off = offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
-                     iv.aval.shape)
-        lines.append(f"j{k} = clamp_index({plan.array_name(iv)}[{off}], {shape[k]})")
+        off = syntax.offset([("0" if d == 1 else b) for b, d in zip(bv[lead:], iv.aval.shape)],
+                            iv.aval.shape)
+        lines.append(syntax.assign(f"j{k}", syntax.clamp_index(
+            syntax.index(plan.array_name(iv), off), shape[k])))
         tgt.append(f"j{k}")
     params = list(dict.fromkeys([plan.array_name(v) for v in node.inputs]
                                 + [plan.array_name(node.out)]))
     return ScatterParts(params, bv + rv, list(g.aval.shape[:nb]) + list(rest), lines,
-                        offset(tgt + rv, shape),
-                        f"{plan.array_name(g)}[{offset(bv + rv, g.aval.shape)}]")
+                        syntax.offset(tgt + rv, shape),
+                        syntax.index(plan.array_name(g), syntax.offset(bv + rv, g.aval.shape)))
+
+
+def scalar_expression(ctx, node: Node, args: Sequence[str]) -> str:
+    """The expression of a SCALAR node on its operands' expressions ``args``: its rule, cast
+    to its output dtype unless it already has it."""
+    ctx.in_dtype = node.inputs[0].aval.dtype
+    expr = node.prim.lowering.rule(ctx, *args, **node.params)
+    return expr if _keeps_type(ctx, node) else ctx.cast(expr, node.out.aval.dtype)
+
+
+def _keeps_type(ctx, node: Node) -> bool:
+    """Whether the expression already has the output's float type, so the cast can go:
+    each cast is a call Numba must type, a good part of compile time in long kernels."""
+    dt = node.out.aval.dtype
+    if is_narrow(dt) or any(is_narrow(i.aval.dtype) for i in node.inputs):
+        return True       # (only converts make or read 16-bit floats: their bits)
+    if dt.kind != "f" and dt != np.int64 or any(i.aval.dtype != dt for i in node.inputs[-2:]):
+        return False
+    low = node.prim.lowering
+    if dt == np.int64:
+        return low.keeps_int64
+    return low.keeps_float or ctx.returns_input_type(node.prim.name)
 
 
 class Emitter:
@@ -102,7 +101,8 @@ class Emitter:
 
     def __init__(self, plan, step_pos: int, full_idx: Sequence[str] | None,
                  o_vars: Sequence[str], o_shape: Sequence[int], aligned_locals: dict,
-                 full_locals: dict, ctx, prefix: str, stored_here: frozenset = frozenset()):
+                 full_locals: dict, ctx, prefix: str, stored_here: frozenset = frozenset(),
+                 suffix: str = ""):
         self.plan = plan
         self.step_pos = step_pos
         self.full_idx = None if full_idx is None else tuple(full_idx)
@@ -115,7 +115,8 @@ class Emitter:
         self.stored_here = stored_here
         self.ctx = ctx
         self.prefix = prefix
-        self.lines: list[str] = []
+        self.suffix = suffix                      # (locals are ``<prefix><n><suffix>``)
+        self.lines: list[Statement] = []
         self.loads: set[Var] = set()
         self.load_offsets: dict[Var, set] = {}
         self.memo: dict = {}
@@ -124,9 +125,9 @@ class Emitter:
         self._progressions: dict = {}       # constant -> (start, step) or None
 
     def _new(self, expr: str) -> str:
-        name = f"{self.prefix}{self._n}"
+        name = f"{self.prefix}{self._n}{self.suffix}"
         self._n += 1
-        self.lines.append(f"{name} = {expr}")
+        self.lines.append(self.ctx.assign(name, expr))
         return name
 
     def _is_aligned(self, v: Var, idx: tuple) -> bool:
@@ -140,7 +141,7 @@ class Emitter:
         idx = norm_idx(idx, v.aval.shape)
         c = self.plan.graph.consts.get(v)
         if c is not None and c.size == 1:
-            return literal(c.reshape(()), v.aval.dtype)
+            return self.ctx.literal(c.reshape(()), v.aval.dtype)
         key = (v, idx)
         hit = self.memo.get(key)
         if hit is not None:
@@ -165,9 +166,8 @@ class Emitter:
             if prog is not None:          # computed from the index, not loaded
                 (i,) = [e for e, d in zip(idx, v.aval.shape) if d != 1]
                 start, step = prog
-                expr = i if step == 1 else f"{step} * {i}"
-                expr = expr if start == 0 else f"{start} + {expr}"
-                return self._new(self.ctx.cast(f"({expr})", v.aval.dtype))
+                expr = self.ctx.group(self.ctx.affine(start, step, i))
+                return self._new(self.ctx.cast(expr, v.aval.dtype))
         if v in self.plan.materialized or v in self.plan.graph.consts or v in self.plan.input_set:
             pos = self.plan.available_at(v)
             if pos >= self.step_pos and not (
@@ -175,9 +175,9 @@ class Emitter:
                     and idx == norm_idx(self.full_idx, v.aval.shape)):
                 raise CannotFuse(f"{v} is produced by step {pos}, not before step {self.step_pos}")
             self.loads.add(v)
-            off = offset(idx, v.aval.shape)
+            off = self.ctx.offset(idx, v.aval.shape)
             self.load_offsets.setdefault(v, set()).add(off)
-            return self._new(f"{self.plan.array_name(v)}[{off}]")
+            return self._new(self.ctx.index(self.plan.array_name(v), off))
         return self._expand(v, idx)
 
     def compute(self, v: Var, idx: Sequence[str]) -> str:
@@ -201,29 +201,12 @@ class Emitter:
             for inp in node.inputs:
                 lead = out_aval.ndim - inp.aval.ndim
                 args.append(self.value(inp, idx[lead:]))
-            self.ctx.in_dtype = node.inputs[0].aval.dtype
-            expr = low.rule(self.ctx, *args, **node.params)
-            if self._keeps_type(node):
-                return self._new(expr)
-            return self._new(self.ctx.cast(expr, out_aval.dtype))
+            return self._new(scalar_expression(self.ctx, node, args))
         if low.kind == INDEX_MAP:
             return self._layout(node, idx)
         if low.kind == GATHER:
             return self._gather(node, idx)
         raise CannotFuse(f"{node.prim.name} output must be materialized")
-
-    def _keeps_type(self, node) -> bool:
-        """Whether the expression already has the output's float type, so the cast can go:
-        each cast is a call Numba must type, a good part of compile time in long kernels."""
-        dt = node.out.aval.dtype
-        if is_narrow(dt) or any(is_narrow(i.aval.dtype) for i in node.inputs):
-            return True       # (only converts make or read 16-bit floats: their bits)
-        if dt.kind != "f" and dt != np.int64 or any(i.aval.dtype != dt for i in node.inputs[-2:]):
-            return False
-        low = node.prim.lowering
-        if dt == np.int64:
-            return low.keeps_int64
-        return low.keeps_float or self.ctx.returns_input_type(node.prim.name)
 
     def _layout(self, node, idx):
         name = node.prim.name
@@ -231,28 +214,31 @@ class Emitter:
         out = node.out.aval
         if name == "concatenate":
             axis = node.params["axis"]
-            parts = concat_index_map(list(idx), [i.aval for i in x], out, axis=axis)
+            parts = concat_index_map(self.ctx, list(idx), [i.aval for i in x], out,
+                                     axis=axis)
             vals = []
             for inp, (in_idx, lo, hi) in zip(x, parts):
                 in_idx = list(in_idx)
                 n = inp.aval.shape[axis]
-                in_idx[axis] = f"min(max({in_idx[axis]}, 0), {n - 1})"
+                in_idx[axis] = self.ctx.clip(in_idx[axis], n)
                 vals.append((self.value(inp, in_idx), hi))
             expr = vals[-1][0]
             for val, hi in reversed(vals[:-1]):
-                expr = f"({val} if {idx[axis]} < {hi} else {expr})"
+                expr = self.ctx.select(self.ctx.bare("less", idx[axis], self.ctx.number(hi)),
+                                       val, expr)
             return self._new(expr)
         if name == "pad_slice":
-            in_idx, cond = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
-            in_idx = [f"min(max({e}, 0), {d - 1})" if e not in idx else e
+            in_idx, cond = node.prim.lowering.rule(self.ctx, list(idx), x[0].aval, out,
+                                                     **node.params)
+            in_idx = [self.ctx.clip(e, d) if e not in idx else e
                       for e, d in zip(in_idx, x[0].aval.shape)]
             if x[0].aval.size == 0:
-                return literal(0, out.dtype)
+                return self.ctx.literal(0, out.dtype)
             val = self.value(x[0], in_idx)
             if cond is None:
                 return val
-            return self._new(f"({val} if {cond} else {literal(0, out.dtype)})")
-        in_idx = node.prim.lowering.rule(list(idx), x[0].aval, out, **node.params)
+            return self._new(self.ctx.select(cond, val, self.ctx.literal(0, out.dtype)))
+        in_idx = node.prim.lowering.rule(self.ctx, list(idx), x[0].aval, out, **node.params)
         return self.value(x[0], in_idx)
 
     def _gather(self, node, idx):
@@ -263,5 +249,5 @@ class Emitter:
         for k, iv in enumerate(ix):
             lead = nb - iv.aval.ndim
             raw = self.value(iv, b_idx[lead:])
-            in_idx.append(self._new(f"clamp_index({raw}, {x.aval.shape[k]})"))
+            in_idx.append(self._new(self.ctx.clamp_index(raw, x.aval.shape[k])))
         return self.value(x, in_idx + list(rest))

@@ -142,6 +142,7 @@ class Plan:
         # the backend multiplies 16-bit float operands itself (cuBLAS's GemmEx: float32
         # accumulation on tensor cores), so a product reads them without a widened copy
         self.narrow_products = False
+        self.syntax = None                # the target's syntax table its bodies are written in
 
     def available_at(self, v: Var) -> int:
         return self.step_of.get(v, -1)
@@ -315,11 +316,19 @@ def _reduced_axes(n: Node) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------- kernel bodies
-def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
-    """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible."""
+def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "",
+               acc_reads: str = "") -> KernelBody:
+    """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible.
+
+    ``copy``: a suffix for the names a loop stage binds per element (the variables of the dims
+    it iterates, its locals), for a backend that unrolls the loop: each copy of the loop body
+    is generated with its own names, rather than renamed in the text. ``acc_reads``: a suffix
+    for the name through which later stages read an accumulator (a backend that keeps the
+    accumulators in an array reads each element into a local first)."""
     o_shape, r_shape = k.outer_shape, k.inner_shape
-    o_vars = [f"o{i}" if d != 1 else "0" for i, d in enumerate(o_shape)]
-    r_vars = [f"r{i}" if d != 1 else "0" for i, d in enumerate(r_shape)]
+    o_copy, r_copy = ("", copy) if k.axes else (copy, "")
+    o_vars = [f"o{i}{o_copy}" if d != 1 else "0" for i, d in enumerate(o_shape)]
+    r_vars = [f"r{i}{r_copy}" if d != 1 else "0" for i, d in enumerate(r_shape)]
     full, oi, ri = [], iter(o_vars), iter(r_vars)
     for d in range(len(k.shape)):
         full.append(next(ri) if d in k.axes else next(oi))
@@ -333,7 +342,8 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
         full_locals: dict[Var, str] = {}
         em = Emitter(plan, pos, full if st.kind == "loop" else None, o_vars, o_shape,
                      dict(aligned), full_locals, ctx, prefix=f"s{si}_",
-                     stored_here=frozenset(stored_full))
+                     stored_here=frozenset(stored_full),
+                     suffix=copy if st.kind == "loop" else "")
         reds, stores, new_aligned = [], [], {}
         for n in st.items:
             v = n.out
@@ -346,7 +356,7 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx) -> KernelBody:
                 low = n.prim.lowering
                 reds.append((n, acc, val,
                              "arg" + low.monoid if low.kind == ARG_REDUCE else low.monoid))
-                new_aligned[v] = acc
+                new_aligned[v] = acc + acc_reads
                 ops.add(n)
             elif st.kind == "loop":
                 if v.aval.shape != k.shape:
@@ -443,6 +453,7 @@ def _arrays_under(plan: Plan, values) -> set[Var]:
 def make_plan(graph: Graph, ctx, max_lookback: int = 6) -> Plan:
     plan = Plan(graph)
     plan.narrow_products = getattr(ctx, "narrow_products", False)
+    plan.syntax = ctx
     after = getattr(graph, "schedule_after", {})
     _decide_materialized(plan)
     for n in graph.nodes:

@@ -14,9 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from ..core import Graph, Var
-from ..dtypes import is_narrow
-from .emit import literal, offset
 from .fusion import LoopKernel, MatmulStep, Plan, kernel_ops
+from .syntax import NARROW_FUNCTIONS, Syntax
 from .thresholds import COLUMN_ORDER_MIN_OUTER
 
 
@@ -34,38 +33,10 @@ class KernelSource:
         return f"<kernel {self.name}: {len(self.ops)} ops>"
 
 
-def numba_cast(expr: str, dtype) -> str:
-    """``expr`` converted to ``dtype`` in Numba code (CPU and CUDA kernels alike)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "b":
-        return f"bool({expr})"
-    return f"np.{dtype.name}({expr})"
-
-
-def numba_convert(expr: str, src, dst) -> str:
-    """``expr`` (of dtype ``src``) converted to ``dst``: a cast, or for the 16-bit floats,
-    which kernels hold as their bits, a call of ``kernels/narrow.py``'s conversions (through
-    float32; float64 and integers round to odd first, so the result is rounded once)."""
-    src, dst = np.dtype(src), np.dtype(dst)
-    if not is_narrow(src) and not is_narrow(dst):
-        return numba_cast(expr, dst)
-    if src == dst:
-        return expr
-    if is_narrow(src):
-        expr = f"{_FROM_BITS[src.name]}({expr})"
-        return expr if dst == np.float32 else numba_convert(expr, np.float32, dst)
-    if src != np.float32:
-        wide = expr if src == np.float64 else numba_cast(expr, np.float64)
-        expr = f"odd_f32({wide})" if src.kind != "b" else numba_cast(expr, np.float32)
-    return f"{_TO_BITS[dst.name]}({expr})"
-
-
-_FROM_BITS = {"float16": "from_f16", "bfloat16": "from_bf16"}
-_TO_BITS = {"float16": "to_f16", "bfloat16": "to_bf16"}
 #: the conversions' import, added to a generated module that calls them (and only then: the
 #: source of every other program stays as it was)
-NARROW_IMPORT = "from jitgraph.kernels.{module} import from_bf16, to_bf16, from_f16, to_f16, odd_f32\n"
-_NARROW_CALL = re.compile(r"\b(?:from_bf16|to_bf16|from_f16|to_f16|odd_f32)\(")
+NARROW_IMPORT = "from jitgraph.kernels.{module} import " + ", ".join(NARROW_FUNCTIONS) + "\n"
+_NARROW_CALL = re.compile(r"\b(?:" + "|".join(NARROW_FUNCTIONS) + r")\(")
 
 
 def import_lines(module: str, names: Sequence[str], width: int = 99) -> str:
@@ -97,40 +68,45 @@ def step_ops(step) -> list:
     return kernel_ops(step)
 
 
-def init_value(monoid: str, dtype) -> str:
+def init_value(syntax: Syntax, monoid: str, dtype) -> str:
     """The identity of a reduction's monoid, as a literal of the accumulator's dtype."""
     dtype = np.dtype(dtype)
     if monoid == "sum":
-        return literal(0, dtype)
+        return syntax.literal(0, dtype)
     if monoid == "prod":
-        return literal(1, dtype)
+        return syntax.literal(1, dtype)
     if dtype.kind == "b":
-        return "False" if monoid in ("max", "argmax") else "True"
+        return syntax.literal(monoid not in ("max", "argmax"), dtype)
     if dtype.kind == "f":
-        return literal(-np.inf if monoid in ("max", "argmax") else np.inf, dtype)
+        return syntax.literal(-np.inf if monoid in ("max", "argmax") else np.inf, dtype)
     info = np.iinfo(dtype)
-    return literal(info.min if monoid in ("max", "argmax") else info.max, dtype)
+    return syntax.literal(info.min if monoid in ("max", "argmax") else info.max, dtype)
 
 
-def acc_init_lines(reductions, pad: str) -> list[str]:
+def acc_init_lines(syntax: Syntax, reductions, pad: str) -> list[str]:
     """Start values of a stage's accumulators (an arg-reduction keeps its value in
     ``<acc>_v`` and its index in ``<acc>``, -1 until the first element)."""
     out = []
     for (n, acc, _, monoid) in reductions:
-        init = init_value(monoid, n.inputs[0].aval.dtype)
+        init = init_value(syntax, monoid, n.inputs[0].aval.dtype)
         if monoid.startswith("arg"):
-            out += [pad + f"{acc}_v = {init}", pad + f"{acc} = np.int64(-1)"]
+            out += [pad + syntax.assign(f"{acc}_v", init),
+                    pad + syntax.assign(acc, syntax.literal(-1, np.int64))]
         else:
-            out.append(pad + f"{acc} = {init}")
+            out.append(pad + syntax.assign(acc, init))
     return out
 
 
-def arg_update_lines(acc: str, val: str, monoid: str, index: str, pad: str) -> list[str]:
+def arg_update_lines(syntax: Syntax, acc: str, val: str, monoid: str, index: str,
+                     pad: str) -> list[str]:
     """One element of an argmax/argmin: the first extreme wins ties, and a NaN wins."""
-    cmp = ">" if monoid == "argmax" else "<"
-    return [pad + f"if {acc} < 0 or {val} {cmp} {acc}_v or ({val} != {val} and {acc}_v == {acc}_v):",
-            pad + f"    {acc}_v = {val}",
-            pad + f"    {acc} = {index}"]
+    s, best = syntax, f"{acc}_v"
+    first = s.bare("less", acc, s.number(0))
+    better = s.bare("greater" if monoid == "argmax" else "less", val, best)
+    nan = s.op("and", s.bare("not_equal", val, val), s.bare("equal", best, best))
+    return [pad + s.if_(s.bare("or", s.bare("or", first, better), nan)),
+            pad + s.indent(s.assign(best, val)),
+            pad + s.indent(s.assign(acc, index))]
 
 
 def has_arg_reduction(k: LoopKernel) -> bool:
@@ -160,21 +136,33 @@ def column_order(k: LoopKernel, parallel: bool, has_arg: bool) -> bool:
         st[0].kind == "loop" and len(st) <= 2 and (len(st) == 1 or st[1].kind == "scalar")
 
 
-def outer_offset(v: Var, k: LoopKernel) -> str:
-    """The flat index of ``v`` (a value of the kernel's kept dims) at the current outer index."""
-    it = iter([o for o, d in zip(k.body.o_vars, k.outer_shape) if d != 1])
+def outer_offset(syntax: Syntax, v: Var, k: LoopKernel, body=None) -> str:
+    """The flat index of ``v`` (a value of the kernel's kept dims) at the current outer index
+    (``body``: one copy of the kernel's body, else ``k.body``)."""
+    body = k.body if body is None else body
+    it = iter([o for o, d in zip(body.o_vars, k.outer_shape) if d != 1])
     idx = [next(it) if d != 1 else "0" for d in v.aval.shape]
-    return offset(idx, v.aval.shape)
+    return syntax.offset(idx, v.aval.shape)
 
 
-def store_lines(plan: Plan, st, k: LoopKernel, pad: str) -> list[str]:
-    """A stage's stores of the values other steps read (full-index or per outer index)."""
+def result_store(syntax: Syntax, plan: Plan, v: Var, k: LoopKernel, value: str) -> str:
+    """The store of ``v``, a value of the kernel's kept dims (a reduction's result), at the
+    current outer index."""
+    return syntax.store(plan.array_name(v), outer_offset(syntax, v, k), value)
+
+
+def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str,
+                body=None) -> list[str]:
+    """A stage's stores of the values other steps read (full-index or per outer index);
+    ``body``: the copy of the kernel's body ``st`` is a stage of, else ``k.body``."""
+    body = k.body if body is None else body
     out = []
     for (v, val, where) in st.stores:
         if v not in plan.needed:
             continue
-        off = offset(k.body.full_idx, v.aval.shape) if where == "full" else outer_offset(v, k)
-        out.append(pad + f"{plan.array_name(v)}[{off}] = {val}")
+        off = syntax.offset(body.full_idx, v.aval.shape) if where == "full" else \
+            outer_offset(syntax, v, k, body)
+        out.append(pad + syntax.store(plan.array_name(v), off, val))
     return out
 
 

@@ -13,7 +13,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .emit import offset
 from .fusion import LoopKernel, MatmulStep, Plan
 from .kernel_text import reads, writes
 
@@ -246,7 +245,7 @@ class MemoryPlan:
             return None
         if not isinstance(s, LoopKernel) or s.axes or len(s.stages) != 1:
             return None
-        own = offset(s.body.full_idx, s.shape)
+        own = self.plan.syntax.offset(s.body.full_idx, s.shape)
         for u in donatable:
             if u.aval.shape != v.aval.shape or u.aval.dtype != v.aval.dtype or u in self.plan.graph.outputs:
                 continue

@@ -1,9 +1,11 @@
 """Elementwise primitives (NumPy broadcasting between operands).
 
 Each definition carries its shape rule, NumPy reference, VJP, JVP and code-generation record
-(``core.Lowering``). Its rule is ``rule(ctx, *input_exprs) -> scalar expression``; ``ctx.fn(name)``
-names the backend's scalar math function (libm, a vectorizable approximation, or CUDA's), as the
-record of primitive ``name`` says, so the rule is backend-neutral.
+(``core.Lowering``). Its rule is ``rule(ctx, *input_exprs) -> scalar expression``, written with
+the backend's syntax table, which ``ctx`` is (``compiler/syntax.py``: ``ctx.op``, ``ctx.select``,
+``ctx.call``...), so the rule writes no syntax of its own; ``ctx.fn(name)`` names the backend's
+scalar math function (libm, a vectorizable approximation, or CUDA's), as the record of primitive
+``name`` says.
 """
 from __future__ import annotations
 
@@ -54,7 +56,12 @@ BINARY: dict[str, Primitive] = {}
 
 def call(fn: str, **fields) -> Lowering:
     """The record of an op computed by the backend's scalar routine ``fn`` (``ctx.fn(fn)``)."""
-    return Lowering.scalar(lambda c, *xs: f"{c.fn(fn)}({', '.join(xs)})", **fields)
+    return Lowering.scalar(lambda c, *xs: c.call(c.fn(fn), *xs), **fields)
+
+
+def operator(op: str, **fields) -> Lowering:
+    """The record of an op that is operator ``op`` of the syntax table (``ctx.op``)."""
+    return Lowering.scalar(lambda c, *xs: c.op(op, *xs), **fields)
 
 
 def ours(fn: str) -> dict[str, str]:
@@ -97,7 +104,7 @@ def binary(name, impl, codegen, vjp=None, jvp=None, out_dtype=None, differentiab
 
 # ---------------------------------------------------------------- unary math (floats)
 # VJP rules: (g, out, x) -> (dx,). Because they are linear in g, the JVP is the same rule on t.
-neg_p = unary("neg", np.negative, Lowering.scalar(lambda c, x: f"(-{x})", **_KEEPS_TYPE),
+neg_p = unary("neg", np.negative, operator("negate", **_KEEPS_TYPE),
               float_only=False, vjp=lambda g, out, x: (-g,))
 exp_p = unary("exp", np.exp, call("exp", cost=4, approx=True),
               vjp=lambda g, out, x: (g * out,))
@@ -125,13 +132,13 @@ _erf_vec = np.vectorize(math.erf, otypes=[np.float64])
 erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype),
               call("erf", cost=6, functions=ours("erf")),
               vjp=lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * exp_p(-(x * x)),))
-abs_p = unary("abs", np.abs, lambda c, x: f"abs({x})", float_only=False,
+abs_p = unary("abs", np.abs, lambda c, x: c.call("abs", x), float_only=False,
               vjp=lambda g, out, x: (g * sign_p(x),))
 sign_p = unary("sign", np.sign, call("sign", functions=ours("sign")), float_only=False,
                vjp=lambda g, out, x: (None,))
 floor_p = unary("floor", np.floor, call("floor", functions=ours("floor")),
                 vjp=lambda g, out, x: (None,))
-not_p = unary("logical_not", np.logical_not, lambda c, x: f"(not {x})", float_only=False,
+not_p = unary("logical_not", np.logical_not, operator("not"), float_only=False,
               differentiable=False)
 
 
@@ -206,20 +213,20 @@ def _minmax_jvp(pick_x):
     return jvp
 
 
-add_p = binary("add", np.add, Lowering.scalar(lambda c, x, y: f"({x} + {y})", **_KEEPS_TYPE),
+add_p = binary("add", np.add, operator("plus", **_KEEPS_TYPE),
                vjp=_add_vjp,
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(*ts), out.shape))
 sub_p = binary("sub", np.subtract,
-               Lowering.scalar(lambda c, x, y: f"({x} - {y})", **_KEEPS_TYPE), vjp=_sub_vjp,
+               operator("minus", **_KEEPS_TYPE), vjp=_sub_vjp,
                jvp=lambda ts, out, x, y: broadcast_tangent(
                    add_tangents(ts[0], None if ts[1] is None else -ts[1]), out.shape))
 mul_p = binary("mul", np.multiply,
-               Lowering.scalar(lambda c, x, y: f"({x} * {y})", **_KEEPS_TYPE), vjp=_mul_vjp,
+               operator("times", **_KEEPS_TYPE), vjp=_mul_vjp,
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    None if ts[0] is None else ts[0] * y,
                    None if ts[1] is None else x * ts[1]), out.shape))
 div_p = binary("div", lambda x, y: np.true_divide(x, y).astype(x.dtype),
-               Lowering.scalar(lambda c, x, y: f"({x} / {y})", cost=2, keeps_float=True),
+               operator("divide", cost=2, keeps_float=True),
                vjp=_div_vjp, float_only=True,
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    None if ts[0] is None else ts[0] / y,
@@ -236,24 +243,22 @@ def _int_floor_div(x, y):
     return np.floor_divide(x, y)
 
 
-floordiv_p = binary("floordiv", _int_floor_div, lambda c, x, y: f"({x} // {y})",
+floordiv_p = binary("floordiv", _int_floor_div, operator("floor_divide"),
                     differentiable=False)
-mod_p = binary("mod", np.mod, lambda c, x, y: f"({x} % {y})",
+mod_p = binary("mod", np.mod, operator("remainder"),
                vjp=lambda g, out, x, y: (unbroadcast(g, x.aval),
                                          unbroadcast(-g * floor_p(x / y), y.aval)),
                jvp=lambda ts, out, x, y: broadcast_tangent(add_tangents(
                    ts[0], None if ts[1] is None else -(ts[1] * floor_p(x / y))), out.shape))
 
 # ---------------------------------------------------------------- comparisons and logic (bool out)
-_CMP = {"gt": (np.greater, ">"), "ge": (np.greater_equal, ">="), "lt": (np.less, "<"),
-        "le": (np.less_equal, "<="), "eq": (np.equal, "=="), "ne": (np.not_equal, "!=")}
+_CMP = {"gt": (np.greater, "greater"), "ge": (np.greater_equal, "greater_equal"),
+        "lt": (np.less, "less"), "le": (np.less_equal, "less_equal"),
+        "eq": (np.equal, "equal"), "ne": (np.not_equal, "not_equal")}
 for _name, (_fn, _op) in _CMP.items():
-    binary(_name, _fn, (lambda op: lambda c, x, y: f"({x} {op} {y})")(_op),
-           out_dtype=dtypes.bool_, differentiable=False)
-and_p = binary("logical_and", np.logical_and, lambda c, x, y: f"({x} and {y})",
-               differentiable=False)
-or_p = binary("logical_or", np.logical_or, lambda c, x, y: f"({x} or {y})",
-              differentiable=False)
+    binary(_name, _fn, operator(_op), out_dtype=dtypes.bool_, differentiable=False)
+and_p = binary("logical_and", np.logical_and, operator("and"), differentiable=False)
+or_p = binary("logical_or", np.logical_or, operator("or"), differentiable=False)
 
 
 # ---------------------------------------------------------------- select and convert
@@ -280,7 +285,7 @@ def _select_jvp(ts, out, c, x, y):
 select_p = register(Primitive(
     "select", kind="elementwise", abstract_eval=_select_aval, impl=np.where,
     vjp=_select_vjp, jvp=_select_jvp,   # (the condition is bool: the type is x's and y's)
-    codegen=Lowering.scalar(lambda c, cond, x, y: f"({x} if {cond} else {y})", **_KEEPS_TYPE)))
+    codegen=Lowering.scalar(lambda c, cond, x, y: c.select(cond, x, y), **_KEEPS_TYPE)))
 
 
 def _convert_aval(x, *, dtype):

@@ -1,9 +1,9 @@
 """Layout primitives: they move elements without arithmetic.
 
-Code-generation record: ``Lowering.index_map(index_map)`` with ``index_map(out_idx, in_aval,
-out_aval, **params) -> in_idx`` (lists of index expression strings), so fusion can turn the op
-into index arithmetic inside a kernel instead of a copy. ``pad_slice`` and ``concatenate`` also
-need a condition (see their rules).
+Code-generation record: ``Lowering.index_map(index_map)`` with ``index_map(ctx, out_idx, in_aval,
+out_aval, **params) -> in_idx`` (lists of index expressions, written with the backend's syntax
+table ``ctx``), so fusion can turn the op into index arithmetic inside a kernel instead of a
+copy. ``pad_slice`` and ``concatenate`` also need a condition (see their rules).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _dim_groups(a: list[int], b: list[int]) -> list[tuple[list[int], list[int]]]
     return groups if i == len(a) and j == len(b) else None
 
 
-def reshape_index_map(out_idx, in_aval, out_aval, *, shape):
+def reshape_index_map(ctx, out_idx, in_aval, out_aval, *, shape):
     """Row-major linear offset of the output index, split again in the input shape, group by
     group: dims merged into one cost a multiply-add, not a division and a remainder, so a
     loop over a reshaped buffer indexes it as plainly as the buffer itself (and vectorizes).
@@ -80,17 +80,21 @@ def reshape_index_map(out_idx, in_aval, out_aval, *, shape):
     res = ["0"] * in_aval.ndim
     for gi, gj in groups:
         outs = [out_nz[k] for k in gj]
-        terms = [f"{out_idx[oi]} * {s}" if s != 1 else out_idx[oi]
+        terms = [ctx.bare("times", out_idx[oi], ctx.number(s)) if s != 1 else out_idx[oi]
                  for (oi, _), s in zip(outs, row_major_strides([d for _, d in outs]))]
-        lin = terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+        lin = terms[0]
+        for t in terms[1:]:
+            lin = ctx.bare("plus", lin, t)
+        lin = lin if len(terms) == 1 else ctx.group(lin)
         ins = [in_nz[k] for k in gi]
         for n, ((ii, d), s) in enumerate(zip(ins, row_major_strides([d for _, d in ins]))):
             if len(ins) == 1:
                 res[ii] = lin
-            elif n == 0:
-                res[ii] = f"({lin} // {s})"       # below d: the group's offset is in range
+            elif n == 0:     # below d: the group's offset is in range
+                res[ii] = ctx.op("floor_divide", lin, ctx.number(s))
             else:
-                res[ii] = f"(({lin} // {s}) % {d})" if s != 1 else f"({lin} % {d})"
+                q = ctx.op("floor_divide", lin, ctx.number(s)) if s != 1 else lin
+                res[ii] = ctx.op("remainder", q, ctx.number(d))
     return res
 
 
@@ -113,7 +117,7 @@ def inverse_perm(perm):
     return tuple(inv)
 
 
-def _transpose_index_map(out_idx, in_aval, out_aval, *, perm):
+def _transpose_index_map(ctx, out_idx, in_aval, out_aval, *, perm):
     res = [None] * len(perm)
     for i, p in enumerate(perm):
         res[p] = out_idx[i]
@@ -146,9 +150,9 @@ def _broadcast_aval(x, *, shape):
     return Aval(shape, x.dtype, x.weak)
 
 
-def _broadcast_index_map(out_idx, in_aval, out_aval, *, shape):
+def _broadcast_index_map(ctx, out_idx, in_aval, out_aval, *, shape):
     lead = len(shape) - in_aval.ndim
-    return ["0" if d == 1 else out_idx[lead + i] for i, d in enumerate(in_aval.shape)]
+    return [ctx.number(0) if d == 1 else out_idx[lead + i] for i, d in enumerate(in_aval.shape)]
 
 
 def _broadcast_vjp(g, out, x, *, shape):
@@ -171,10 +175,11 @@ def _slice_aval(x, *, slices):
     return Aval(tuple(slice_len(*s) for s in slices), x.dtype, x.weak)
 
 
-def _slice_index_map(out_idx, in_aval, out_aval, *, slices):
+def _slice_index_map(ctx, out_idx, in_aval, out_aval, *, slices):
     res = []
     for e, (start, stop, step) in zip(out_idx, slices):
-        res.append(e if (start, step) == (0, 1) else f"({start} + {step} * {e})")
+        res.append(e if (start, step) == (0, 1) else ctx.op(
+            "plus", ctx.number(start), ctx.bare("times", ctx.number(step), e)))
     return res
 
 
@@ -201,7 +206,7 @@ def _pad_impl(g, *, shape, slices):
     return z
 
 
-def pad_slice_index_map(out_idx, in_aval, out_aval, *, shape, slices):
+def pad_slice_index_map(ctx, out_idx, in_aval, out_aval, *, shape, slices):
     """Returns (in_idx, condition): the element is read where condition holds, else 0."""
     idx, conds = [], []
     for e, (start, stop, step) in zip(out_idx, slices):
@@ -209,12 +214,20 @@ def pad_slice_index_map(out_idx, in_aval, out_aval, *, shape, slices):
         if (start, step) == (0, 1) and n == out_aval.shape[len(idx)]:
             idx.append(e)
             continue
-        idx.append(f"(({e} - {start}) // {step})")
-        if step > 0:
-            conds.append(f"({e} >= {start} and {e} < {start + step * n} and ({e} - {start}) % {step} == 0)")
+        lo, end = ctx.number(start), ctx.number(start + step * n)
+        idx.append(ctx.op("floor_divide", ctx.op("minus", e, lo), ctx.number(step)))
+        if step > 0:     # start <= e < end, on the step's grid
+            parts = [ctx.bare("greater_equal", e, lo), ctx.bare("less", e, end),
+                     ctx.bare("remainder", ctx.op("minus", e, lo), ctx.number(step))]
         else:
-            conds.append(f"({e} <= {start} and {e} > {start + step * n} and ({start} - {e}) % {-step} == 0)")
-    return idx, (" and ".join(conds) if conds else None)
+            parts = [ctx.bare("less_equal", e, lo), ctx.bare("greater", e, end),
+                     ctx.bare("remainder", ctx.op("minus", lo, e), ctx.number(-step))]
+        parts[2] = ctx.bare("equal", parts[2], ctx.number(0))
+        conds.append(ctx.group(ctx.bare("and", ctx.bare("and", parts[0], parts[1]), parts[2])))
+    cond = conds[0] if conds else None
+    for c in conds[1:]:
+        cond = ctx.bare("and", cond, c)
+    return idx, cond
 
 
 pad_slice_p = _layout(
@@ -258,13 +271,13 @@ def _concat_jvp(ts, out, *xs, axis):
                            for t, x in zip(ts, xs)], axis=axis)
 
 
-def concat_index_map(out_idx, in_avals, out_aval, *, axis):
+def concat_index_map(ctx, out_idx, in_avals, out_aval, *, axis):
     """Returns [(in_idx, lower, upper)] per input: input k covers lower <= idx[axis] < upper."""
     res, off = [], 0
     for a in in_avals:
         n = a.shape[axis]
         idx = list(out_idx)
-        idx[axis] = f"({out_idx[axis]} - {off})" if off else out_idx[axis]
+        idx[axis] = ctx.op("minus", out_idx[axis], ctx.number(off)) if off else out_idx[axis]
         res.append((idx, off, off + n))
         off += n
     return res

@@ -35,12 +35,22 @@ def _word_prim(name, impl, rule):
     return p
 
 
-uint32_add_p = _word_prim(
-    "uint32_add", lambda x, y: (x + y) & MASK32,
-    lambda c, x, y: f"(({x} + {y}) & {MASK32})")
+def _add32(c, x, y) -> str:
+    """``(x + y) & MASK32``, in the syntax of ``c``."""
+    return c.op("bit_and", c.op("plus", x, y), c.number(MASK32))
+
+
+def _rotl(c, y, r: int) -> str:
+    """``y`` rotated left by ``r`` bits within a 32-bit word."""
+    rotated = c.op("bit_or", c.op("shift_left", y, c.number(r)),
+                   c.op("shift_right", y, c.number(32 - r)))
+    return c.op("bit_and", rotated, c.number(MASK32))
+
+
+uint32_add_p = _word_prim("uint32_add", lambda x, y: (x + y) & MASK32, _add32)
 uint32_xor_p = _word_prim(
     "uint32_xor", lambda x, y: np.bitwise_xor(x, y),
-    lambda c, x, y: f"({x} ^ {y})")
+    lambda c, x, y: c.op("bit_xor", x, y))
 
 
 def _mix_impl(x, y, *, r):
@@ -52,5 +62,4 @@ def _mix_impl(x, y, *, r):
 # 20-round generator is about a third shorter, and Numba compiles it faster.
 threefry_mix_p = _word_prim(
     "threefry_mix", _mix_impl,
-    lambda c, x, y, *, r: f"(((({y} << {r}) | ({y} >> {32 - r})) & {MASK32}) "
-                          f"^ (({x} + {y}) & {MASK32}))")
+    lambda c, x, y, *, r: c.op("bit_xor", _rotl(c, y, r), _add32(c, x, y)))

@@ -48,7 +48,7 @@ arctanh_p = unary("arctanh", np.arctanh, call("atanh"),
                   vjp=lambda g, out, x: (g / (1.0 - x * x),))
 log2_p = unary("log2", np.log2, call("log2"), vjp=lambda g, out, x: (g / (x * _LN2),))
 log10_p = unary("log10", np.log10, call("log10"), vjp=lambda g, out, x: (g / (x * _LN10),))
-exp2_p = unary("exp2", np.exp2, lambda c, x: f"{c.fn('pow')}(2.0, {x})",
+exp2_p = unary("exp2", np.exp2, lambda c, x: c.call(c.fn("pow"), c.number(2.0), x),
                vjp=lambda g, out, x: (g * out * _LN2,))
 erfc_p = unary("erfc", _special("erfc"), call("erfc"),
                vjp=lambda g, out, x: (-(g * _TWO_OVER_SQRT_PI * exp_p(-(x * x))),))

@@ -1,7 +1,7 @@
 """What a compiler backend provides, and the one walk over a plan that every backend shares.
 
-A backend is a ``Target``: it names the scalar functions of its kernels (a ``ScalarContext``,
-which fusion uses while it builds kernel bodies), generates one program's text (a
+A backend is a ``Target``: it writes the scalar code of its kernels (a ``ScalarContext``: its
+syntax table, which fusion uses while it builds kernel bodies), generates one program's text (a
 ``Codegen``: loop kernels, row kernels, scatters, product and host calls, the module header
 and the driver that launches the steps) and loads that text as an ``Executable``. The
 pipeline (``compiler/pipeline.py``) calls them in that order; ``emit_program`` below is the
@@ -19,6 +19,7 @@ import numpy as np
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
 from ..kernel_text import KernelSource
 from ..memory import Buffers, MemoryPlan
+from ..syntax import Statement
 from ...targets import Capabilities
 
 
@@ -98,15 +99,32 @@ def with_own(options: CompileOptions, kind: type, **changes: Any) -> CompileOpti
 
 
 class ScalarContext(Protocol):
-    """How a backend writes scalar code: the function a primitive's expression calls and
-    casts. ``in_dtype`` is set by the emitter to the dtype of the operands at hand."""
+    """How a backend writes scalar code: its syntax table (a ``compiler.syntax.Syntax``, with
+    the entries its language writes differently overridden), which the primitives' rules,
+    the emitter and the kernel text write everything with, and the functions a primitive's
+    expression calls. ``in_dtype`` is set by the emitter to the dtype of the operands at
+    hand. (The entries below are the ones a rule most often uses; ``Syntax`` has them all.)"""
     backend: str
     approx_math: bool
     in_dtype: np.dtype
 
     def fn(self, name: str) -> str: ...
 
+    def returns_input_type(self, name: str) -> bool: ...
+
+    def op(self, name: str, *operands: str) -> str: ...
+
+    def select(self, cond: str, x: str, y: str) -> str: ...
+
+    def literal(self, value, dtype) -> str: ...
+
     def cast(self, expr: str, dtype) -> str: ...
+
+    def convert(self, expr: str, src, dst) -> str: ...
+
+    def call(self, fn: str, *args: str) -> str: ...
+
+    def assign(self, target: str, value: str) -> Statement: ...
 
 
 class Codegen(Protocol):
