@@ -122,21 +122,22 @@ _KEYS = {"attention": ("bh", "t", "d", "causal"), "linear_ce": ("n", "d", "v")}
 
 
 def _estimate(row: dict):
+    """The cost model's estimate at a row's shape, for this run's thread count."""
     if row["op"] == "attention":
         from jitgraph.attention import cost_estimate
         t, d = row["t"], row["d"]
-        return cost_estimate(row["bh"], t, t, d, d, row["causal"])
+        return cost_estimate(row["bh"], t, t, d, d, row["causal"], threads=common.THREADS)
     from jitgraph.linear_ce import cost_estimate
-    return cost_estimate(row["n"], row["d"], row["v"])
+    return cost_estimate(row["n"], row["d"], row["v"], threads=common.THREADS)
 
 
 def _terms(row: dict) -> tuple[dict, dict]:
     if row["op"] == "attention":
         from jitgraph.attention import cost_terms
         t, d = row["t"], row["d"]
-        return cost_terms(row["bh"], t, t, d, d, row["causal"])
+        return cost_terms(row["bh"], t, t, d, d, row["causal"], threads=common.THREADS)
     from jitgraph.linear_ce import cost_terms
-    return cost_terms(row["n"], row["d"], row["v"])
+    return cost_terms(row["n"], row["d"], row["v"], threads=common.THREADS)
 
 
 def fit(rows: list[dict]) -> dict:

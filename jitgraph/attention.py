@@ -48,8 +48,8 @@ from .ops.layout import reshape_p, transpose_p
 from .ops.linalg import matmul_p
 from .ops.reductions import reduce_max_p, reduce_sum_p
 from .passes import optimize
-from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, is_swap, match, maybe, op,
-                      register_fused_op, var)
+from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, is_swap, match,
+                      maybe, op, register_fused_op, var)
 from .transforms import trace_flat
 
 CAUSAL_FILL = -1e4      # a cut score at most this low has probability 0 in float32 and 64
@@ -457,6 +457,9 @@ FUSED_US = {
     "score": 2.92e-3,       # per score seen: two exponentials (forward, recomputed), loops
     "masked_score": 4.61e-3,  # per score under a mask or bias (not in the grid: as unfused)
     "score_feature": 2.59e-4,  # per score of the tiles computed, per feature: tile products
+    # per parallel sweep with more than one thread (start and join Python threads: the median
+    # of timing ``kernels.threads.run_split`` on two threads here; not in the one-thread fit)
+    "dispatch": 45.0,
 }
 UNFUSED_US = {
     "call": 15.7,           # the unfused step's extra kernels
@@ -472,13 +475,14 @@ SCORES_ALWAYS_FUSED = 1 << 28   # score bytes (256 MiB) from which the rewrite i
 
 
 def cost_terms(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
-               masked: bool = False, itemsize: int = 4) -> tuple[dict, dict]:
+               masked: bool = False, itemsize: int = 4, threads: int = 1) -> tuple[dict, dict]:
     """How many units of each term of ``FUSED_US`` and ``UNFUSED_US`` a training step takes
     at one shape. The fused kernels (``kernels/attention.py``) walk 128-row query blocks over
     the key blocks up to the diagonal when causal, computing whole tiles but exponentials only
-    for the scores each row sees; the unfused program computes every score, each batch matrix
-    with its own BLAS calls, and its passes over the (T, T) scores run from memory once they
-    outgrow the cache."""
+    for the scores each row sees, and split each sweep over ``threads`` Python threads; the
+    unfused program computes every score, each batch matrix with its own BLAS calls, and its
+    passes over the (T, T) scores run from memory once they outgrow the cache. (Both sides'
+    work is priced as one thread's: the fit is of one-thread runs.)"""
     block = 128
     tiles = computed = 0
     for i0 in range(0, tq, block):
@@ -490,9 +494,13 @@ def cost_terms(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
     seen = cut * (cut + 1) // 2 + (tq - cut) * tk if causal else tq * tk
     scores = batches * tq * tk
     feats = (d + dv) / 2
+    q_items, k_items = batches * -(-tq // block), batches * -(-tk // block)
+    one_sweep = batches >= 4 * threads or tk <= block      # the backward's choice of sweeps
+    sweeps = [q_items] + ([batches] if one_sweep else [batches, k_items, q_items])
     fused = {"call": 1, "tile": batches * tiles, "score": batches * seen,
              "masked_score": scores if masked else 0,
-             "score_feature": batches * computed * feats}
+             "score_feature": batches * computed * feats,
+             "dispatch": sum(1 for n in sweeps if min(threads, n) > 1)}
     unfused = {"call": 1, "batch": batches, "score": scores,
                "masked_score": scores if causal or masked else 0,
                "spilled_score": max(0, scores * itemsize - CACHE_BYTES) // itemsize,
@@ -520,9 +528,9 @@ class Cost:
 
 
 def cost_estimate(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
-                  masked: bool = False, itemsize: int = 4) -> Cost:
+                  masked: bool = False, itemsize: int = 4, threads: int = 1) -> Cost:
     """The cost model at one shape (``cost_terms`` priced by ``FUSED_US`` and ``UNFUSED_US``)."""
-    fused, unfused = cost_terms(batches, tq, tk, d, dv, causal, masked, itemsize)
+    fused, unfused = cost_terms(batches, tq, tk, d, dv, causal, masked, itemsize, threads)
     return Cost(sum(FUSED_US[k] * n for k, n in fused.items()),
                 sum(UNFUSED_US[k] * n for k, n in unfused.items()),
                 batches * tq * tk * itemsize)
@@ -533,8 +541,9 @@ def _wins(hit: _Hit) -> bool:
     batches = int(np.prod(hit.probs.aval.shape[:-2], dtype=np.int64))
     tq, tk = hit.probs.aval.shape[-2:]
     return cost_estimate(batches, tq, tk, hit.q.aval.shape[-1], hit.v.aval.shape[-1],
-                         hit.causal, bool(hit.kind),
-                         np.dtype(hit.probs.aval.dtype).itemsize).wins
+                         hit.causal, bool(hit.kind), np.dtype(hit.probs.aval.dtype).itemsize,
+                         host_threads()).wins
+
 
 
 def always_fused():

@@ -41,8 +41,8 @@ from .ops.layout import reshape_p
 from .ops.linalg import matmul_p
 from .ops.reductions import reduce_max_p, reduce_sum_p
 from .passes import optimize
-from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, match, op, register_fused_op,
-                      var)
+from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, match, op,
+                      register_fused_op, var)
 from .transforms import trace_flat
 
 eq_p = PRIMITIVES["eq"]
@@ -443,7 +443,8 @@ FUSED_US = {
     "chunk": 0.0,           # per chunk of rows (BLAS calls, a thread dispatch): fitted to 0
     "logit": 1.11e-2,       # per logit: its exponential, the row loops
     "logit_feature": 7.34e-5,  # per logit and feature: three products, chunk by chunk
-}
+    "dispatch": 45.0,       # per chunk with more than one thread: start and join Python
+}                           # threads (attention's measurement; not in the one-thread fit)
 UNFUSED_US = {
     "call": 13.4,           # the unfused step's kernels
     "logit": 5.38e-3,       # per logit: the generated loops over (N, V)
@@ -459,11 +460,14 @@ def _chunks(n: int) -> int:
     return -(-n // rows)
 
 
-def cost_terms(n: int, d: int, v: int) -> tuple[dict, dict]:
+def cost_terms(n: int, d: int, v: int, threads: int = 1) -> tuple[dict, dict]:
     """How many units of each term of ``FUSED_US`` and ``UNFUSED_US`` a step takes at one
-    shape: the same logits and products either way, the fused step in chunks of rows."""
+    shape: the same logits and products either way, the fused step in chunks of rows, each
+    chunk's row loops split over ``threads`` Python threads."""
     logits = n * v
-    fused = {"call": 1, "chunk": _chunks(n), "logit": logits, "logit_feature": logits * d}
+    chunks = _chunks(n)
+    fused = {"call": 1, "chunk": chunks, "logit": logits, "logit_feature": logits * d,
+             "dispatch": chunks if threads > 1 else 0}
     unfused = {"call": 1, "logit": logits, "logit_feature": logits * d}
     return fused, unfused
 
@@ -487,9 +491,9 @@ class Cost:
         return self.ratio < MARGIN or self.logit_bytes >= LOGITS_ALWAYS_FUSED
 
 
-def cost_estimate(n: int, d: int, v: int, itemsize: int = 4) -> Cost:
+def cost_estimate(n: int, d: int, v: int, itemsize: int = 4, threads: int = 1) -> Cost:
     """The cost model at one shape (``cost_terms`` priced by ``FUSED_US`` and ``UNFUSED_US``)."""
-    fused, unfused = cost_terms(n, d, v)
+    fused, unfused = cost_terms(n, d, v, threads)
     return Cost(sum(FUSED_US[k] * c for k, c in fused.items()),
                 sum(UNFUSED_US[k] * c for k, c in unfused.items()), n * v * itemsize)
 
@@ -498,7 +502,8 @@ def _wins(hit: _Hit) -> bool:
     """The cost model at a match (``cost_estimate`` of its shapes)."""
     n, v = hit.z.aval.shape
     h = hit.logits[0]
-    return cost_estimate(n, h.aval.shape[1], v, np.dtype(hit.z.aval.dtype).itemsize).wins
+    return cost_estimate(n, h.aval.shape[1], v, np.dtype(hit.z.aval.dtype).itemsize,
+                         host_threads()).wins
 
 
 def always_fused():

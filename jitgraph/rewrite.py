@@ -278,6 +278,13 @@ class Rebuilder:
 
 
 # ------------------------------------------------------------------ fused ops
+def host_threads() -> int:
+    """The threads the fused ops' host kernels split their work over (Numba's configured
+    count: a setting, read without starting Numba's threading layer), for cost models."""
+    from numba.core import config
+    return max(1, int(config.NUMBA_NUM_THREADS))
+
+
 def always(hit: Any) -> bool:
     """The default cost-model condition: the rewrite wins at every shape."""
     return True

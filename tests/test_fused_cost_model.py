@@ -61,6 +61,20 @@ def test_the_model_is_deterministic_and_monotone_in_length():
     assert ratios == sorted(ratios, reverse=True)
 
 
+def test_more_threads_add_the_fused_sweeps_thread_starts():
+    """Each parallel sweep of the fused kernels starts and joins Python threads: priced once
+    per sweep with more than one work item, when there is more than one thread."""
+    one = attention.cost_estimate(32, 16, 16, 16, 16, True)
+    two = attention.cost_estimate(32, 16, 16, 16, 16, True, threads=2)
+    assert two.fused_us - one.fused_us == pytest.approx(2 * attention.FUSED_US["dispatch"])
+    assert two.unfused_us == one.unfused_us
+    assert attention.cost_terms(1, 128, 128, 64, 64, False, threads=2)[0]["dispatch"] == 0
+    # two batches over four key blocks: the backward takes three sweeps, the forward one
+    assert attention.cost_terms(2, 512, 512, 64, 64, True, threads=2)[0]["dispatch"] == 4
+    assert linear_ce.cost_terms(4096, 64, 512, threads=2)[0]["dispatch"] == 8
+    assert linear_ce.cost_terms(4096, 64, 512)[0]["dispatch"] == 0
+
+
 # ------------------------------------------------------------------ the graphs and numbers
 def _att_loss(mask):
     return lambda q, k, v: jnp.sum(jnp.sin(nn.dot_product_attention(q, k, v, mask)) * q)
