@@ -30,6 +30,7 @@ from . import device as device_runtime
 from .core import Graph, Tracer, short_dtype
 from .errors import CompileError, user_frame, where
 from .passes import optimize
+from .rewrite import targeting
 from .transforms import positional_names, trace_to_graph
 from .traceback_filter import api_boundary, filtered as _filtered
 from .tree import argument_leaf_names, key_paths, sorted_keys, tree_flatten
@@ -662,7 +663,8 @@ class JitFunction:
                 raise TypeError(f"jit({self.__name__}): {e} (called at {where(user_frame(3))})") from None
         f = self._with_statics(args, statics)
         t0 = time.perf_counter()
-        with phase("trace"):
+        # the fused rewrites' cost models price this target
+        with phase("trace"), targeting(self.device):
             graph, captured, leaves, _, out_tree = trace_to_graph(
                 f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})",
                 leaf_names=lambda: self._leaf_names(dyn_args, dyn_kwargs))

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..compile_phases import phase
 from ..core import Graph
+from ..rewrite import targeting
 from ..targets import target_named
 from .backends import register_target
 from .backends.base import CompileOptions, Executable, ModuleText, ScalarContext, Target, \
@@ -89,7 +90,8 @@ def _compile_again(target: Target) -> Callable:
 def generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Generated:
     """lower -> fuse -> generate: the generated program of ``graph``, not yet loaded, with
     every stage's value in ``stages``."""
-    with phase("optimise"):
+    # the fused rewrites' cost models price this target
+    with phase("optimise"), targeting(target.name):
         lowered = lower(graph)
     ctx = target.context(options)
     plan = fuse(lowered, ctx)
