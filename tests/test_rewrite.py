@@ -179,11 +179,13 @@ def test_disabled_in_one_thread_leaves_another_enabled():
 
 
 def _attention_graph():
+    """Attention of 64 short heads: a shape where the cost model fuses it (no forcing, so a
+    thread of its own, in a fresh context, fuses it too)."""
     def att(q, k, v):
         s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * 0.5
         e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
         return [jnp.matmul(e / jnp.sum(e, axis=-1, keepdims=True), v)]
-    q = np.random.default_rng(0).standard_normal((2, 4, 3))
+    q = np.random.default_rng(0).standard_normal((64, 16, 16))
     return graph(att, q, q, q), q
 
 
