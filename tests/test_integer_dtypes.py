@@ -166,3 +166,11 @@ def test_lax_bitwise_operations_as_jax():
                                   [False, True])
     with pytest.raises(TypeError, match="same dtypes"):
         lax.or_(x, n.astype(np.int16))
+
+
+def test_randint_refuses_the_dtypes_whose_jax_numbers_it_does_not_reproduce():
+    import jitgraph.random as jr
+    k = jr.PRNGKey(0)
+    with pytest.raises(TypeError, match="randint: dtype int8 is not supported.*astype"):
+        jr.randint(k, (3,), 0, 5, dtype=jnp.int8)
+    assert jr.randint(k, (3,), 0, 5, dtype=jnp.int32).dtype == np.int32
