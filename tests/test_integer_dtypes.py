@@ -174,3 +174,16 @@ def test_randint_refuses_the_dtypes_whose_jax_numbers_it_does_not_reproduce():
     with pytest.raises(TypeError, match="randint: dtype int8 is not supported.*astype"):
         jr.randint(k, (3,), 0, 5, dtype=jnp.int8)
     assert jr.randint(k, (3,), 0, 5, dtype=jnp.int32).dtype == np.int32
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.int16, np.uint8, np.uint16], ids=str)
+def test_float_to_narrow_integer_conversions_are_numpys(dt):
+    """In range, the truncated value; out of the narrow type's range (which the standard
+    leaves undefined) the low bits of the int32 NumPy's cast goes through, not whatever a
+    direct conversion happens to give."""
+    v = np.array([-1.0, -129.5, 300.7, 70000.2, -3e9, 2.5, 65504.0, -0.0])
+    f = jitgraph.jit(lambda x: x.astype(dt))
+    for src in (np.float64, np.float32, np.float16):
+        x = v.astype(src)
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(f(x), x.astype(dt), err_msg=str(src))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import is_narrow
+from ..dtypes import is_narrow, kind
 from ..ops.layout import row_major_strides
 
 #: the operators of the language, by name (what a primitive means is its rule's business)
@@ -33,6 +33,9 @@ OPERATORS = {
 
 _FROM_BITS = {"float16": "from_f16", "bfloat16": "from_bf16"}
 _TO_BITS = {"float16": "to_f16", "bfloat16": "to_bf16"}
+#: float -> narrow integer conversions go through a wider integer, as NumPy's C casts do
+_FLOAT_TO_INT_VIA = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32",
+                     "uint32": "int64"}
 #: the functions ``convert`` calls for 16-bit floats (``kernels/narrow.py``)
 NARROW_FUNCTIONS = ("from_bf16", "to_bf16", "from_f16", "to_f16", "odd_f32")
 
@@ -106,6 +109,10 @@ class Syntax:
         (through float32; float64 and integers round to odd first, so the result is rounded
         once)."""
         src, dst = np.dtype(src), np.dtype(dst)
+        if kind(src) == "f" and dst.name in _FLOAT_TO_INT_VIA:
+            # (through the integer NumPy's cast goes through: a float out of the narrow
+            # type's range wraps as NumPy's does, where a direct cast is undefined)
+            return self.cast(self.convert(expr, src, _FLOAT_TO_INT_VIA[dst.name]), dst)
         if not is_narrow(src) and not is_narrow(dst):
             return self.cast(expr, dst)
         if src == dst:
