@@ -227,10 +227,12 @@ class _ScalarType:
         return getattr(self.__dict__["dtype"], name)
 
     def __eq__(self, other):
+        # as NumPy's dtype ==: what is not a dtype (a string NumPy cannot parse, a dict, an
+        # object) is unequal, never an error, so dtypes can be dict keys beside other things
         try:
             return self.dtype == np.dtype(other)
-        except TypeError:
-            return NotImplemented
+        except (TypeError, ValueError, SyntaxError):
+            return False
 
     def __hash__(self):
         return hash(self.dtype)

@@ -122,8 +122,10 @@ def unstack(x, axis: int = 0) -> tuple:
 
 def vecdot(x1, x2, axis: int = -1):
     """The dot product of vectors along ``axis`` (broadcast over the other axes):
-    ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed)."""
-    return _sum(multiply(x1, x2), axis=axis)
+    ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed), in the operands' promoted
+    dtype (``sum`` alone would widen int32 to int64, as NumPy's does)."""
+    prod = multiply(x1, x2)
+    return _sum(prod, axis=axis, dtype=aval_of(prod).dtype)
 
 
 def from_dlpack(x, /, *, device=None, copy=None):
@@ -135,8 +137,12 @@ def from_dlpack(x, /, *, device=None, copy=None):
     return asarray(arr, copy=copy)
 
 
-# the standard's dtypes that jitgraph.numpy has (complex and uint16/32/64 not yet)
-_STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64")
+# the standard's dtypes that jitgraph.numpy computes in (complex, int8/int16 and the unsigned
+# ones not yet: ``dtype=`` refuses them, so listing them would promise arrays it cannot make)
+_STANDARD_DTYPES = tuple(n for n in ("bool", "int8", "int16", "int32", "int64", "uint8",
+                                     "uint16", "uint32", "uint64", "float32", "float64",
+                                     "complex64", "complex128")
+                         if np.dtype(n) in dtypes.SUPPORTED)
 
 
 class ArrayNamespaceInfo:
