@@ -122,3 +122,21 @@ def test_vecdot_keeps_the_operands_dtype():
     got = jnp.vecdot(a.astype(np.float32), b.astype(np.float32), axis=1)
     assert np.asarray(got).dtype == np.float32
     np.testing.assert_allclose(got, np.sum(a * b, axis=1), rtol=1e-6)
+
+
+def test_array_namespace_is_jitgraph_numpy_eager_and_traced():
+    x = jnp.ones((2, 3))
+    assert x.__array_namespace__() is jnp
+    assert x.__array_namespace__(api_version="2024.12") is jnp
+    with pytest.raises(ValueError, match="api_version='2099.12'"):
+        x.__array_namespace__(api_version="2099.12")
+
+    def f(a):
+        assert a.__array_namespace__() is jnp       # a traced value's namespace too
+        xp = a.__array_namespace__()
+        return xp.sum(a.to_device("cpu") * 2.0, axis=0)
+
+    np.testing.assert_array_equal(jitgraph.jit(f)(x), [4.0, 4.0, 4.0])
+    np.testing.assert_array_equal(jitgraph.grad(lambda a: f(a).sum())(x), np.full((2, 3), 2.0))
+    with pytest.raises(ValueError, match="device='cuda'"):
+        jitgraph.jit(lambda a: a.to_device("cuda"))(x)

@@ -6,6 +6,7 @@ NumPy-named functions: dtype queries (``finfo``, ``iinfo``, ``isdtype``, ``resul
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -180,6 +181,31 @@ class ArrayNamespaceInfo:
         _check_device(device, "__array_namespace_info__().dtypes")
         out = {n: np.dtype(n) for n in _STANDARD_DTYPES}
         return out if kind is None else {n: d for n, d in out.items() if isdtype(d, kind)}
+
+
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
+
+
+def _array_namespace(self, /, *, api_version: str | None = None) -> Any:
+    """``x.__array_namespace__()``: this namespace, for arrays and traced values alike (the
+    NumPy array underneath would answer ``numpy``, and code written against the standard
+    would leave jitgraph); a ValueError for a revision of the standard it does not follow."""
+    if api_version is not None and api_version not in _API_VERSIONS:
+        raise ValueError(f"__array_namespace__: api_version={api_version!r} is not one "
+                         f"jitgraph.numpy follows; use one of {', '.join(_API_VERSIONS)} or None")
+    return sys.modules[__package__]
+
+
+def _to_device(self, device, /, *, stream=None):
+    """``x.to_device(device)`` of a traced value: the value itself on the host device (a GPU
+    is ``jitgraph.device_put``'s business, outside the trace)."""
+    _check_device(device, "to_device")
+    return self
+
+
+Array.__array_namespace__ = _array_namespace
+Tracer.__array_namespace__ = _array_namespace
+Tracer.to_device = _to_device
 
 
 def __array_namespace_info__() -> ArrayNamespaceInfo:
