@@ -140,3 +140,63 @@ def test_array_namespace_is_jitgraph_numpy_eager_and_traced():
     np.testing.assert_array_equal(jitgraph.grad(lambda a: f(a).sum())(x), np.full((2, 3), 2.0))
     with pytest.raises(ValueError, match="device='cuda'"):
         jitgraph.jit(lambda a: a.to_device("cuda"))(x)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (2, 4, 2), (3, 3), (2, 3)])
+def test_qr_complete(shape):
+    a = RNG.standard_normal(shape)
+    m, n = shape[-2:]
+    for q, r in (jnp.linalg.qr(a, mode="complete"),
+                 jitgraph.jit(lambda x: tuple(jnp.linalg.qr(x, mode="complete")))(a)):
+        assert q.shape == shape[:-2] + (m, m) and r.shape == shape[:-2] + (m, n)
+        np.testing.assert_allclose(q @ r, a, atol=1e-12)
+        np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(np.eye(m), q.shape),
+                                   atol=1e-12)
+        np.testing.assert_array_equal(r, np.triu(r))
+        qn, rn = np.linalg.qr(a, mode="complete")       # the same up to the signs of the rows
+        k = min(m, n)
+        np.testing.assert_allclose(np.abs(r), np.abs(rn), atol=1e-12)
+        np.testing.assert_allclose(np.abs(q[..., :k]), np.abs(qn[..., :k]), atol=1e-12)
+    with pytest.raises(ValueError, match="'economic'"):
+        jnp.linalg.qr(a, mode="economic")
+
+
+def test_solve_promotes_its_operands():
+    a = (np.eye(3) * 2 + 0.25).astype(np.float32)
+    b = np.arange(3.0)
+    got = jnp.linalg.solve(a, b)
+    assert np.asarray(got).dtype == np.float64                 # float32 with float64
+    np.testing.assert_allclose(got, np.linalg.solve(a.astype(np.float64), b), rtol=1e-12)
+    assert np.asarray(jnp.linalg.solve(a, b.astype(np.float32))).dtype == np.float32
+    assert np.asarray(jnp.linalg.solve(np.eye(2, dtype=np.int64), [1, 2])).dtype == np.float64
+
+
+def test_take_along_axis_defaults_to_the_last_axis():
+    x = RNG.standard_normal((3, 4))
+    idx = np.argsort(x, axis=-1)
+    np.testing.assert_array_equal(jnp.take_along_axis(x, idx), np.sort(x, axis=-1))
+    np.testing.assert_array_equal(jitgraph.jit(lambda v, i: jnp.take_along_axis(v, i))(x, idx),
+                                  np.sort(x, axis=-1))
+    np.testing.assert_array_equal(jnp.take_along_axis(x, np.argsort(x, 0), 0), np.sort(x, 0))
+
+
+@pytest.mark.parametrize("sa,sb", [((1, 4, 1, 6, 6), (2, 6, 2)), ((3, 1, 2, 2), (5, 2, 1)),
+                                   ((2, 3, 3), (3, 1)), ((3, 3), (4, 3, 2))])
+def test_solve_broadcasts_the_stacks(sa, sb):
+    a = RNG.standard_normal(sa) + 4 * np.eye(sa[-1])
+    b = RNG.standard_normal(sb)
+    want = np.linalg.solve(a, b)
+    for got in (jnp.linalg.solve(a, b), jitgraph.jit(jnp.linalg.solve)(a, b)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    g = jitgraph.grad(lambda u, v: jnp.linalg.solve(u, v).sum(), argnums=(0, 1))(a, b)
+    assert g[0].shape == sa and g[1].shape == sb
+    eps = 1e-6                     # central differences at the first entry of each operand
+    for k, x in enumerate((a, b)):
+        hi, lo = x.copy(), x.copy()
+        hi.flat[0] += eps
+        lo.flat[0] -= eps
+        args_hi, args_lo = [a, b], [a, b]
+        args_hi[k], args_lo[k] = hi, lo
+        fd = (np.linalg.solve(*args_hi).sum() - np.linalg.solve(*args_lo).sum()) / (2 * eps)
+        np.testing.assert_allclose(g[k].flat[0], fd, rtol=1e-6, atol=1e-8)
