@@ -200,3 +200,19 @@ def test_solve_broadcasts_the_stacks(sa, sb):
         args_hi[k], args_lo[k] = hi, lo
         fd = (np.linalg.solve(*args_hi).sum() - np.linalg.solve(*args_lo).sum()) / (2 * eps)
         np.testing.assert_allclose(g[k].flat[0], fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("call", [lambda: jnp.expand_dims(np.float64(1.0), -2),
+                                  lambda: jnp.expand_dims(np.ones(3), 2),
+                                  lambda: jnp.sum(np.ones(3), axis=2),
+                                  lambda: jnp.argmax(np.ones((2, 3)), axis=-3),
+                                  lambda: jnp.take_along_axis(np.ones(3), np.zeros(3, int), 1)])
+def test_an_axis_out_of_bounds_is_an_index_error(call):
+    # the standard asks for IndexError; it stays a ShapeError (a ValueError), as NumPy's
+    # AxisError is both
+    from jitgraph.errors import AxisError, ShapeError
+    with pytest.raises(IndexError, match="out of bounds") as info:
+        call()
+    assert isinstance(info.value, AxisError) and isinstance(info.value, ShapeError)
+    with pytest.raises(IndexError, match="out of bounds"):
+        jitgraph.jit(lambda v: jnp.expand_dims(v, 3))(np.ones((2, 2)))
