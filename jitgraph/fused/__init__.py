@@ -5,7 +5,8 @@ Importing the package imports every module in it, which registers their records
 (``rewrite.register_fused_op``), and publishes each as ``jitgraph.<name>`` too
 (``jitgraph.attention.unfused()``, ``from jitgraph.linear_ce import linear_ce_p``): adding a
 fused op is adding its module here and its kernels, with no list to extend anywhere else.
-The modules do not import each other (an import-linter contract).
+The modules do not import each other (an import-linter contract). ``MODULES`` lists the
+modules found, by name.
 """
 from __future__ import annotations
 
