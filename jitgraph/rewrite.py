@@ -45,6 +45,36 @@ from .core import Aval, Graph, Node, Primitive, Var
 OUTPUT_USES = 1000      # a graph output counts as this many uses: it is read outside
 
 _TARGET = contextvars.ContextVar("jitgraph.rewrite.target", default="cpu")
+# the fused ops disabled or forced in this context, as (name, "off"/"forced") pairs: part of
+# a jit cache key, so a function compiled with a rewrite is traced again without it
+_OVERRIDES: contextvars.ContextVar[tuple] = contextvars.ContextVar("jitgraph.rewrite.overrides",
+                                                                  default=())
+
+
+class OverrideCount:
+    """How many ``disabled()``/``forced()`` blocks are open in the whole process: while none
+    is, ``jit``'s fast path needs no look at this context's overrides."""
+    count = 0
+
+
+OVERRIDES_OPEN = OverrideCount()
+
+
+def overrides() -> tuple:
+    """The fused ops disabled or forced in this context (``jit`` keys its cache by them)."""
+    return _OVERRIDES.get()
+
+
+@contextlib.contextmanager
+def _override(var: contextvars.ContextVar, value: Any, entry: tuple) -> Iterator[None]:
+    token, outer = var.set(value), _OVERRIDES.set(_OVERRIDES.get() + (entry,))
+    OVERRIDES_OPEN.count += 1
+    try:
+        yield
+    finally:
+        OVERRIDES_OPEN.count -= 1
+        _OVERRIDES.reset(outer)
+        var.reset(token)
 
 
 @contextlib.contextmanager
@@ -340,22 +370,16 @@ class FusedOp:
     def disabled(self) -> Iterator[None]:
         """``with op.disabled():`` graphs traced and compiled inside, in this context (this
         thread, this task), keep the pattern as written."""
-        token = self._enabled.set(False)
-        try:
+        with _override(self._enabled, False, (self.name, "off")):
             yield
-        finally:
-            self._enabled.reset(token)
 
     @contextlib.contextmanager
     def forced(self) -> Iterator[None]:
         """``with op.forced():`` graphs traced and compiled inside, in this context, take the
         rewrite wherever a pattern and the conditions match: the cost model (``wins``) is not
         asked."""
-        token = self._forced.set(True)
-        try:
+        with _override(self._forced, True, (self.name, "forced")):
             yield
-        finally:
-            self._forced.reset(token)
 
     def pays(self, hit: Any) -> bool:
         """Whether the rewrite applies at a hit that meets the conditions: ``wins`` for a
