@@ -44,6 +44,9 @@ float64 = _ScalarType(float64)
 float_, int_ = float64, int64
 uint8 = _ScalarType(np.uint8)
 int8, int16 = _ScalarType(np.int8), _ScalarType(np.int16)
+complex64 = _ScalarType(np.complex64)      # computed on the CPU target (see dtypes)
+complex128 = _ScalarType(np.complex128)
+complex_ = complex128
 float16 = _ScalarType(np.float16)   # stored in 16 bits, computed in float32 (see dtypes)
 if _dtypes.bfloat16 is not None:
     bfloat16 = _ScalarType(_dtypes.bfloat16)

@@ -64,7 +64,7 @@ def _count(x, axes) -> int:
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean over ``axis`` (all axes by default); integers give float64."""
     x = _operand(x)
-    if not dtypes.is_float(aval_of(x).dtype):
+    if not dtypes.is_inexact(aval_of(x).dtype):
         x = astype(x, float64)
     axes = _axes(x, axis, "mean")
     return true_divide(sum(x, axis=axes, keepdims=keepdims), builtins.max(_count(x, axes), 0) or np.nan)

@@ -42,12 +42,21 @@ def _same_dtype(avals, name):
     return avals[0].dtype
 
 
+#: the elementwise primitives defined for complex operands (``ops/complex.py`` lists them):
+#: the others refuse complex dtypes, as the Array API standard leaves them undefined there
+COMPLEX_OK: set[str] = set()
+
+
 def elementwise_aval(*avals, out_dtype=None, float_only=False, name=""):
     dtype = _same_dtype(avals, name)
-    if float_only and not dtypes.is_float(dtype):
+    if dtypes.is_complex(dtype) and name not in COMPLEX_OK:
+        raise TypeError(f"{name} is not defined for complex operands ({dtype}); apply it to "
+                        "the real and imaginary parts (jnp.real, jnp.imag), or to jnp.abs(x)")
+    if float_only and not dtypes.is_inexact(dtype):
         raise TypeError(f"needs a floating-point operand, got {dtype}")
     shape = broadcast_shapes(*(a.shape for a in avals))
-    return Aval(shape, out_dtype or dtype, weak=all(a.weak for a in avals))
+    out = out_dtype(dtype) if callable(out_dtype) else out_dtype     # (a rule: abs's)
+    return Aval(shape, out or dtype, weak=all(a.weak for a in avals))
 
 
 UNARY: dict[str, Primitive] = {}
@@ -132,8 +141,16 @@ _erf_vec = np.vectorize(math.erf, otypes=[np.float64])
 erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype),
               call("erf", cost=6, functions=ours("erf")),
               vjp=lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * exp_p(-(x * x)),))
+def _abs_vjp(g, out, x):
+    if dtypes.is_complex(x.dtype):
+        from .complex import conj_p     # (defined with the complex ops, after this module)
+        # d|z| = Re(conj(z)/|z| dz); its transpose (JAX's convention) is g conj(z)/|z|
+        return (cast(g, x.dtype) * conj_p(sign_p(x)),)
+    return (g * sign_p(x),)
+
+
 abs_p = unary("abs", np.abs, lambda c, x: c.call("abs", x), float_only=False,
-              vjp=lambda g, out, x: (g * sign_p(x),))
+              vjp=_abs_vjp, out_dtype=dtypes.real_dtype)
 sign_p = unary("sign", np.sign, call("sign", functions=ours("sign")), float_only=False,
                vjp=lambda g, out, x: (None,))
 floor_p = unary("floor", np.floor, call("floor", functions=ours("floor")),
@@ -293,20 +310,22 @@ def _convert_aval(x, *, dtype):
 
 
 def _convert_vjp(g, out, x, *, dtype):
-    if not dtypes.is_float(x.dtype):
+    if not dtypes.is_inexact(x.dtype):
         return (None,)
     return (cast(g, x.dtype),)
 
 
 def _convert_jvp(ts, out, x, *, dtype):
-    if ts[0] is None or not dtypes.is_float(dtype):
+    if ts[0] is None or not dtypes.is_inexact(dtype):
         return None
     return cast(ts[0], dtype)
 
 
 convert_p = register(Primitive(
     "convert", kind="elementwise", abstract_eval=_convert_aval,
-    impl=lambda x, *, dtype: x.astype(dtype), vjp=_convert_vjp, jvp=_convert_jvp,
+    impl=lambda x, *, dtype: (np.real(x) if dtypes.is_complex(x.dtype) and
+                              not dtypes.is_complex(dtype) else x).astype(dtype),
+    vjp=_convert_vjp, jvp=_convert_jvp,
     codegen=Lowering.scalar(lambda c, x, *, dtype: c.convert(x, c.in_dtype, dtype), flops=0),
     moves_data=True))
 
