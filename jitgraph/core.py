@@ -278,8 +278,11 @@ def scalar_function(name: str, backend: str, in_dtype: np.dtype, approx_math: bo
 
 
 def _complex_function(prim: "Primitive") -> str:
-    """The routine for a complex operand: the NumPy ufunc that is the op's reference, which
-    Numba's CPU target compiles for complex scalars (``math``'s functions take only reals)."""
+    """The routine for a complex operand: the NumPy ufunc of the op's name (or the one that is
+    its reference), which Numba's CPU target compiles for complex scalars (``math``'s
+    functions take only reals)."""
+    if isinstance(getattr(np, prim.name, None), np.ufunc):
+        return f"np.{prim.name}"
     if isinstance(prim.impl, np.ufunc):
         return f"np.{prim.impl.__name__}"
     raise TypeError(f"{prim.name} has no compiled routine for complex operands; compute it "

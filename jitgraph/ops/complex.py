@@ -35,7 +35,9 @@ def _part_aval(x: Aval) -> Aval:
 
 
 def _complex_only(name, impl, rule, vjp, real_out):
-    p = unary(name, impl, Lowering.scalar(rule, flops=0), vjp=vjp, float_only=False,
+    def jvp(ts, out, x):        # (the ops are linear: the tangent's own part)
+        return None if ts[0] is None else p(ts[0])
+    p = unary(name, impl, Lowering.scalar(rule, flops=0), vjp=vjp, jvp=jvp, float_only=False,
               out_dtype=dtypes.real_dtype if real_out else None)
     if real_out:
         p.abstract_eval = _part_aval

@@ -149,9 +149,29 @@ def _abs_vjp(g, out, x):
     return (g * sign_p(x),)
 
 
+def _abs_jvp(ts, out, x):
+    if ts[0] is None:
+        return None
+    if dtypes.is_complex(x.dtype):
+        from .complex import conj_p, real_p
+        return real_p(conj_p(sign_p(x)) * ts[0])
+    return ts[0] * sign_p(x)
+
+
 abs_p = unary("abs", np.abs, lambda c, x: c.call("abs", x), float_only=False,
-              vjp=_abs_vjp, out_dtype=dtypes.real_dtype)
-sign_p = unary("sign", np.sign, call("sign", functions=ours("sign")), float_only=False,
+              vjp=_abs_vjp, jvp=_abs_jvp, out_dtype=dtypes.real_dtype)
+def _sign_impl(x):
+    """np.sign; for complex ``x``, x/|x| (0 at 0) as JAX and the Array API standard, whose
+    infinities give NaN (NumPy's gives 1 for inf + 0j; generated code calls Numba's, which
+    divides)."""
+    if not dtypes.is_complex(x.dtype):
+        return np.sign(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.abs(x)
+        return np.where(a == 0, x * 0, x / np.where(a == 0, 1, a)).astype(x.dtype)
+
+
+sign_p = unary("sign", _sign_impl, call("sign", functions=ours("sign")), float_only=False,
                vjp=lambda g, out, x: (None,))
 floor_p = unary("floor", np.floor, call("floor", functions=ours("floor")),
                 vjp=lambda g, out, x: (None,))
