@@ -93,6 +93,18 @@ def test_compiled_matches_reference_interpreter(dtype):
         np.testing.assert_allclose(g, r, rtol=tol, atol=tol)
 
 
+def test_linalg_values():
+    a, b = _cn(3, 3), _cn(3)
+    np.testing.assert_allclose(jnp.linalg.inv(a), np.linalg.inv(a), rtol=1e-12)
+    np.testing.assert_allclose(jnp.linalg.det(a), np.linalg.det(a), rtol=1e-12)
+    np.testing.assert_allclose(jnp.linalg.solve(a, b), np.linalg.solve(a, b), rtol=1e-12)
+    np.testing.assert_allclose(jitgraph.jit(jnp.linalg.solve)(a, b), np.linalg.solve(a, b),
+                               rtol=1e-12)
+    np.testing.assert_allclose(jnp.var(b), np.var(b), rtol=1e-12)
+    with pytest.raises(TypeError, match="cholesky: complex matrices are not supported"):
+        jnp.linalg.cholesky(a)
+
+
 def test_linalg_vector_norm_and_vdot():
     z, w = _cn(5), _cn(5)
     np.testing.assert_allclose(jnp.linalg.norm(z), np.linalg.norm(z))
@@ -126,6 +138,10 @@ _LOSSES = {
     "div_tanh": lambda z: jnp.imag(jnp.sum(jnp.tanh(z) / (z * z + 2.0))),
     "matmul": lambda z: jnp.sum(jnp.abs(z @ jnp.conj(z).T) ** 2),
     "angle_mean": lambda z: jnp.sum(jnp.angle(z)) + jnp.abs(jnp.mean(z * z)),
+    "pow": lambda z: jnp.sum(jnp.abs(z ** 2.5) + jnp.real(z ** (1 + 1j))),
+    "var": lambda z: jnp.var(z) + jnp.std(z[0]),
+    "linalg": lambda z: jnp.sum(jnp.abs(jnp.linalg.inv(z))) + jnp.abs(jnp.linalg.det(z))
+    + jnp.sum(jnp.imag(jnp.linalg.solve(z, jnp.array([1.0, 1j])))),
 }
 
 

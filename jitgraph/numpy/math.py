@@ -146,7 +146,7 @@ def power(x, y):
         for _ in range(int(y) - 1):
             r = multiply(r, x)
         return r
-    if not dtypes.is_float(out):
+    if not dtypes.is_inexact(out):
         # integer powers are computed in float64 and rounded (exact below 2**53)
         xf, yf = _promote(x, yo, float_only=True)
         return astype(floor(bind(_P.pow, xf, yf) + 0.5), out)

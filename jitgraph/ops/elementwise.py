@@ -207,8 +207,9 @@ def _div_vjp(g, out, x, y):
 
 
 def _safe_log(x):
-    """log(x) where x > 0, else 0: the exponent's derivative of x**y is taken as 0 at x <= 0."""
-    pos = x > 0
+    """log(x) where x > 0, else 0: the exponent's derivative of x**y is taken as 0 at x <= 0
+    (for complex x, the principal log where x != 0)."""
+    pos = (x != 0) if dtypes.is_complex(x.dtype) else x > 0
     return select(pos, log_p(select(pos, x, 1.0)), 0.0)
 
 
