@@ -1188,6 +1188,10 @@ dual("complex_einsum", lambda m, z, w: m.einsum("ij,kj->ik", z, w), _cz, _cw, gr
 dual("complex_predicates", lambda m, z: m.isfinite(z) & ~m.isnan(z) & ~m.isinf(z)
      & (z == z) & ~(z != z), _cz, grad=False)
 dual("complex_from_float", lambda m, x, z: x * z + x, rn(2, 3), _cz, grad=False)
+dual("fft_c2c", lambda m, z: m.fft.fft(z) + m.fft.ifft2(z, norm="ortho"), _cz, grad=False,
+     rtol=1e-12)
+dual("fft_real", lambda m, x: m.fft.irfft(m.fft.rfft(x, 5) * 2.0, 6), rn(2, 4), grad=False,
+     rtol=1e-12)
 case("complex_to_float", lambda z: jnp.astype(z, jnp.float64) + jnp.abs(z), _cz, grad=False,
      expect=lambda z: z.real + np.abs(z))
 

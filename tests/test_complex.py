@@ -202,3 +202,68 @@ def test_cuda_target_refuses_complex_with_the_op_and_the_fix():
     with pytest.raises(TypeError, match=r"exp at .*complex64 \(3,\).*cuda target does not "
                                         r"compute complex.*device='cpu'"):
         pipeline.generate_graph(graph, pipeline.target_of("cuda"), CompileOptions())
+
+
+# ------------------------------------------------------------------ fft
+_FFT_CASES = [
+    ("fft", lambda a: np.fft.fft(a), "c"), ("fft_n5", lambda a: np.fft.fft(a, 5), "c"),
+    ("fft_n12_ortho", lambda a: np.fft.fft(a, 12, norm="ortho"), "c"),
+    ("ifft_forward", lambda a: np.fft.ifft(a, norm="forward"), "c"),
+    ("rfft", lambda a: np.fft.rfft(a), "r"), ("rfft_n7", lambda a: np.fft.rfft(a, 7), "r"),
+    ("irfft", lambda a: np.fft.irfft(a), "c"), ("irfft_n9", lambda a: np.fft.irfft(a, 9), "c"),
+    ("irfft_ortho", lambda a: np.fft.irfft(a, norm="ortho"), "c"),
+    ("fft2", lambda a: np.fft.fft2(a), "c"), ("ifftn", lambda a: np.fft.ifftn(a), "c"),
+    ("rfftn", lambda a: np.fft.rfftn(a), "r"), ("irfftn", lambda a: np.fft.irfftn(a), "c"),
+    ("rfft2_forward", lambda a: np.fft.rfft2(a, norm="forward"), "r"),
+    ("hfft", lambda a: np.fft.hfft(a), "c"), ("ihfft", lambda a: np.fft.ihfft(a), "r"),
+    ("fftshift", lambda a: np.fft.fftshift(a), "r"), ("ifftshift", lambda a: np.fft.ifftshift(a, 1), "c"),
+]
+
+
+def _with(body, module):
+    import types
+    g = dict(body.__globals__)
+    g["np"] = module
+    return types.FunctionType(body.__code__, g)
+
+
+def _operand_for(kind):
+    return _cn(3, 8) if kind == "c" else _rng.standard_normal((3, 8))
+
+
+@pytest.mark.parametrize("name, body, kind", _FFT_CASES, ids=[c[0] for c in _FFT_CASES])
+def test_fft_matches_numpy_eager_and_compiled(name, body, kind):
+    a = _operand_for(kind)
+    f = _with(body, type("M", (), {"fft": jnp.fft}))
+    want = body(a)
+    for got in (f(a), jitgraph.jit(f)(a)):
+        assert np.asarray(got).dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, body, kind", _FFT_CASES, ids=[c[0] for c in _FFT_CASES])
+def test_fft_gradients_match_central_differences(name, body, kind):
+    f = _with(body, type("M", (), {"fft": jnp.fft}))
+    w = _cn(*np.shape(body(_operand_for(kind))))
+    loss = lambda a: jnp.sum(jnp.real(f(a) * w))        # noqa: E731  (w: any weights)
+    a = _operand_for(kind)
+    if kind == "r":
+        eps = 1e-6
+        want = np.zeros_like(a)
+        for k in np.ndindex(a.shape):
+            d = np.zeros_like(a)
+            d[k] = eps
+            want[k] = (float(loss(a + d)) - float(loss(a - d))) / (2 * eps)
+    else:
+        want = _central_grad(loss, a)
+    np.testing.assert_allclose(jitgraph.grad(loss)(a), want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(jitgraph.jit(jitgraph.grad(loss))(a), want, rtol=1e-6, atol=1e-7)
+
+
+def test_fft_helpers_and_float32():
+    np.testing.assert_allclose(jnp.fft.fftfreq(5, 0.5), np.fft.fftfreq(5, 0.5))
+    np.testing.assert_allclose(jnp.fft.rfftfreq(6), np.fft.rfftfreq(6))
+    assert jnp.fft.fft(np.ones(4, np.float32)).dtype == np.complex64
+    assert jnp.fft.irfft(np.ones(3, np.complex64)).dtype == np.float32
+    with pytest.raises(TypeError, match="rfft: needs a real operand"):
+        jnp.fft.rfft(np.ones(3, np.complex64))

@@ -24,6 +24,7 @@ from .statistics import *  # noqa: F401,F403
 from .array_api import *  # noqa: F401,F403
 from .index_update import at  # noqa: F401  (also installs Tracer.at)
 from . import linalg  # noqa: F401  (jnp.linalg)
+from . import fft  # noqa: F401  (jnp.fft)
 
 #: the revision of the Python Array API standard whose names this namespace follows (not yet
 #: all of it: complex and unsigned dtypes, the bitwise functions and ``fft`` are missing)
