@@ -164,7 +164,9 @@ def test_namespace_info():
     with jitgraph.config.default_float("float32"):
         assert info.default_dtypes(device=dev)["real floating"] == np.float32
     assert set(info.dtypes()) == {"bool", "int8", "int16", "int32", "int64", "uint8",
-                                  "float32", "float64"}
+                                  "float32", "float64", "complex64", "complex128"}
+    assert info.dtypes(kind="complex floating") == {"complex64": np.complex64,
+                                                    "complex128": np.complex128}
     assert info.dtypes(kind="real floating") == {"float32": np.float32, "float64": np.float64}
     assert set(info.dtypes(kind=("bool", "unsigned integer"))) == {"bool", "uint8"}
     with pytest.raises(ValueError, match="host arrays"):
@@ -294,5 +296,5 @@ def test_from_dlpack_shares_or_copies():
     np.testing.assert_array_equal(jnp.from_dlpack(jnp.arange(3)), [0, 1, 2])   # its own arrays
     with pytest.raises(ValueError, match="host arrays"):
         jnp.from_dlpack(x, device="cuda")
-    with pytest.raises(TypeError, match="complex64"):
-        jnp.from_dlpack(np.ones(2, np.complex64))
+    c = jnp.from_dlpack(np.full(2, 1 - 2j, np.complex64))       # complex dtypes are supported
+    assert c.dtype == np.complex64 and c[1] == 1 - 2j

@@ -113,6 +113,14 @@ def test_linalg_vector_norm_and_vdot():
 
 
 # ------------------------------------------------------------------ gradients
+def test_complex_predicates():
+    z = np.array([1 + 0j, 2j])
+    assert jnp.iscomplexobj(z) and not jnp.iscomplexobj(np.ones(2)) and jnp.isrealobj(1.0)
+    np.testing.assert_array_equal(jnp.iscomplex(z), [False, True])
+    np.testing.assert_array_equal(jnp.isreal(z), [True, False])
+    np.testing.assert_array_equal(jnp.isreal(np.ones(2)), [True, True])
+
+
 def _central_grad(f, z, eps=1e-6):
     """df/dx - i df/dy by central differences, per element of ``z``."""
     out = np.zeros_like(z)
@@ -131,6 +139,13 @@ def test_jax_cookbook_example():
     assert complex(jitgraph.jit(jitgraph.grad(g))(np.complex128(3 + 4j))) == pytest.approx(6 - 8j)
 
 
+def _control_flow_loss(z):
+    c, ys = jitgraph.lax.scan(lambda c, x: (c * x + 1j, jnp.abs(c)), 1.0 + 0j, jnp.ravel(z))
+    c = jitgraph.lax.fori_loop(0, 3, lambda i, c: c * 0.5j + c, c)
+    c = jitgraph.lax.cond(jnp.abs(c) > 1, lambda c: c * c, lambda c: -c, c)
+    return jnp.abs(c) + jnp.sum(ys)
+
+
 _LOSSES = {
     "abs_exp": lambda z: jnp.sum(jnp.abs(jnp.exp(z) * z)),
     "parts": lambda z: jnp.sum(jnp.real(z) ** 3 - jnp.imag(z) * jnp.real(jnp.conj(z) * z)),
@@ -138,6 +153,7 @@ _LOSSES = {
     "div_tanh": lambda z: jnp.imag(jnp.sum(jnp.tanh(z) / (z * z + 2.0))),
     "matmul": lambda z: jnp.sum(jnp.abs(z @ jnp.conj(z).T) ** 2),
     "angle_mean": lambda z: jnp.sum(jnp.angle(z)) + jnp.abs(jnp.mean(z * z)),
+    "control_flow": lambda z: _control_flow_loss(z),
     "pow": lambda z: jnp.sum(jnp.abs(z ** 2.5) + jnp.real(z ** (1 + 1j))),
     "var": lambda z: jnp.var(z) + jnp.std(z[0]),
     "linalg": lambda z: jnp.sum(jnp.abs(jnp.linalg.inv(z))) + jnp.abs(jnp.linalg.det(z))

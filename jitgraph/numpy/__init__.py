@@ -27,7 +27,7 @@ from . import linalg  # noqa: F401  (jnp.linalg)
 from . import fft  # noqa: F401  (jnp.fft)
 
 #: the revision of the Python Array API standard whose names this namespace follows (not yet
-#: all of it: complex and unsigned dtypes, the bitwise functions and ``fft`` are missing)
+#: all of it: unsigned dtypes and the bitwise functions are missing)
 __array_api_version__ = "2023.12"
 from .vectorize import vectorize  # noqa: F401
 import numpy as np

@@ -135,8 +135,9 @@ def from_dlpack(x, /, *, device=None, copy=None):
     return asarray(arr, copy=copy)
 
 
-# the standard's dtypes that jitgraph.numpy has (complex and uint16/32/64 not yet)
-_STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64")
+# the standard's dtypes that jitgraph.numpy has (uint16/32/64 not yet)
+_STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64",
+                    "complex64", "complex128")
 
 
 class ArrayNamespaceInfo:
@@ -160,8 +161,7 @@ class ArrayNamespaceInfo:
 
     def default_dtypes(self, *, device: Any = None) -> dict:
         """The dtypes made without ``dtype=``: ``jitgraph.config``'s default float and int
-        (float64 and int64 unless set to 32 bits); the complex one is the float's pair,
-        though complex arrays are not supported yet."""
+        (float64 and int64 unless set to 32 bits); the complex one is the float's pair."""
         _check_device(device, "__array_namespace_info__().default_dtypes")
         f, i = config.float_dtype(), np.dtype(config.int_dtype())
         c = np.dtype(np.complex64 if f == np.float32 else np.complex128)

@@ -384,6 +384,26 @@ def imag(x):
     return multiply(x, 0)
 
 
+def iscomplexobj(x) -> bool:
+    """Whether ``x`` has a complex dtype (whatever its values)."""
+    return dtypes.is_complex(aval_of(_operand(x)).dtype)
+
+
+def isrealobj(x) -> bool:
+    """Whether ``x`` has no complex dtype."""
+    return not iscomplexobj(x)
+
+
+def iscomplex(x):
+    """Elementwise: a non-zero imaginary part (boolean)."""
+    return not_equal(imag(x), 0)
+
+
+def isreal(x):
+    """Elementwise: a zero imaginary part (boolean)."""
+    return equal(imag(x), 0)
+
+
 def angle(x, deg=False):
     """Argument of a complex number, ``arctan2(imag, real)`` (a real number: 0 or pi)."""
     x = _operand(x)
