@@ -93,6 +93,14 @@ def test_compiled_matches_reference_interpreter(dtype):
         np.testing.assert_allclose(g, r, rtol=tol, atol=tol)
 
 
+def test_traced_methods():
+    z = _cn(3)
+    f = lambda z: (z.real, z.imag, z.conj(), z.conjugate(), abs(z), -z, z ** 2)   # noqa: E731
+    for got, want in zip(jitgraph.jit(f)(z), (z.real, z.imag, z.conj(), z.conj(), abs(z), -z,
+                                              z ** 2)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_linalg_values():
     a, b = _cn(3, 3), _cn(3)
     np.testing.assert_allclose(jnp.linalg.inv(a), np.linalg.inv(a), rtol=1e-12)
