@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import dtypes
+from .compile_phases import timed
 from .core import (KEEP_SOURCES, Aval, EvalTrace, Graph, Node, Trace, Tracer, Var, aval_of,
                    bind, params_key, top_trace)
 from .errors import user_frame, where
@@ -202,6 +203,7 @@ def _input_grads(graph: Graph, wrt: Sequence[int], ct_env: dict) -> list:
     return grads
 
 
+@timed("autodiff")
 def build_vjp(graph: Graph, wrt: Sequence[int], ct_values: Sequence[Any] | None = None,
               keep_outputs: bool = False) -> Graph:
     """Graph of ``(*outputs if keep_outputs, *cotangents of inputs[wrt])``.
@@ -396,6 +398,7 @@ def _graft(graph: Graph, trace: Trace, args: Sequence[Any], values: dict,
     return env
 
 
+@timed("autodiff")
 def eager_vjp(graph: Graph, values: dict, wrt: Sequence[int], ct_values: Sequence[Any],
               key=None, seeded: bool = False) -> list:
     """Cotangents of ``graph.inputs[wrt]`` given ``eager_values``, through the structural cache:
@@ -446,6 +449,7 @@ def vdot_leaves(xs: Sequence[Any], ys: Sequence[Any]):
     return functools.reduce(lambda a, b: a + b, [jnp.sum(x * y) for x, y in zip(xs, ys)])
 
 
+@timed("autodiff")
 def eager_hvp(graph: Graph, values: dict, wrt: Sequence[int],
               vectors: Sequence[np.ndarray]) -> list | None:
     """H v for the scalar ``graph`` (traced on concrete arrays, ``values`` of every var),
@@ -487,6 +491,7 @@ def _build_hvp(graph: Graph, order: list, wrt: Sequence[int], ct: list,
                            True, recompute=True)
 
 
+@timed("autodiff")
 def build_jvp(graph: Graph, wrt: Sequence[int]) -> Graph:
     """Graph of ``(*outputs, *tangents of outputs)`` with inputs ``(*inputs, *tangents[wrt])``."""
     with Trace(abstract=True, what="the forward-mode pass") as t:

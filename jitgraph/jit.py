@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .arrays import Array
+from .compile_phases import phase, recording, split_text
 from .compiler import pipeline
 from .compiler.backends.base import CompileOptions, options_from
 from .compiler.dynamic import CannotGeneralize
@@ -135,6 +136,19 @@ def _log_enabled() -> bool:
     return "compiles" in os.environ.get("JITGRAPH_LOG", "")
 
 
+def _split_line(entry: "_Entry", seconds: float) -> str:
+    """The second log line of a compile: ``seconds`` (trace to the end of the first run) per
+    stage (``compile_phases``; ``other``: the rest, signatures and the call path) and where
+    the kernels came from (the program's ``kernel_counts``, where its target keeps them)."""
+    other = max(0.0, seconds - sum(entry.phases.values()))
+    line = f"jitgraph:   split: {split_text(entry.phases)}, other {other:.3f}s"
+    counts = getattr(entry.program, "kernel_counts", None)
+    if counts is not None:
+        counts.here = entry.program.numba_compiles() - counts.compiled_before
+        line += "; " + counts.text()
+    return line
+
+
 @dataclass
 class Lowered:
     """What ``jit(f).lower(*args)`` shows: the optimized graph, the kernels and the module
@@ -192,6 +206,8 @@ class _Entry:
     setup_seconds: float = 0.0
     signature: str = ""     # what the program was compiled for, sizes that vary as symbols
     single: bool = False    # ``run`` returns one plain array (made an ``Array`` by the caller)
+    phases: dict = field(default_factory=dict)   # seconds per compile stage (compile_phases)
+    compile_wall: float = 0.0   # seconds from the cache miss to the program (trace included)
 
 
 _MISSING = object()
@@ -495,8 +511,10 @@ class JitFunction:
                 if entry.program.native:    # nothing to compile
                     out = entry.run(*leaves)
                 else:
-                    with compile_settings(self.device):
+                    with compile_settings(self.device), recording() as phases, phase("numba"):
                         out = entry.run(*leaves)
+                    for k, v in phases.items():
+                        entry.phases[k] = entry.phases.get(k, 0.0) + v
             except Exception as e:
                 if "numba" not in sys.modules:
                     raise
@@ -513,6 +531,7 @@ class JitFunction:
             _STATS.compile_seconds += first
             if _log_enabled():   # logged after the first run: Numba compiles lazily
                 print(entry.log_line.format(seconds=entry.setup_seconds + first), file=sys.stderr)
+                print(_split_line(entry, entry.compile_wall + first), file=sys.stderr)
         else:
             out = entry.run(*leaves)
         return out.view(Array) if entry.single else out
@@ -643,9 +662,10 @@ class JitFunction:
                 raise TypeError(f"jit({self.__name__}): {e} (called at {where(user_frame(3))})") from None
         f = self._with_statics(args, statics)
         t0 = time.perf_counter()
-        graph, captured, leaves, _, out_tree = trace_to_graph(
-            f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})",
-            leaf_names=lambda: self._leaf_names(dyn_args, dyn_kwargs))
+        with phase("trace"):
+            graph, captured, leaves, _, out_tree = trace_to_graph(
+                f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})",
+                leaf_names=lambda: self._leaf_names(dyn_args, dyn_kwargs))
         if captured:
             raise TypeError(f"jit({self.__name__}) closes over traced values of an enclosing "
                             "transformation; pass them as arguments instead")
@@ -688,6 +708,16 @@ class JitFunction:
                               and out_tree.node == "*", name=self.__name__, target=own)
 
     def _compile(self, key, args, kwargs, statics, dyn_args, dyn_kwargs, leaves) -> _Entry:
+        t0 = time.perf_counter()
+        with recording() as phases:
+            entry = self._compile_recorded(key, args, kwargs, statics, dyn_args, dyn_kwargs,
+                                           leaves)
+        if entry.fresh and not entry.phases:
+            entry.phases, entry.compile_wall = phases, time.perf_counter() - t0
+        return entry
+
+    def _compile_recorded(self, key, args, kwargs, statics, dyn_args, dyn_kwargs,
+                          leaves) -> _Entry:
         _STATS.misses += 1
         reason = self._miss_reason(key)
         pattern = self._patterns.setdefault(_pattern_key(key), _Pattern())

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .compile_phases import timed
 from .core import PRIMITIVES, Aval, Graph, Node, Var, params_key, run_impl
 from .rewrite import Rebuilder, dce, uniform_value
 
@@ -215,6 +216,7 @@ def _simplify(g: Graph) -> tuple[Graph, bool]:
     return Graph(list(g.inputs), b.nodes, outs, b.consts, g.in_tree, g.out_tree), bool(b.subst)
 
 
+@timed("optimise")
 def optimize(g: Graph) -> Graph:
     """The standard pipeline: simplify (fold + rewrite + CSE) then DCE, twice to a fixpoint.
 

@@ -187,6 +187,15 @@ def dispatcher_cache(disp: Any) -> Any | None:
     return cache if isinstance(cache, Cache) else None
 
 
+def has_cached_code(disp: Any) -> bool | None:
+    """Whether Numba's cache of ``disp`` holds machine code of some signature (its index file
+    exists); None where that cannot be told (no cache, fast paths off)."""
+    cache = dispatcher_cache(disp)
+    if cache is None:
+        return None
+    return os.path.exists(cache._cache_file._index_path)
+
+
 _LOADED = threading.local()     # object code of the entry being loaded on this thread
 
 

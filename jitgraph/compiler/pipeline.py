@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..compile_phases import phase
 from ..core import Graph
 from ..dtypes import is_complex
 from ..targets import target_named
@@ -61,21 +62,24 @@ def target_of(name: str, what: str = "unknown compiler target") -> Target:
 
 def fuse(graph: Graph, ctx: ScalarContext) -> Plan:
     """Split the lowered graph into the steps of a program (``fusion.make_plan``)."""
-    return make_plan(graph, ctx)
+    with phase("fuse"):
+        return make_plan(graph, ctx)
 
 
 def generate(plan: Plan, target: Target, ctx: ScalarContext,
              options: CompileOptions) -> Generated:
     """The backend's kernels, the memory plan, the driver and the call path of ``plan``."""
-    codegen = target.codegen(plan, ctx, options)
-    module, memory = emit_program(codegen, plan, set(options.donate))
-    runner = target.call_path(plan, module.info, options)
+    with phase("generate"):
+        codegen = target.codegen(plan, ctx, options)
+        module, memory = emit_program(codegen, plan, set(options.donate))
+        runner = target.call_path(plan, module.info, options)
     return Generated(plan.graph, plan, module, memory, target.decisions(codegen), runner)
 
 
 def load(gen: Generated, target: Target, options: CompileOptions, t0: float) -> Executable:
     """Compile (or find in the disk cache) and wrap the generated program."""
-    return target.load(gen, options, t0, _compile_again(target))
+    with phase("load"):
+        return target.load(gen, options, t0, _compile_again(target))
 
 
 def _compile_again(target: Target) -> Callable:
@@ -88,7 +92,8 @@ def generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Gen
     every stage's value in ``stages``."""
     if not target.capabilities.complex_numbers:
         refuse_complex(graph, target.name)
-    lowered = lower(graph)
+    with phase("optimise"):
+        lowered = lower(graph)
     ctx = target.context(options)
     plan = fuse(lowered, ctx)
     gen = generate(plan, target, ctx, options)

@@ -9,15 +9,16 @@ import sys
 import threading
 import time
 import types
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from ...arrays import Array
+from ...compile_phases import phase
 from ...core import Graph
 from ...dtypes import as_stored, is_narrow, storage
-from .. import compile_pool, native
+from .. import compile_pool, native, numba_patches
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import host_impl
@@ -26,6 +27,31 @@ from ..settings import compile_settings, disk_cache, fingerprint
 from ..state import STATE
 from .base import CpuOptions, own_options, with_own
 from .cpu import finish_module
+
+
+@dataclass
+class KernelCounts:
+    """Where a program's kernels came from (``JITGRAPH_LOG=compiles`` prints it): the kernels
+    its steps call, how many distinct functions they are (steps whose kernels are equal up to
+    names share one, ``cpu.finish_module``), and of those how many this process had loaded
+    already, how many the disk cache had with their machine code, how many were new (or had
+    only their source cached); then how many functions Numba compiled in compile workers and,
+    after the first call, here."""
+    steps: int
+    distinct: int
+    in_memory: int
+    on_disk: int
+    new: int
+    in_workers: int
+    compiled_before: int        # Numba compiles of these modules before this program loaded
+    here: int | None = None     # set after the first call
+
+    def text(self) -> str:
+        here = "?" if self.here is None else self.here
+        return (f"kernels: {self.steps} steps -> {self.distinct} distinct "
+                f"({self.steps - self.distinct} shared by structure): {self.in_memory} in "
+                f"memory, {self.on_disk} on disk, {self.new} new; Numba compiled {here} "
+                f"here, {self.in_workers} in workers")
 
 
 class CpuProgram:
@@ -73,6 +99,7 @@ class CpuProgram:
         self._profiled: dict = {}        # input shapes (None: self.graph's) -> profiled
         self._runner_namespaces: list = []
         self.compile_seconds = time.perf_counter() - t0
+        self.kernel_counts: KernelCounts | None = None
 
     def make_runner(self, in_dtypes: Sequence[np.dtype], out_tree) -> Callable:
         """A call path specialised to this program: checks, allocation and the driver call as
@@ -225,19 +252,35 @@ def _intact(path) -> bool:
         return False
 
 
+def _source_only(disp) -> bool:
+    """A kernel whose source is cached but whose machine code is not, anywhere: nothing
+    compiled it in this process and Numba's cache has no index for it (a process stopped
+    before compiling its kernels, or its compile workers failed). It is compiled ahead of the
+    first call with the new kernels, in parallel, instead of one after another in that call."""
+    return not disp.overloads and numba_patches.has_cached_code(disp) is False
+
+
 def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_again,
                      bundle=None) -> CpuProgram:
     from ...kernels import blas, matmul  # type: ignore[attr-defined]
     key = fingerprint()
     modules, on_disk, new = [], [], []
+    memory_hits = uncompiled = 0
     for name, src, arg_types in fin.kernel_modules:
+        before = cache.stats["memory_hits"]
         m, hit = cache.load_module(src, key_extra=key)
         modules.append((name, m))
         on_disk.append(hit)
-        if not hit and arg_types:
-            new.append((len(src), (m, name, arg_types)))
+        if not hit or _source_only(getattr(m, name)):
+            uncompiled += 1
+            if arg_types:
+                new.append((len(src), (m, name, arg_types)))
+        else:
+            memory_hits += cache.stats["memory_hits"] > before
     module, hit = cache.load_module(fin.driver_source, key_extra=key)
     on_disk.append(hit)
+    compiled_before = sum(numba_compile_count(m) for m in [module, *(m for _, m in modules)])
+    in_workers = STATE.compile_stats["worker_compiles"]
     if not all(on_disk):    # this process compiles: spare Numba's scipy.linalg import (0.3 s)
         blas.light_numba_blas_check()
     if len(new) >= compile_pool.MIN_KERNELS:
@@ -258,10 +301,15 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     if bundle is not None and not (module.__file__ and os.path.dirname(module.__file__) ==
                                    str(cache.directory) and not _intact(bundle)):
         bundle = None                     # no bundle to write after the first call
-    return CpuProgram(gen, fin, getattr(module, fin.driver_name), module,
-                      was_on_disk=all(on_disk), t0=t0, options=options,
-                      kernel_modules=[m for _, m in modules], compile_again=compile_again,
-                      bundle_path=bundle)
+    program = CpuProgram(gen, fin, getattr(module, fin.driver_name), module,
+                         was_on_disk=all(on_disk), t0=t0, options=options,
+                         kernel_modules=[m for _, m in modules], compile_again=compile_again,
+                         bundle_path=bundle)
+    program.kernel_counts = KernelCounts(
+        len(gen.module.kernels), len(modules), memory_hits,
+        len(modules) - memory_hits - uncompiled, uncompiled,
+        STATE.compile_stats["worker_compiles"] - in_workers, compiled_before)
+    return program
 
 
 def _load_native(gen, fin, path, t0: float, options, compile_again):
@@ -363,7 +411,8 @@ def _precompile(new: list) -> None:
         module, name, arg_types = job
         with compile_settings("cpu"):
             getattr(module, name).compile(compile_pool.numba_signature(arg_types))
-    compile_pool.precompile(new, compile_one)
+    with phase("numba"):
+        compile_pool.precompile(new, compile_one)
 
 
 def _overlaps(xs: tuple, donated: tuple) -> list:
