@@ -266,26 +266,32 @@ def scalar_function(name: str, backend: str, in_dtype: np.dtype, approx_math: bo
     ``backend`` is a registered target's name (``targets.register_target``)."""
     approx = _uses_approximations(backend, approx_math)
     prim = PRIMITIVES.get(name)
+    if np.dtype(in_dtype).kind == "c":
+        return _complex_function(name, prim)
     if prim is None:
         return f"math.{name}"
     low, dtype = prim.lowering, np.dtype(in_dtype)
-    if dtype.kind == "c":
-        return _complex_function(prim)
     if approx and low.approx and dtype.kind == "f":
         return f"{name}_{_float_suffix(dtype)}"
     fn = low.functions.get(backend)
     return f"math.{name}" if fn is None else fn.format(f=_float_suffix(dtype))
 
 
-def _complex_function(prim: "Primitive") -> str:
-    """The routine for a complex operand: the NumPy ufunc of the op's name (or the one that is
-    its reference), which Numba's CPU target compiles for complex scalars (``math``'s
+#: ``math``'s names of the inverse functions, as NumPy's ufuncs name them
+_NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+                "acosh": "arccosh", "atanh": "arctanh"}
+
+
+def _complex_function(name: str, prim: "Primitive | None") -> str:
+    """The routine for a complex operand: the NumPy ufunc of that name (or the one that is
+    the op's reference), which Numba's CPU target compiles for complex scalars (``math``'s
     functions take only reals)."""
-    if isinstance(getattr(np, prim.name, None), np.ufunc):
-        return f"np.{prim.name}"
-    if isinstance(prim.impl, np.ufunc):
+    name = _NUMPY_NAMES.get(name, name)
+    if isinstance(getattr(np, name, None), np.ufunc):
+        return f"np.{name}"
+    if prim is not None and isinstance(prim.impl, np.ufunc):
         return f"np.{prim.impl.__name__}"
-    raise TypeError(f"{prim.name} has no compiled routine for complex operands; compute it "
+    raise TypeError(f"{name} has no compiled routine for complex operands; compute it "
                     "from jnp.real(x) and jnp.imag(x)")
 
 

@@ -24,6 +24,10 @@ def _cn(*shape, dtype=np.complex128):
 
 
 # ------------------------------------------------------------------ creation and promotion
+def test_linspace_of_complex_ends():
+    np.testing.assert_allclose(jnp.linspace(0, 1j, 3), np.linspace(0, 1j, 3))
+
+
 def test_creation_and_scalar_types():
     assert jnp.asarray(1 + 2j).dtype == np.complex128
     assert jnp.array([1j, 2]).dtype == np.complex128
@@ -52,6 +56,10 @@ def test_promotion_as_jax(x, y, want):
 def test_ordering_is_refused():
     with pytest.raises(TypeError, match="max is not defined for complex"):
         jnp.maximum(jnp.array([1j]), 1.0)
+    with pytest.raises(TypeError, match="have no order"):
+        jitgraph.jit(jnp.argmax)(jnp.array([1j, 2.0]))
+    with pytest.raises(TypeError, match="have no order"):
+        jnp.max(jnp.array([1j, 2.0]))
 
 
 # ------------------------------------------------------------------ values
@@ -99,6 +107,23 @@ def test_traced_methods():
     for got, want in zip(jitgraph.jit(f)(z), (z.real, z.imag, z.conj(), z.conj(), abs(z), -z,
                                               z ** 2)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+_UNARY = ["exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "sinh", "cosh",
+          "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "log2", "log10",
+          "sign", "abs", "negative", "square", "conj", "real", "imag", "angle"]
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_every_complex_function_compiles_as_numpy_computes_it(dtype):
+    z = np.array([0.3 + 0.2j, -1.5 + 2j, 2 - 0.5j, -0.7 - 1.1j], dtype)
+    fns = [getattr(jnp, n) for n in _UNARY]
+    got = jitgraph.jit(lambda z: [f(z) for f in fns])(z)
+    for name, f, g in zip(_UNARY, fns, got):
+        want = getattr(np, name)(z) if name != "sign" else z / np.abs(z)
+        assert g.dtype == want.dtype, name
+        np.testing.assert_allclose(g, want, rtol=2e-6 if dtype == np.complex64 else 1e-13,
+                                   err_msg=name)
 
 
 def test_linalg_values():
