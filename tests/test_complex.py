@@ -53,6 +53,14 @@ def test_promotion_as_jax(x, y, want):
     assert jnp.multiply(y, x).dtype == want
 
 
+def test_array_api_dtype_functions():
+    assert jnp.result_type(jnp.float32, 1j) == np.complex64
+    assert jnp.result_type(jnp.complex64, jnp.float64) == np.complex128
+    assert jnp.can_cast(jnp.float32, jnp.complex64) and not jnp.can_cast(jnp.complex64,
+                                                                         jnp.float32)
+    assert jnp.isdtype(jnp.complex128, "complex floating")
+
+
 def test_ordering_is_refused():
     with pytest.raises(TypeError, match="max is not defined for complex"):
         jnp.maximum(jnp.array([1j]), 1.0)

@@ -69,7 +69,7 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype:
         raise ValueError("jnp.result_type: at least one array or dtype is needed")
     items = []
     for a in arrays_and_dtypes:
-        if isinstance(a, (bool, int, float)):
+        if isinstance(a, (bool, int, float, complex)):
             items.append((dtypes.python_scalar_dtype(a), True))
         else:
             items.append((_dtype_of(a), False))
