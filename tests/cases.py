@@ -1192,6 +1192,13 @@ dual("fft_c2c", lambda m, z: m.fft.fft(z) + m.fft.ifft2(z, norm="ortho"), _cz, g
      rtol=1e-12)
 dual("fft_real", lambda m, x: m.fft.irfft(m.fft.rfft(x, 5) * 2.0, 6), rn(2, 4), grad=False,
      rtol=1e-12)
+# real inputs and outputs through complex values: check_grads checks real/imag/conj/fft's
+# rules (and the complex ops between) as maps of real numbers
+dual("complex_via_real", lambda m, x: m.real(m.exp(1j * x) * m.conj(x + 2j))
+     + m.imag(m.sqrt(x * (1 + 1j))) + m.abs(x - 0.5j), pos(2, 3), rtol=1e-12)
+dual("fft_via_real", lambda m, x: m.real(m.fft.fft(x * (1 - 0.5j))) + m.fft.irfft(
+     m.fft.rfft(x) * (0.5 + 2j), 3) + m.imag(m.fft.ifft2(x + 0j, norm="ortho")),
+     rn(2, 3), rtol=1e-6)
 case("complex_to_float", lambda z: jnp.astype(z, jnp.float64) + jnp.abs(z), _cz, grad=False,
      expect=lambda z: z.real + np.abs(z))
 

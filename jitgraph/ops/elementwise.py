@@ -144,8 +144,9 @@ erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype),
 def _abs_vjp(g, out, x):
     if dtypes.is_complex(x.dtype):
         from .complex import conj_p     # (defined with the complex ops, after this module)
-        # d|z| = Re(conj(z)/|z| dz); its transpose (JAX's convention) is g conj(z)/|z|
-        return (cast(g, x.dtype) * conj_p(sign_p(x)),)
+        # d|z| = Re(conj(z)/|z| dz); its transpose (JAX's convention) is g conj(z)/|z|, 0 at
+        # z = 0 (written with z, not sign(z), whose derivative is taken as 0, as JAX's)
+        return (cast(g / _nonzero(out), x.dtype) * conj_p(x),)
     return (g * sign_p(x),)
 
 
@@ -154,8 +155,13 @@ def _abs_jvp(ts, out, x):
         return None
     if dtypes.is_complex(x.dtype):
         from .complex import conj_p, real_p
-        return real_p(conj_p(sign_p(x)) * ts[0])
+        return real_p(conj_p(x) * ts[0]) / _nonzero(out)
     return ts[0] * sign_p(x)
+
+
+def _nonzero(r):
+    """``r``, with 1 where it is 0 (a divisor whose numerator is 0 there)."""
+    return select(r == 0, np.ones((), r.dtype), r)
 
 
 abs_p = unary("abs", np.abs, lambda c, x: c.call("abs", x), float_only=False,
