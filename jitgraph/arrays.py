@@ -7,7 +7,8 @@ NumPy scalar, the repr is NumPy's). Eager ``jitgraph.numpy`` calls, ``jit`` resu
 eager transformations (``grad``, ``vmap``, ``vjp``, ``lax.scan``..., through
 ``tree.as_arrays``) return it; compiled code is always handed plain arrays (Numba dispatches
 ndarray subclasses through a slow path). ``.at`` is installed by ``jitgraph.numpy.index_update``
-and ``device`` / ``devices()`` by ``jitgraph.jit``, the layers that own those ideas.
+``device`` / ``devices()`` by ``jitgraph.jit`` and ``__array_namespace__`` by
+``jitgraph.numpy.array_api``, the layers that own those ideas.
 """
 from __future__ import annotations
 

@@ -11,6 +11,11 @@ class ShapeError(ValueError):
     """An operation got operands whose shapes do not fit together."""
 
 
+class AxisError(ShapeError, IndexError):
+    """An axis outside an array's dimensions: a ShapeError, and an IndexError as the Array API
+    standard asks (NumPy's ``AxisError`` is both a ValueError and an IndexError too)."""
+
+
 class ConcretizationError(TypeError):
     """A traced value was used where Python needs a concrete value (``if``, ``bool()``, ``float()``)."""
 

@@ -30,6 +30,7 @@ from . import device as device_runtime
 from .core import Graph, Tracer, short_dtype
 from .errors import CompileError, user_frame, where
 from .passes import optimize
+from .rewrite import OVERRIDES_OPEN, overrides, targeting
 from .transforms import positional_names, trace_to_graph
 from .traceback_filter import api_boundary, filtered as _filtered
 from .tree import argument_leaf_names, key_paths, sorted_keys, tree_flatten
@@ -456,7 +457,7 @@ class JitFunction:
         try:   # (free in Python 3.11 until something raises)
             if self._state is not config.TRACE_STATE:
                 self._follow_settings()
-            if not kwargs and not self.static_argnums:
+            if not kwargs and not self.static_argnums and not OVERRIDES_OPEN.count:
                 fast = self._fast_types
                 # arrays only: the key is their shapes and dtypes. One and two arguments are
                 # unrolled: a comprehension's frame costs as much as making the result an Array
@@ -610,8 +611,11 @@ class JitFunction:
     def _entry(self, args, kwargs):
         """``(entry, leaves, hit)`` for this call's signature, compiling on a miss; the entry is
         None when an argument is traced (the call belongs to an enclosing transformation)."""
-        if self._state is not config.TRACE_STATE:
-            self._follow_settings()
+        state = config.TRACE_STATE
+        if OVERRIDES_OPEN.count and overrides():    # a fused op disabled or forced here
+            state = (state, overrides())
+        if self._state is not state and self._state != state:
+            self._follow_settings(state)
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
         leaves, treedef = tree_flatten((dyn_args, dyn_kwargs))
         if any(isinstance(x, Tracer) for x in leaves):
@@ -632,12 +636,15 @@ class JitFunction:
         self._cache[key] = entry
         return entry, leaves, False
 
-    def _follow_settings(self) -> None:
+    def _follow_settings(self, state: tuple | None = None) -> None:
         """A setting that changes traced results (``config.TRACE_STATE``: default dtypes, the
-        random-bit scheme) changed: keep these caches for it, use the new settings' ones (a
-        trace and compile the first time, the old programs when a setting is changed back)."""
+        random-bit scheme; or, in this context, a fused op disabled or forced) changed: keep
+        these caches for it, use the new state's ones (a trace and compile the first time,
+        the old programs when a setting is changed back). The fast path of ``__call__`` is
+        not taken while any fused op is overridden, so it only ever sees the settings'
+        caches."""
         self._by_state[self._state] = (self._cache, self._fast, self._patterns, self._last_sig)
-        self._state = config.TRACE_STATE
+        self._state = config.TRACE_STATE if state is None else state
         self._cache, self._fast, self._patterns, self._last_sig = self._by_state.pop(
             self._state, ({}, {}, {}, {}))
 
@@ -662,7 +669,8 @@ class JitFunction:
                 raise TypeError(f"jit({self.__name__}): {e} (called at {where(user_frame(3))})") from None
         f = self._with_statics(args, statics)
         t0 = time.perf_counter()
-        with phase("trace"):
+        # the fused rewrites' cost models price this target
+        with phase("trace"), targeting(self.device):
             graph, captured, leaves, _, out_tree = trace_to_graph(
                 f, (dyn_args, dyn_kwargs), abstract=True, what=f"jit({self.__name__})",
                 leaf_names=lambda: self._leaf_names(dyn_args, dyn_kwargs))

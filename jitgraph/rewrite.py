@@ -19,7 +19,12 @@ record, registered once with ``register_fused_op``:
 
 Autodiff and the compiler run ``rewritten(graph)``, every enabled record in name order;
 ``FusedOp.disabled()`` turns one off for the current context (a ``contextvars`` variable:
-another thread, or another asyncio task, keeps its own setting).
+another thread, or another asyncio task, keeps its own setting); ``FusedOp.forced()`` applies
+it wherever its pattern and conditions match, whatever ``wins`` says (for benchmarks that
+measure the cost model, and for tests of the fused kernels at small shapes). A record's cost
+model prices the kernels of the targets it names (``priced``: the host's); while a program
+for another target is traced and lowered (``targeting``, which ``jit`` and the compiler set)
+its rewrite applies wherever it matches, as before there was a cost model.
 
 The pieces below the records serve any graph rewrite: ``GraphIndex`` (producers, use
 counts, constants), a small pattern language keyed by primitive objects (``op``, ``var``,
@@ -38,6 +43,49 @@ import numpy as np
 from .core import Aval, Graph, Node, Primitive, Var
 
 OUTPUT_USES = 1000      # a graph output counts as this many uses: it is read outside
+
+_TARGET = contextvars.ContextVar("jitgraph.rewrite.target", default="cpu")
+# the fused ops disabled or forced in this context, as (name, "off"/"forced") pairs: part of
+# a jit cache key, so a function compiled with a rewrite is traced again without it
+_OVERRIDES: contextvars.ContextVar[tuple] = contextvars.ContextVar("jitgraph.rewrite.overrides",
+                                                                  default=())
+
+
+class OverrideCount:
+    """How many ``disabled()``/``forced()`` blocks are open in the whole process: while none
+    is, ``jit``'s fast path needs no look at this context's overrides."""
+    count = 0
+
+
+OVERRIDES_OPEN = OverrideCount()
+
+
+def overrides() -> tuple:
+    """The fused ops disabled or forced in this context (``jit`` keys its cache by them)."""
+    return _OVERRIDES.get()
+
+
+@contextlib.contextmanager
+def _override(var: contextvars.ContextVar, value: Any, entry: tuple) -> Iterator[None]:
+    token, outer = var.set(value), _OVERRIDES.set(_OVERRIDES.get() + (entry,))
+    OVERRIDES_OPEN.count += 1
+    try:
+        yield
+    finally:
+        OVERRIDES_OPEN.count -= 1
+        _OVERRIDES.reset(outer)
+        var.reset(token)
+
+
+@contextlib.contextmanager
+def targeting(target: str) -> Iterator[None]:
+    """``with targeting("cuda"):`` graphs rewritten inside (in this context) are for
+    ``target``'s programs: the cost models price only the targets they were measured on."""
+    token = _TARGET.set(target)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
 
 
 # ------------------------------------------------------------------ graph helpers
@@ -260,6 +308,13 @@ class Rebuilder:
 
 
 # ------------------------------------------------------------------ fused ops
+def host_threads() -> int:
+    """The threads the fused ops' host kernels split their work over (Numba's configured
+    count: a setting, read without starting Numba's threading layer), for cost models."""
+    from numba.core import config
+    return max(1, int(config.NUMBA_NUM_THREADS))
+
+
 def always(hit: Any) -> bool:
     """The default cost-model condition: the rewrite wins at every shape."""
     return True
@@ -285,6 +340,8 @@ class FusedOp:
     conditions: tuple = ()
     # the cost-model condition: hit (the matched vars carry the shapes) -> whether fusing wins
     wins: Callable[[Any], bool] = always
+    # the targets whose kernels ``wins`` prices; for others the rewrite applies at every match
+    priced: tuple = ("cpu",)
     # graph -> whether it may hold a match at all: a cheap test that skips the index
     may_match: Callable[[Graph], bool] | None = None
     # graph -> graph before matching (constants folded, say); the original is returned when
@@ -301,6 +358,8 @@ class FusedOp:
 
     def __post_init__(self):
         self._enabled = contextvars.ContextVar(f"jitgraph.rewrite.{self.name}", default=True)
+        self._forced = contextvars.ContextVar(f"jitgraph.rewrite.{self.name}.forced",
+                                              default=False)
 
     @property
     def enabled(self) -> bool:
@@ -311,11 +370,21 @@ class FusedOp:
     def disabled(self) -> Iterator[None]:
         """``with op.disabled():`` graphs traced and compiled inside, in this context (this
         thread, this task), keep the pattern as written."""
-        token = self._enabled.set(False)
-        try:
+        with _override(self._enabled, False, (self.name, "off")):
             yield
-        finally:
-            self._enabled.reset(token)
+
+    @contextlib.contextmanager
+    def forced(self) -> Iterator[None]:
+        """``with op.forced():`` graphs traced and compiled inside, in this context, take the
+        rewrite wherever a pattern and the conditions match: the cost model (``wins``) is not
+        asked."""
+        with _override(self._forced, True, (self.name, "forced")):
+            yield
+
+    def pays(self, hit: Any) -> bool:
+        """Whether the rewrite applies at a hit that meets the conditions: ``wins`` for a
+        target the cost model prices, unless forced in this context."""
+        return self._forced.get() or _TARGET.get() not in self.priced or bool(self.wins(hit))
 
     def find(self, g: Graph) -> dict[Node, tuple]:
         """Each node of ``g`` that a rule replaces -> (the rule, its hit)."""
@@ -326,7 +395,7 @@ class FusedOp:
                 if n.prim not in rule.roots:
                     continue
                 hit = rule.match(ix, n)
-                if hit is not None and all(c(hit) for c in self.conditions) and self.wins(hit):
+                if hit is not None and all(c(hit) for c in self.conditions) and self.pays(hit):
                     hits[n] = (rule, hit)
                     break
         return hits

@@ -26,7 +26,7 @@ def test_dtype_queries():
     assert jnp.result_type(jnp.int32, jnp.float32) == np.float64
     assert jnp.result_type(np.ones(2, np.int32), 1) == np.int32
     assert jnp.can_cast(jnp.int32, jnp.float64) and not jnp.can_cast(jnp.float64, jnp.int32)
-    assert jnp.__array_api_version__ == "2023.12"
+    assert jnp.__array_api_version__ == "2024.12"
 
 
 @pytest.mark.parametrize("name, fn, ref", [
@@ -59,10 +59,12 @@ def test_gradients_through_the_new_names():
 def test_keyword_conflicts_are_errors():
     with pytest.raises(ValueError, match="ddof or correction"):
         jnp.std(X, ddof=1, correction=1)
-    with pytest.raises(TypeError, match="a_min or min"):
+    with pytest.raises(TypeError, match="min or a_min"):
+        jnp.clip(X, min=0.0, a_min=1.0)
+    with pytest.raises(TypeError, match="multiple values for argument 'min'"):
         jnp.clip(X, 0.0, min=1.0)
     with pytest.raises(TypeError, match="once"):
-        jnp.reshape(X, (4, 6), shape=(4, 6))
+        jnp.reshape(X, (4, 6), newshape=(4, 6))
 
 
 def test_astype_copy():
@@ -163,12 +165,17 @@ def test_namespace_info():
                                      np.complex128, "integral": np.int64, "indexing": np.int64}
     with jitgraph.config.default_float("float32"):
         assert info.default_dtypes(device=dev)["real floating"] == np.float32
-    assert set(info.dtypes()) == {"bool", "int8", "int16", "int32", "int64", "uint8",
-                                  "float32", "float64", "complex64", "complex128"}
+    # the dtypes listed are those arrays can be made in (the standard's suite makes one of
+    # each): at least these five, and no dtype that ``dtype=`` refuses
+    listed = info.dtypes()
+    assert {"bool", "int32", "int64", "float32", "float64"} <= set(listed)
+    for name, d in listed.items():
+        assert jnp.zeros(1, dtype=d).dtype == np.dtype(name)
     assert info.dtypes(kind="complex floating") == {"complex64": np.complex64,
                                                     "complex128": np.complex128}
     assert info.dtypes(kind="real floating") == {"float32": np.float32, "float64": np.float64}
-    assert set(info.dtypes(kind=("bool", "unsigned integer"))) == {"bool", "uint8"}
+    picked = info.dtypes(kind=("bool", "unsigned integer"))
+    assert "bool" in picked and all(n == "bool" or n.startswith("uint") for n in picked)
     with pytest.raises(ValueError, match="host arrays"):
         info.dtypes(device="cuda")
 

@@ -24,6 +24,15 @@ PAD = np.ones((B, 1, 1, T), bool)
 PAD[1, ..., 60:] = False
 
 
+@pytest.fixture(autouse=True)
+def _always_fused():
+    """These tests check the fused kernels at small shapes, where the cost model keeps the
+    unfused program: the attention rewrite is forced (``always_fused()``);
+    ``test_fused_cost_model.py`` checks the model's decisions."""
+    with jg.attention.always_fused():
+        yield
+
+
 def nn_causal(q, k, v):
     return nn.dot_product_attention(q, k, v, CAUSAL)
 

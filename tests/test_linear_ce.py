@@ -21,6 +21,15 @@ W = RNG.standard_normal((D, V)) / 4
 Y = RNG.integers(0, V, N)
 
 
+@pytest.fixture(autouse=True)
+def _always_fused():
+    """These tests check the fused kernels at small shapes, where the cost model keeps the
+    unfused program: the linear cross-entropy rewrite is forced (``always_fused()``);
+    ``test_fused_cost_model.py`` checks the model's decisions."""
+    with jg.linear_ce.always_fused():
+        yield
+
+
 def nn_ce(h, w, y):
     return nn.cross_entropy(h @ w, y)
 

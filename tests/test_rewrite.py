@@ -179,11 +179,13 @@ def test_disabled_in_one_thread_leaves_another_enabled():
 
 
 def _attention_graph():
+    """Attention of 64 short heads: a shape where the cost model fuses it (no forcing, so a
+    thread of its own, in a fresh context, fuses it too)."""
     def att(q, k, v):
         s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * 0.5
         e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
         return [jnp.matmul(e / jnp.sum(e, axis=-1, keepdims=True), v)]
-    q = np.random.default_rng(0).standard_normal((2, 4, 3))
+    q = np.random.default_rng(0).standard_normal((64, 16, 16))
     return graph(att, q, q, q), q
 
 
@@ -224,3 +226,38 @@ def test_the_driver_offers_what_records_declare():
     call = d.attention
     assert call.func is FUSED_OPS["attention"].driver["attention"] and call.args == (d,)
     assert not hasattr(d, "no_such_kernel") and not hasattr(d, "_private")
+
+
+def test_jit_traces_again_where_a_fused_op_is_disabled_or_forced():
+    """A jit function keeps one program per set of fused ops disabled or forced in the calling
+    context: inside ``unfused()`` a function compiled with attention fused runs the unfused
+    program (traced once), and outside it the fused program is served again without a trace,
+    by the fast path too."""
+    traces = []
+
+    @jitgraph.jit
+    def att(q, k, v):
+        traces.append(1)
+        s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * 0.5
+        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        return jnp.matmul(e / jnp.sum(e, axis=-1, keepdims=True), v)
+
+    att_p = FUSED_OPS["attention"].primitives[0]
+    q = np.random.default_rng(1).standard_normal((64, 16, 16))
+    fused = att(q, q, q)
+    assert any(n.prim is att_p for n in att.lower(q, q, q).graph.nodes)
+    with jitgraph.attention.unfused():
+        assert not any(n.prim is att_p for n in att.lower(q, q, q).graph.nodes)
+        plain = att(q, q, q)
+        att(q, q, q)
+        assert len(traces) == 2
+        with jitgraph.attention.always_fused():          # nests: a third state
+            att(q, q, q)
+        assert len(traces) == 3
+    for _ in range(3):                                   # the fused program again, no trace
+        np.testing.assert_array_equal(att(q, q, q), fused)
+    assert len(traces) == 3
+    np.testing.assert_allclose(plain, fused, rtol=1e-10, atol=1e-12)
+    with jitgraph.attention.unfused():                   # the unfused program, kept
+        np.testing.assert_array_equal(att(q, q, q), plain)
+    assert len(traces) == 3

@@ -21,6 +21,7 @@ import numpy as np
 from ..compile_phases import phase
 from ..core import Graph
 from ..dtypes import is_complex
+from ..rewrite import targeting
 from ..targets import target_named
 from .backends import register_target
 from .backends.base import CompileOptions, Executable, ModuleText, ScalarContext, Target, \
@@ -92,7 +93,8 @@ def generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Gen
     every stage's value in ``stages``."""
     if not target.capabilities.complex_numbers:
         refuse_complex(graph, target.name)
-    with phase("optimise"):
+    # the fused rewrites' cost models price this target
+    with phase("optimise"), targeting(target.name):
         lowered = lower(graph)
     ctx = target.context(options)
     plan = fuse(lowered, ctx)

@@ -14,7 +14,7 @@ from ..core import PRIMITIVES, Tracer, aval_of, bind
 # operands and promotion are the binders': jitgraph.numpy and the primitives' rules promote alike
 from ..ops.binders import (cast as _cast, holds_tracer as _holds_tracer,  # noqa: F401
                            operand as _operand, promote as _promote)
-from ..errors import ConcretizationError, ShapeError
+from ..errors import AxisError, ConcretizationError, ShapeError
 from ..traceback_filter import filtered as _filtered
 
 # dtypes, re-exported under NumPy's names
@@ -135,8 +135,9 @@ def _axes(x, axis, op: str = ""):
     try:
         return normalize_axes(axis, aval_of(x).ndim)
     except (ShapeError, TypeError) as err:
-        raise ShapeError(f"{op + ': ' if op else ''}{err} (array shape {aval_of(x).shape}) "
-                         f"at {_here()}") from None
+        cls = AxisError if isinstance(err, AxisError) else ShapeError
+        raise cls(f"{op + ': ' if op else ''}{err} (array shape {aval_of(x).shape}) "
+                  f"at {_here()}") from None
 
 
 def _axis1(x, axis, op: str, ndim: int | None = None) -> int:
@@ -147,8 +148,8 @@ def _axis1(x, axis, op: str, ndim: int | None = None) -> int:
     except TypeError:
         raise TypeError(f"{op}: axis must be an integer, got {axis!r} at {_here()}") from None
     if not -nd <= a < nd:
-        raise ShapeError(f"{op}: axis {a} is out of bounds for an array of dimension {nd} "
-                         f"(array shape {aval_of(x).shape}) at {_here()}")
+        raise AxisError(f"{op}: axis {a} is out of bounds for an array of dimension {nd} "
+                        f"(array shape {aval_of(x).shape}) at {_here()}")
     return a % nd
 
 
@@ -227,10 +228,12 @@ class _ScalarType:
         return getattr(self.__dict__["dtype"], name)
 
     def __eq__(self, other):
+        # as NumPy's dtype ==: what is not a dtype (a string NumPy cannot parse, a dict, an
+        # object) is unequal, never an error, so dtypes can be dict keys beside other things
         try:
             return self.dtype == np.dtype(other)
-        except TypeError:
-            return NotImplemented
+        except (TypeError, ValueError, SyntaxError):
+            return False
 
     def __hash__(self):
         return hash(self.dtype)

@@ -6,6 +6,7 @@ NumPy-named functions: dtype queries (``finfo``, ``iinfo``, ``isdtype``, ``resul
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -122,8 +123,10 @@ def unstack(x, axis: int = 0) -> tuple:
 
 def vecdot(x1, x2, axis: int = -1):
     """The dot product of vectors along ``axis`` (broadcast over the other axes):
-    ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed)."""
-    return _sum(multiply(x1, x2), axis=axis)
+    ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed), in the operands' promoted
+    dtype (``sum`` alone would widen int32 to int64, as NumPy's does)."""
+    prod = multiply(x1, x2)
+    return _sum(prod, axis=axis, dtype=aval_of(prod).dtype)
 
 
 def from_dlpack(x, /, *, device=None, copy=None):
@@ -135,9 +138,12 @@ def from_dlpack(x, /, *, device=None, copy=None):
     return asarray(arr, copy=copy)
 
 
-# the standard's dtypes that jitgraph.numpy has (uint16/32/64 not yet)
-_STANDARD_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64",
-                    "complex64", "complex128")
+# the standard's dtypes that jitgraph.numpy computes in (int8/int16 and the unsigned ones not
+# yet: ``dtype=`` refuses them, so listing them would promise arrays it cannot make)
+_STANDARD_DTYPES = tuple(n for n in ("bool", "int8", "int16", "int32", "int64", "uint8",
+                                     "uint16", "uint32", "uint64", "float32", "float64",
+                                     "complex64", "complex128")
+                         if np.dtype(n) in dtypes.SUPPORTED)
 
 
 class ArrayNamespaceInfo:
@@ -174,6 +180,31 @@ class ArrayNamespaceInfo:
         _check_device(device, "__array_namespace_info__().dtypes")
         out = {n: np.dtype(n) for n in _STANDARD_DTYPES}
         return out if kind is None else {n: d for n, d in out.items() if isdtype(d, kind)}
+
+
+_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
+
+
+def _array_namespace(self, /, *, api_version: str | None = None) -> Any:
+    """``x.__array_namespace__()``: this namespace, for arrays and traced values alike (the
+    NumPy array underneath would answer ``numpy``, and code written against the standard
+    would leave jitgraph); a ValueError for a revision of the standard it does not follow."""
+    if api_version is not None and api_version not in _API_VERSIONS:
+        raise ValueError(f"__array_namespace__: api_version={api_version!r} is not one "
+                         f"jitgraph.numpy follows; use one of {', '.join(_API_VERSIONS)} or None")
+    return sys.modules[__package__]
+
+
+def _to_device(self, device, /, *, stream=None):
+    """``x.to_device(device)`` of a traced value: the value itself on the host device (a GPU
+    is ``jitgraph.device_put``'s business, outside the trace)."""
+    _check_device(device, "to_device")
+    return self
+
+
+Array.__array_namespace__ = _array_namespace
+Tracer.__array_namespace__ = _array_namespace
+Tracer.to_device = _to_device
 
 
 def __array_namespace_info__() -> ArrayNamespaceInfo:

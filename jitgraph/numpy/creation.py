@@ -98,7 +98,9 @@ def arange(start, stop=None, step=1, dtype=None, *, device=None):
     _check_device(device, "arange")
     if any(isinstance(v, Tracer) for v in (start, stop, step)):
         return _traced_arange(start, stop, step, dtype)
-    r = np.arange(start, stop, step) if stop is not None else np.arange(start)
+    if stop is None:               # arange(n, step=s): [0, n) by s, as NumPy's
+        start, stop = 0, start
+    r = np.arange(start, stop, step)
     return r.astype(_dt(dtype, _default_of(r, start, stop, step)))
 
 

@@ -147,9 +147,9 @@ def take(x, indices, axis=None):
     return r
 
 
-def take_along_axis(arr, indices, axis):
-    """Elements of ``arr`` picked by ``indices`` along ``axis`` (one per position), as
-    ``numpy.take_along_axis``."""
+def take_along_axis(arr, indices, axis=-1):
+    """Elements of ``arr`` picked by ``indices`` along ``axis`` (one per position; the last
+    axis by default, as the Array API's and NumPy 2.3's ``take_along_axis``)."""
     arr = _operand(arr)
     indices = _operand(indices)
     shp = aval_of(arr).shape

@@ -62,13 +62,19 @@ def solve(a, b):
     """Solve a x = b; ``b`` is (..., n) or (..., n, k) as NumPy 2 (1-d only as a vector)."""
     a = _matrix(a, "solve")
     b = _operand(b)
-    b = astype(b, aval_of(a).dtype)
+    d = dtypes.result_type((aval_of(a).dtype, False), (aval_of(b).dtype, False))[0]
+    if not dtypes.is_float(d):
+        d = float64
+    a, b = astype(a, d), astype(b, d)     # float32 with float64 solves in float64, as NumPy
     vec = aval_of(b).ndim == 1
     if vec:
         b = reshape(b, aval_of(b).shape + (1,))
-    batch = aval_of(a).shape[:-2]
+    # the stacks broadcast against each other, as the Array API's and NumPy's solve
+    batch = tuple(np.broadcast_shapes(aval_of(a).shape[:-2], aval_of(b).shape[:-2]))
+    from .manipulation import broadcast_to
+    if aval_of(a).shape[:-2] != batch:
+        a = broadcast_to(a, batch + aval_of(a).shape[-2:])
     if aval_of(b).shape[:-2] != batch:
-        from .manipulation import broadcast_to
         b = broadcast_to(b, batch + aval_of(b).shape[-2:])
     x = bind(_P.solve, a, b)
     return reshape(x, aval_of(x).shape[:-1]) if vec else x
@@ -142,10 +148,21 @@ def svdvals(a):
 
 
 def qr(a, mode="reduced"):
-    """QR decomposition (``mode="reduced"``, ``"complete"`` or ``"r"``), as ``numpy.linalg.qr``."""
-    if mode not in ("reduced", "r"):
-        raise NotImplementedError(f"linalg.qr: mode {mode!r} is not supported ('reduced', 'r')")
-    q, r = bind(_P.qr, _matrix(a, "qr", square=False))
+    """QR decomposition (``mode="reduced"``, ``"complete"`` or ``"r"``), as ``numpy.linalg.qr``;
+    ``"complete"`` of a tall matrix has no gradient (nor has JAX's: its extra columns of Q are
+    any orthonormal completion)."""
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"linalg.qr: mode {mode!r} is not one of 'reduced', 'complete', 'r'")
+    a = _matrix(a, "qr", square=False)
+    m, n = aval_of(a).shape[-2:]
+    if mode == "complete" and m > n:
+        # the reduced QR of [a | I] (m x (n + m)): its Q is m x m, and the first n columns of
+        # its R are Q^T a, upper triangular (the reflectors after the n-th leave them zero)
+        from .manipulation import broadcast_to, concatenate
+        eye = broadcast_to(np.eye(m, dtype=aval_of(a).dtype), aval_of(a).shape[:-2] + (m, m))
+        q, r = bind(_P.qr, concatenate([a, eye], axis=-1))
+        return QRResult(q, r[..., :n])
+    q, r = bind(_P.qr, a)          # (m <= n: the reduced factors are the complete ones)
     return r if mode == "r" else QRResult(q, r)
 
 

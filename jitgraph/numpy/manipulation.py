@@ -53,18 +53,19 @@ def _resolve_shape(newshape, size_: int) -> tuple[int, ...]:
     return tuple(newshape)
 
 
-def reshape(x, newshape=None, *more, shape=None):
-    """``x`` with a new shape of the same size (one dimension may be -1); ``reshape(x, 2, 3)``
-    also works, and ``shape=`` (the Array API's and NumPy 2's keyword)."""
+def reshape(x, shape=None, *more, newshape=None, copy=None):
+    """``x`` with a new shape of the same size (one dimension may be -1), as the Array API's
+    ``reshape(x, shape)``; ``reshape(x, 2, 3)`` and NumPy 1's ``newshape=`` also work.
+    ``copy`` is accepted and unused, as JAX's: jitgraph's arrays are values, never changed in
+    place, so a copy and a view cannot be told apart."""
     x = _operand(x)
-    if shape is not None:
-        if newshape is not None or more:
-            raise TypeError("jnp.reshape: give the new shape once (newshape or shape=)")
-        newshape = shape
-    if newshape is None:
+    if newshape is not None:
+        if shape is not None or more:
+            raise TypeError("jnp.reshape: give the new shape once (shape or newshape=)")
+        shape = newshape
+    if shape is None:
         raise TypeError("jnp.reshape: the new shape is missing")
-    if more:
-        newshape = (newshape,) + more
+    newshape = (shape,) + more if more else shape
     a = aval_of(x)
     shp = _resolve_shape(newshape, a.size)
     if shp == a.shape:

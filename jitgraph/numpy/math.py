@@ -174,21 +174,22 @@ def where(condition, x=None, y=None):
     return bind(_P.select, c, x, y)
 
 
-def clip(x, a_min=None, a_max=None, *, min=None, max=None):  # noqa: A002  (the Array API's names)
-    """``x`` limited to ``[a_min, a_max]`` (either may be None; ``min=``/``max=`` are the Array
-    API's and NumPy 2's names for them); the gradient is zero where clipped."""
-    if min is not None:
-        if a_min is not None:
-            raise TypeError("jnp.clip: give a_min or min, not both")
-        a_min = min
-    if max is not None:
-        if a_max is not None:
-            raise TypeError("jnp.clip: give a_max or max, not both")
-        a_max = max
+def clip(x, /, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002  (the standard's names)
+    """``x`` limited to ``[min, max]`` (either may be None), as the Array API's and JAX's
+    ``clip``: ``min``/``max`` positional or keyword, NumPy 1's ``a_min=``/``a_max=`` keywords
+    also taken; the gradient is zero where clipped."""
     if a_min is not None:
-        x = maximum(x, a_min)
+        if min is not None:
+            raise TypeError("jnp.clip: give min or a_min, not both")
+        min = a_min
     if a_max is not None:
-        x = minimum(x, a_max)
+        if max is not None:
+            raise TypeError("jnp.clip: give max or a_max, not both")
+        max = a_max
+    if min is not None:
+        x = maximum(x, min)
+    if max is not None:
+        x = minimum(x, max)
     return x
 
 

@@ -166,9 +166,12 @@ def tensordot(a, b, axes=2):
                          "have different sizes")
     free_a = [i for i in range(len(sa)) if i not in ax_a]
     free_b = [i for i in range(len(sb)) if i not in ax_b]
+    # every size spelled out (no -1): with an empty contracted or free axis, -1 is ambiguous
     k = int(np.prod([sa[i] for i in ax_a], dtype=np.int64))
-    at = reshape(transpose(a, free_a + ax_a), (-1, k))
-    bt = reshape(transpose(b, ax_b + free_b), (k, -1))
+    m = int(np.prod([sa[i] for i in free_a], dtype=np.int64))
+    n = int(np.prod([sb[i] for i in free_b], dtype=np.int64))
+    at = reshape(transpose(a, free_a + ax_a), (m, k))
+    bt = reshape(transpose(b, ax_b + free_b), (k, n))
     return reshape(matmul(at, bt), tuple(sa[i] for i in free_a) + tuple(sb[i] for i in free_b))
 
 

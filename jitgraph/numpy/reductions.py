@@ -43,6 +43,14 @@ def prod(x, axis=None, dtype=None, keepdims=False):
     return _reduce("reduce_prod", x, axis, keepdims)
 
 
+def count_nonzero(x, axis=None, keepdims=False):
+    """How many elements of ``x`` are not zero (``True`` for booleans; NaN counts), over
+    ``axis`` (all axes by default), in the default integer dtype, as the Array API's and
+    NumPy's ``count_nonzero``."""
+    x = _operand(x)
+    return sum(_as_bool(x), axis=axis, dtype=dtypes.default_for_kind("i"), keepdims=keepdims)
+
+
 def max(x, axis=None, keepdims=False):
     """Maximum over ``axis`` (all axes by default); ties share the gradient, as in JAX."""
     return _reduce("reduce_max", x, axis, keepdims)

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes
 from ..core import ARG_REDUCE, REDUCE, Aval, Lowering, Primitive, register
-from ..errors import ShapeError
+from ..errors import AxisError, ShapeError
 from .binders import broadcast_to, concatenate, flip, reduce_sum, reshape, transpose
 
 
@@ -22,7 +22,7 @@ def normalize_axes(axes, ndim: int) -> tuple[int, ...]:
     for a in axes:
         a = int(a)
         if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
-            raise ShapeError(f"axis {a} is out of bounds for an array of dimension {ndim}")
+            raise AxisError(f"axis {a} is out of bounds for an array of dimension {ndim}")
         if ndim == 0:
             continue
         a %= ndim

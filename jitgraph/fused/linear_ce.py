@@ -17,8 +17,11 @@ nowhere else: ``nn.cross_entropy`` (log-sum-exp minus a one-hot sum),
 (as the one-hot sum does; ``nn.cross_entropy`` then masks its loss as NaN).
 
 The ``LINEAR_CE`` record at the end (``rewrite.FusedOp``) is what the pipeline reads: the two
-rules (patterns and replacement), the condition on the logits, the host lowerings of the
-three primitives and ``merge_train_steps``; ``unfused()`` disables it in the current context.
+rules (patterns and replacement), the condition on the logits, the cost model
+(``cost_estimate``: the rewrite applies only where the fused step is estimated faster, or
+where the logits alone would be huge), the host lowerings of the three primitives and
+``merge_train_steps``; ``unfused()`` disables it in the current context, ``always_fused()``
+applies it past the cost model.
 """
 from __future__ import annotations
 
@@ -27,20 +30,20 @@ from typing import Callable
 
 import numpy as np
 
-from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eval_graph
-from .batching import batch_eval, move_batch_axis
-from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, register
-from .errors import ShapeError
-from .ops.elementwise import add_p, exp_p, log_p, mul_p, select_p, stop_gradient_p, sub_p
-from .ops.indexing import gather_p
-from .ops.layout import reshape_p
-from .ops.linalg import matmul_p
-from .ops.reductions import reduce_max_p, reduce_sum_p
-from .passes import optimize
-from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, match, op, register_fused_op,
-                      var)
-from .transforms import trace_flat
+from .. import numpy as jnp
+from ..autodiff import build_jvp, build_vjp, eval_graph
+from ..batching import batch_eval, move_batch_axis
+from ..core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, register
+from ..errors import ShapeError
+from ..ops.elementwise import add_p, exp_p, log_p, mul_p, select_p, stop_gradient_p, sub_p
+from ..ops.indexing import gather_p
+from ..ops.layout import reshape_p
+from ..ops.linalg import matmul_p
+from ..ops.reductions import reduce_max_p, reduce_sum_p
+from ..passes import optimize
+from ..rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, match, op,
+                      register_fused_op, var)
+from ..transforms import trace_flat
 
 eq_p = PRIMITIVES["eq"]
 
@@ -425,6 +428,92 @@ def unfused():
     return LINEAR_CE.disabled()
 
 
+# ------------------------------------------------------------------ the cost model
+# Microseconds per unit of each term of a float32 value-and-gradient step on the CPU, one
+# table for each side (``cost_terms`` counts the units). Fitted with
+# ``bench/fused_vs_unfused.py --only linear_ce --fit`` to two runs of its grid of 18 shapes (N
+# in {64, 512, 4096}, d in {64, 256}, V in {64, 512, 8192}; one thread of an AVX-512 Xeon, the
+# other core busy with other work): each side's medians as a non-negative sum of its terms,
+# rows weighted by 1 / time. The fused step was slower at 31 of the 36 measurements (up to
+# 2.1x; the others within the noise): its per-row loops cost twice the unfused program's
+# generated loops per logit, and its products over chunks of rows a little more than whole
+# products, so with these constants the rewrite pays only for memory (``LOGITS_ALWAYS_FUSED``).
+FUSED_US = {
+    "call": 26.5,           # the host step: operand copies, outputs
+    "chunk": 0.0,           # per chunk of rows (BLAS calls, a thread dispatch): fitted to 0
+    "logit": 1.11e-2,       # per logit: its exponential, the row loops
+    "logit_feature": 7.34e-5,  # per logit and feature: three products, chunk by chunk
+    "dispatch": 45.0,       # per chunk with more than one thread: start and join Python
+}                           # threads (attention's measurement; not in the one-thread fit)
+UNFUSED_US = {
+    "call": 13.4,           # the unfused step's kernels
+    "logit": 5.38e-3,       # per logit: the generated loops over (N, V)
+    "logit_feature": 6.98e-5,  # per logit and feature: three whole products
+}
+MARGIN = 0.8                # fuse when the fused estimate is below this times the unfused one
+LOGITS_ALWAYS_FUSED = 1 << 28   # logit bytes (256 MiB) from which the rewrite is kept for memory
+
+
+def _chunks(n: int) -> int:
+    """How many chunks of rows ``kernels/linear_ce.py`` takes (its ``chunk_rows``)."""
+    rows = min(1024, max(64, -(-n // 8)))
+    return -(-n // rows)
+
+
+def cost_terms(n: int, d: int, v: int, threads: int = 1) -> tuple[dict, dict]:
+    """How many units of each term of ``FUSED_US`` and ``UNFUSED_US`` a step takes at one
+    shape: the same logits and products either way, the fused step in chunks of rows, each
+    chunk's row loops split over ``threads`` Python threads."""
+    logits = n * v
+    chunks = _chunks(n)
+    fused = {"call": 1, "chunk": chunks, "logit": logits, "logit_feature": logits * d,
+             "dispatch": chunks if threads > 1 else 0}
+    unfused = {"call": 1, "logit": logits, "logit_feature": logits * d}
+    return fused, unfused
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The estimated microseconds of a step each way, the bytes of the unfused program's
+    logits, and the decision."""
+    fused_us: float
+    unfused_us: float
+    logit_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        return self.fused_us / self.unfused_us
+
+    @property
+    def wins(self) -> bool:
+        """Fused when it is estimated faster by ``MARGIN``, or when the logits alone would take
+        ``LOGITS_ALWAYS_FUSED`` bytes (then memory decides)."""
+        return self.ratio < MARGIN or self.logit_bytes >= LOGITS_ALWAYS_FUSED
+
+
+def cost_estimate(n: int, d: int, v: int, itemsize: int = 4, threads: int = 1) -> Cost:
+    """The cost model at one shape (``cost_terms`` priced by ``FUSED_US`` and ``UNFUSED_US``)."""
+    fused, unfused = cost_terms(n, d, v, threads)
+    return Cost(sum(FUSED_US[k] * c for k, c in fused.items()),
+                sum(UNFUSED_US[k] * c for k, c in unfused.items()), n * v * itemsize)
+
+
+def _wins(hit: _Hit) -> bool:
+    """The cost model at a match (``cost_estimate`` of its shapes)."""
+    n, v = hit.z.aval.shape
+    h = hit.logits[0]
+    return cost_estimate(n, h.aval.shape[1], v, np.dtype(hit.z.aval.dtype).itemsize,
+                         host_threads()).wins
+
+
+def always_fused():
+    """``with jitgraph.linear_ce.always_fused():`` programs traced and compiled inside fuse
+    every linear cross-entropy pattern, whatever the cost model says (to measure or test the
+    fused kernels where the unfused program is faster). It holds for the current thread (or
+    task) only."""
+    return LINEAR_CE.forced()
+
+
 # ------------------------------------------------------------------ lowerings
 def _rows(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x)
@@ -432,7 +521,7 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of a ``linear_ce`` node: ``kernels/linear_ce.py``'s chunked forward."""
-    from .kernels.linear_ce import forward
+    from ..kernels.linear_ce import forward
 
     def call(h, w, labels):
         loss, lse = np.empty(h.shape[0], h.dtype), np.empty(h.shape[0], h.dtype)
@@ -443,7 +532,7 @@ def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
 
 def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of a ``linear_ce_bwd`` node."""
-    from .kernels.linear_ce import backward
+    from ..kernels.linear_ce import backward
 
     def call(h, w, labels, lse, ct):
         dh, dw = np.empty(h.shape, h.dtype), np.empty(w.shape, w.dtype)
@@ -454,7 +543,7 @@ def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
 
 def _host_train(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of a ``linear_ce_train`` node: losses and gradients in one sweep."""
-    from .kernels.linear_ce import train
+    from ..kernels.linear_ce import train
 
     def call(h, w, labels, ct):
         n = h.shape[0]
@@ -472,6 +561,7 @@ LINEAR_CE = register_fused_op(FusedOp(
     rules=(Rule(roots=(sub_p,), match=_lse_minus_picked, replace=_replace),
            Rule(roots=(gather_p,), match=_gathered_log_softmax, replace=_replace)),
     conditions=(lambda hit: hit.logits is not None,),      # the logits are a 2-D product
+    wins=_wins,
     may_match=lambda g: any(n.prim is matmul_p for n in g.nodes) and
     any(n.prim is gather_p or n.prim is reduce_max_p for n in g.nodes),
     prepare=optimize,       # constants folded: a raw trace spells them as nodes

@@ -20,8 +20,11 @@ else. A constant mask or bias that is the causal pattern becomes ``causal=True``
 (T, T) array is read either. Autodiff runs it before building a backward pass and the
 compiler before fusing, so it applies to code that never calls ``nn``. The ``ATTENTION`` record
 at the end (``rewrite.FusedOp``) is what the pipeline reads: the rule (``SOFTMAX`` and the
-scores' forms, and the replacement), its condition, and the lowerings of both primitives on
-the host and in CUDA programs; ``unfused()`` disables it in the current context.
+scores' forms, and the replacement), its condition, its cost model (``cost_estimate``: the
+rewrite applies only at shapes where the fused training step is estimated faster, or where
+the scores alone would be huge), and the lowerings of both primitives on the host and in CUDA
+programs; ``unfused()`` disables it in the current context, ``always_fused()`` applies it
+past the cost model.
 
 The NumPy references compute the full matrices (the ground truth); the second derivative
 of ``attention_bwd`` differentiates that composite again (rarely needed, never fast).
@@ -33,21 +36,21 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Callable
 
-from . import dtypes
-from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eval_graph
-from .batching import move_batch_axis
-from .core import Aval, Graph, Node, Primitive, Var, aval_of, bind, register
-from .errors import ShapeError
-from .ops.elementwise import (add_p, convert_p, div_p, exp_p, mul_p, select_p, stop_gradient_p,
+from .. import dtypes
+from .. import numpy as jnp
+from ..autodiff import build_jvp, build_vjp, eval_graph
+from ..batching import move_batch_axis
+from ..core import Aval, Graph, Node, Primitive, Var, aval_of, bind, register
+from ..errors import ShapeError
+from ..ops.elementwise import (add_p, convert_p, div_p, exp_p, mul_p, select_p, stop_gradient_p,
                               sub_p)
-from .ops.layout import reshape_p, transpose_p
-from .ops.linalg import matmul_p
-from .ops.reductions import reduce_max_p, reduce_sum_p
-from .passes import optimize
-from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, is_swap, match, maybe, op,
-                      register_fused_op, var)
-from .transforms import trace_flat
+from ..ops.layout import reshape_p, transpose_p
+from ..ops.linalg import matmul_p
+from ..ops.reductions import reduce_max_p, reduce_sum_p
+from ..passes import optimize
+from ..rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, is_swap, match,
+                      maybe, op, register_fused_op, var)
+from ..transforms import trace_flat
 
 CAUSAL_FILL = -1e4      # a cut score at most this low has probability 0 in float32 and 64
 
@@ -439,6 +442,118 @@ def unfused():
     return ATTENTION.disabled()
 
 
+# ------------------------------------------------------------------ the cost model
+# Microseconds per unit of each term of a float32 training step (forward + backward) on the
+# CPU, one table for each side (``cost_terms`` counts the units). Fitted with
+# ``bench/fused_vs_unfused.py --only attention --fit`` to two runs of its grid of 96 shapes
+# (B*H in {1, 8, 32}, T in {16, 64, 128, 512}, head size in {16, 32, 64, 128}, causal and not;
+# one thread of an AVX-512 Xeon, the other core busy with other work): each side's medians as
+# a non-negative sum of its terms, each row weighted by 1 / its time so that small shapes count
+# as much as large ones. The fitted ratio is within 20 % of the measured one at most shapes
+# (the machine's noise is of that size), hence ``MARGIN``.
+FUSED_US = {
+    "call": 70.8,           # the two host steps: operand copies, outputs, thread dispatch
+    "tile": 5.33,           # per (up to) 128 x 128 tile: five BLAS calls from the kernel
+    "score": 2.92e-3,       # per score seen: two exponentials (forward, recomputed), loops
+    "masked_score": 4.61e-3,  # per score under a mask or bias (not in the grid: as unfused)
+    "score_feature": 2.59e-4,  # per score of the tiles computed, per feature: tile products
+    # per parallel sweep with more than one thread (start and join Python threads: the median
+    # of timing ``kernels.threads.run_split`` on two threads here; not in the one-thread fit)
+    "dispatch": 45.0,
+}
+UNFUSED_US = {
+    "call": 15.7,           # the unfused step's extra kernels
+    "batch": 13.6,          # per batch matrix: the batched products' BLAS calls
+    "score": 1.99e-3,       # per score: the softmax loops and their backward over (T, T)
+    "masked_score": 4.61e-3,  # per score under the causal cut, a mask or bias: the selects
+    "spilled_score": 7.74e-3,  # per score beyond CACHE_BYTES: the (T, T) passes from memory
+    "score_feature": 1.58e-4,  # per score and feature: six batched products
+}
+CACHE_BYTES = 1 << 21       # about one core's L2 cache: the scores that stay in cache
+MARGIN = 0.8                # fuse when the fused estimate is below this times the unfused one
+SCORES_ALWAYS_FUSED = 1 << 28   # score bytes (256 MiB) from which the rewrite is kept for memory
+
+
+def cost_terms(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
+               masked: bool = False, itemsize: int = 4, threads: int = 1) -> tuple[dict, dict]:
+    """How many units of each term of ``FUSED_US`` and ``UNFUSED_US`` a training step takes
+    at one shape. The fused kernels (``kernels/attention.py``) walk 128-row query blocks over
+    the key blocks up to the diagonal when causal, computing whole tiles but exponentials only
+    for the scores each row sees, and split each sweep over ``threads`` Python threads; the
+    unfused program computes every score, each batch matrix with its own BLAS calls, and its
+    passes over the (T, T) scores run from memory once they outgrow the cache. (Both sides'
+    work is priced as one thread's: the fit is of one-thread runs.)"""
+    block = 128
+    tiles = computed = 0
+    for i0 in range(0, tq, block):
+        i1 = min(i0 + block, tq)
+        keys = min(tk, i1) if causal else tk
+        tiles += -(-keys // block)
+        computed += (i1 - i0) * keys
+    cut = min(tq, tk)           # causal: row i sees min(tk, i + 1) keys
+    seen = cut * (cut + 1) // 2 + (tq - cut) * tk if causal else tq * tk
+    scores = batches * tq * tk
+    feats = (d + dv) / 2
+    q_items, k_items = batches * -(-tq // block), batches * -(-tk // block)
+    one_sweep = batches >= 4 * threads or tk <= block      # the backward's choice of sweeps
+    sweeps = [q_items] + ([batches] if one_sweep else [batches, k_items, q_items])
+    fused = {"call": 1, "tile": batches * tiles, "score": batches * seen,
+             "masked_score": scores if masked else 0,
+             "score_feature": batches * computed * feats,
+             "dispatch": sum(1 for n in sweeps if min(threads, n) > 1)}
+    unfused = {"call": 1, "batch": batches, "score": scores,
+               "masked_score": scores if causal or masked else 0,
+               "spilled_score": max(0, scores * itemsize - CACHE_BYTES) // itemsize,
+               "score_feature": scores * feats}
+    return fused, unfused
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The estimated microseconds of a training step each way, the bytes of the unfused
+    program's scores, and the decision."""
+    fused_us: float
+    unfused_us: float
+    score_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        return self.fused_us / self.unfused_us
+
+    @property
+    def wins(self) -> bool:
+        """Fused when it is estimated faster by ``MARGIN``, or when the scores alone would take
+        ``SCORES_ALWAYS_FUSED`` bytes (then memory decides)."""
+        return self.ratio < MARGIN or self.score_bytes >= SCORES_ALWAYS_FUSED
+
+
+def cost_estimate(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
+                  masked: bool = False, itemsize: int = 4, threads: int = 1) -> Cost:
+    """The cost model at one shape (``cost_terms`` priced by ``FUSED_US`` and ``UNFUSED_US``)."""
+    fused, unfused = cost_terms(batches, tq, tk, d, dv, causal, masked, itemsize, threads)
+    return Cost(sum(FUSED_US[k] * n for k, n in fused.items()),
+                sum(UNFUSED_US[k] * n for k, n in unfused.items()),
+                batches * tq * tk * itemsize)
+
+
+def _wins(hit: _Hit) -> bool:
+    """The cost model at a match (``cost_estimate`` of its shapes)."""
+    batches = int(np.prod(hit.probs.aval.shape[:-2], dtype=np.int64))
+    tq, tk = hit.probs.aval.shape[-2:]
+    return cost_estimate(batches, tq, tk, hit.q.aval.shape[-1], hit.v.aval.shape[-1],
+                         hit.causal, bool(hit.kind), np.dtype(hit.probs.aval.dtype).itemsize,
+                         host_threads()).wins
+
+
+
+def always_fused():
+    """``with jitgraph.attention.always_fused():`` programs traced and compiled inside fuse
+    every attention pattern, whatever the cost model says (to measure or test the fused
+    kernels at shapes where the unfused program is faster). It holds for the current thread
+    (or task) only."""
+    return ATTENTION.forced()
+
+
 # ------------------------------------------------------------------ lowerings
 def _flat(x: np.ndarray) -> np.ndarray:
     """(..., T, d) -> (batches, T, d), C-contiguous (the kernels' layout)."""
@@ -479,7 +594,7 @@ class _ExtraOperands:
 
 def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of an ``attention`` node: ``kernels/attention.py``'s tiled forward."""
-    from .kernels.attention import attention_forward
+    from ..kernels.attention import attention_forward
     p = node.params
 
     operands = _ExtraOperands()
@@ -500,7 +615,7 @@ def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
 
 def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of an ``attention_bwd`` node: ``kernels/attention.py``'s backward."""
-    from .kernels.attention import attention_backward
+    from ..kernels.attention import attention_backward
     p = node.params
 
     operands = _ExtraOperands()
@@ -526,7 +641,7 @@ class _CudaAttention:
     prepared ``kernels.cuda_attention.Attention`` per call site, called on the flat buffers."""
 
     def fits(self, node: Node) -> bool:
-        from .kernels.cuda_attention import max_dim
+        from ..kernels.cuda_attention import max_dim
         q, k, v = node.inputs[:3]
         return max(q.aval.shape[-1], v.aval.shape[-1]) <= max_dim(q.aval.dtype)
 
@@ -557,7 +672,7 @@ class _CudaAttention:
 def _cuda_prepared(driver, *spec):
     """One call site's fused attention, prepared once (``D.attention(*spec)`` in generated
     CUDA code)."""
-    from .kernels.cuda_attention import Attention
+    from ..kernels.cuda_attention import Attention
     return Attention(driver, *spec)
 
 
@@ -568,6 +683,7 @@ ATTENTION = register_fused_op(FusedOp(
     rules=(Rule(roots=(matmul_p,), match=_match, replace=_replace),),
     # the probabilities and v multiply in one dtype (the kernels' accumulation dtype)
     conditions=(lambda hit: hit.v.aval.dtype == hit.probs.aval.dtype,),
+    wins=_wins,
     may_match=lambda g: sum(1 for n in g.nodes if n.prim is matmul_p) >= 2,
     lowerings={"host": {attention_p: _host_forward, attention_bwd_p: _host_backward},
                "cuda": {attention_p: _CudaAttention(), attention_bwd_p: _CudaAttention()}},
