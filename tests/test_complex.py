@@ -151,6 +151,8 @@ def test_linalg_vector_norm_and_vdot():
     np.testing.assert_allclose(jnp.linalg.norm(z), np.linalg.norm(z))
     np.testing.assert_allclose(jnp.linalg.norm(z, ord=1), np.linalg.norm(z, ord=1))
     np.testing.assert_allclose(jnp.vdot(z, w), np.vdot(z, w))
+    np.testing.assert_allclose(jnp.vecdot(z, w), np.vecdot(z, w))
+    np.testing.assert_allclose(jnp.linalg.vecdot(z, w), np.vecdot(z, w))
 
 
 # ------------------------------------------------------------------ gradients

@@ -16,7 +16,7 @@ from ..arrays import Array
 from ..core import Tracer, aval_of
 from ._base import _check_device, _locate_module, _operand, asarray
 from .manipulation import concatenate, moveaxis, swapaxes, transpose
-from .math import multiply, power
+from .math import conjugate, multiply, power
 from .reductions import sum as _sum
 
 __all__ = ["finfo", "iinfo", "isdtype", "result_type", "can_cast", "concat", "permute_dims",
@@ -123,9 +123,9 @@ def unstack(x, axis: int = 0) -> tuple:
 
 def vecdot(x1, x2, axis: int = -1):
     """The dot product of vectors along ``axis`` (broadcast over the other axes):
-    ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed), in the operands' promoted
-    dtype (``sum`` alone would widen int32 to int64, as NumPy's does)."""
-    prod = multiply(x1, x2)
+    ``sum(conj(x1) * x2, axis)``, in the operands' promoted dtype (``sum`` alone would widen
+    int32 to int64, as NumPy's does)."""
+    prod = multiply(conjugate(x1), x2)
     return _sum(prod, axis=axis, dtype=aval_of(prod).dtype)
 
 

@@ -63,7 +63,7 @@ def solve(a, b):
     a = _matrix(a, "solve")
     b = _operand(b)
     d = dtypes.result_type((aval_of(a).dtype, False), (aval_of(b).dtype, False))[0]
-    if not dtypes.is_float(d):
+    if not dtypes.is_inexact(d):
         d = float64
     a, b = astype(a, d), astype(b, d)     # float32 with float64 solves in float64, as NumPy
     vec = aval_of(b).ndim == 1
