@@ -15,6 +15,13 @@ from . import config
 bool_ = np.dtype(np.bool_)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
+int8, int16 = np.dtype(np.int8), np.dtype(np.int16)
+uint8, uint16 = np.dtype(np.uint8), np.dtype(np.uint16)
+uint32, uint64 = np.dtype(np.uint32), np.dtype(np.uint64)
+#: every integer dtype of the Array API standard, held and computed as it is: NumPy's
+#: promotion between them is the standard's lattice (``uint8 + int8 -> int16``), and where the
+#: standard leaves it open, ``uint64`` with a signed integer gives float64, as NumPy 2's
+INTEGERS = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 float16 = np.dtype(np.float16)
@@ -30,8 +37,8 @@ except ImportError:          # pragma: no cover - ml_dtypes ships with the test 
 #: accumulates in float32
 NARROW_FLOATS = (float16,) + ((bfloat16,) if bfloat16 is not None else ())
 NARROW_SET = frozenset(NARROW_FLOATS)
-SUPPORTED = (bool_, int32, int64, float32, float64) + NARROW_FLOATS
-_KIND_ORDER = {"b": 0, "i": 1, "f": 2}
+SUPPORTED = (bool_,) + INTEGERS + (float32, float64) + NARROW_FLOATS
+_KIND_ORDER = {"b": 0, "i": 1, "u": 1, "f": 2}   # (a weak int stays in an unsigned dtype)
 # ---- complex numbers: computed on the CPU target (the CUDA target refuses them)
 complex64 = np.dtype(np.complex64)
 complex128 = np.dtype(np.complex128)
@@ -111,13 +118,21 @@ def default_for_kind(kind: str) -> np.dtype:
     return config.int_dtype() if kind == "i" else bool_
 
 
+def accumulator(dtype) -> np.dtype:
+    """The dtype ``sum``/``prod``/``cumsum`` compute ``dtype`` in when no ``dtype=`` is given
+    (the standard's rule, NumPy's on 64-bit Linux): bool and the narrower signed integers in
+    int64, the narrower unsigned ones in uint64, others in their own."""
+    d = np.dtype(dtype)
+    if d == bool_ or d.kind == "i" and d.itemsize < 8:
+        return int64
+    return uint64 if d.kind == "u" and d.itemsize < 8 else d
+
+
 def canonical(dtype) -> np.dtype:
     """Map a requested dtype onto a supported one, or raise TypeError."""
     d = _as_dtype(dtype)
     if d in SUPPORTED:
         return d
-    if d.kind in "iu":
-        return int64 if d.itemsize > 4 or d.kind == "u" and d.itemsize >= 4 else int32
     if d.kind == "f":
         return float64 if d.itemsize > 4 else float32
     if d.kind == "c":

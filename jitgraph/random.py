@@ -400,6 +400,9 @@ def randint(k, shape: Sequence[int], minval: int, maxval: int, dtype=None):
     d = dtypes.canonical(dtype) if dtype is not None else config.int_dtype()
     if d.kind != "i":
         raise TypeError(f"random.randint: expected an integer dtype, got {d}")
+    if d.itemsize < 4:        # (JAX draws 8- and 16-bit words for them: not reproduced here)
+        raise TypeError(f"random.randint: dtype {d} is not supported (JAX's numbers are "
+                        f"reproduced for int32 and int64); draw int32 and .astype({d.name})")
     if any(isinstance(v, Tracer) or np.ndim(v) for v in (minval, maxval)):
         raise TypeError("random.randint: minval and maxval must be Python or NumPy integer "
                         "scalars (array or traced bounds are not supported)")

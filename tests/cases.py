@@ -1162,6 +1162,76 @@ case("linear_ce_train", lambda h, ct: jitgraph.linear_ce.linear_ce_train_p(
      expect=lambda h, ct: _np_linear_ce_dh(h, ct))
 
 
+# ------------------------------------------------------------------ integer dtypes and bitwise ops
+# Every integer dtype of the Array API standard, at and near its limits (where arithmetic
+# wraps): fixed values, not drawn from ``_rng``, so the cases above keep their data.
+_INTS = {"i8": np.int8, "i16": np.int16, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
+         "u64": np.uint64}
+
+
+def edge_ints(dtype) -> np.ndarray:
+    """A (2, 5) array of ``dtype``'s limits, the values next to them and small ones."""
+    i = np.iinfo(dtype)
+    v = [0, 1, 2, 7, i.max, i.max - 1, i.min, i.min + 1 if i.min else 3, i.max // 2 + 1, 100]
+    return np.array(v, dtype).reshape(2, 5)
+
+
+def divisors(dtype) -> np.ndarray:
+    """Non-zero operands of ``dtype`` (divisors), broadcasting against ``edge_ints``."""
+    return np.array([3, 1, 2, 5, np.iinfo(dtype).max], dtype)
+
+
+def shift_counts(dtype) -> np.ndarray:
+    """Shift counts in ``[0, bits]`` and past it (NumPy's results: 0, or -1 for a negative
+    signed operand shifted right)."""
+    b = np.iinfo(dtype).bits
+    return np.array([[0, 1, 3, b - 1, b], [b + 3, 2, 5, 1, 7]], dtype)
+
+
+_INT_BINARY = {
+    "add": lambda m, x, y: x + y, "subtract": lambda m, x, y: m.subtract(x, y),
+    "multiply": lambda m, x, y: x * y, "floor_divide": lambda m, x, y: x // y,
+    "remainder": lambda m, x, y: m.remainder(x, y), "maximum": lambda m, x, y: m.maximum(x, y),
+    "less": lambda m, x, y: x < y, "equal": lambda m, x, y: m.equal(x, y),
+    "bitwise_and": lambda m, x, y: m.bitwise_and(x, y), "bitwise_or": lambda m, x, y: x | y,
+    "bitwise_xor": lambda m, x, y: x ^ y,
+}
+_INT_UNARY = {
+    "negative": lambda m, x: -x, "abs": lambda m, x: m.abs(x), "sign": lambda m, x: m.sign(x),
+    "bitwise_invert": lambda m, x: ~x, "astype_f64": lambda m, x: x.astype(m.float64),
+    "sum": lambda m, x: m.sum(x, axis=1), "prod": lambda m, x: m.prod(x[:, :3]),
+    "max": lambda m, x: m.max(x, axis=0), "cumsum": lambda m, x: m.cumsum(x, axis=1),
+    "weak_scalar": lambda m, x: (x + 3) * 2 & 5, "where": lambda m, x: m.where(x > 7, x, 1),
+}
+_INT_REDUCTIONS = ("sum", "prod", "max", "cumsum")
+
+
+def _int_elementwise(m, x, y, n):
+    """Every elementwise integer op of the table on one dtype: one case (and, compiled, one
+    fused kernel) per dtype, so the table costs few compiles."""
+    return (tuple(f(m, x, y) for f in _INT_BINARY.values())
+            + tuple(f(m, x) for k, f in _INT_UNARY.items() if k not in _INT_REDUCTIONS)
+            + (x << n, m.bitwise_right_shift(x, n)))
+
+
+for _t, _d in _INTS.items():
+    dual(f"int_elementwise[{_t}]", _int_elementwise, edge_ints(_d), divisors(_d),
+         shift_counts(_d), grad=False)
+    dual(f"int_reductions[{_t}]", lambda m, x: tuple(_INT_UNARY[k](m, x)
+                                                    for k in _INT_REDUCTIONS),
+         edge_ints(_d), grad=False)
+# the standard's promotion between kinds and widths (NumPy 2's: uint64 with a signed integer
+# is float64, which the standard leaves open), and bools through the bitwise functions
+for _a, _b in (("u8", "i8"), ("u16", "i16"), ("u32", "i8"), ("u8", "u32"), ("i16", "u64"),
+               ("u64", "i8")):
+    dual(f"int_promote[{_a}+{_b}]", lambda m, x, y: x + y, edge_ints(_INTS[_a]),
+         divisors(_INTS[_b]), grad=False)
+dual("int_promote[u16*f32]", lambda m, x, y: x * y, edge_ints(np.uint16),
+     np.array([0.5, -1.0, 2.0, 3.0, 0.25], np.float32), grad=False)
+dual("int_promote[u8+1.5]", lambda m, x: x + 1.5, edge_ints(np.uint8), grad=False)
+dual("bitwise[bool]", lambda m, x, y: (m.bitwise_and(x, y), x | y, m.bitwise_xor(x, y), ~x),
+     np.array([True, False, True, False]), np.array([True, True, False, False]), grad=False)
+
 # ------------------------------------------------------------------ complex numbers
 def cn(*shape, dtype=np.complex128):
     """Complex numbers with both parts standard normal."""

@@ -74,20 +74,24 @@ def test_astype_copy():
     assert jnp.astype(a, jnp.float32, copy=False).dtype == np.float32
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int8, jnp.uint8])
-def test_a_requested_dtype_is_honoured_or_refused_never_changed(dtype):
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.int8,
+                                   np.int16, jnp.uint8, jnp.uint64, np.float16])
+def test_a_requested_dtype_is_honoured(dtype):
     for make in (lambda: jnp.zeros(3, dtype=dtype), lambda: jnp.asarray([1, 2], dtype=dtype),
-                 lambda: jnp.astype(np.ones(2), dtype), lambda: jnp.arange(3, dtype=dtype)):
+                 lambda: jnp.astype(np.ones(2), dtype), lambda: jnp.arange(3, dtype=dtype),
+                 lambda: jnp.full(2, 1, dtype=dtype), lambda: jnp.ones((2, 2), dtype=dtype)):
+        assert make().dtype == np.dtype(dtype)
+    # arrays of those dtypes passed in keep them (an image of uint8 pixels stays uint8)
+    assert jnp.asarray(np.ones(3, dtype)).dtype == np.dtype(dtype)
+    assert jitgraph.jit(lambda x: x + 1)(np.ones(3, dtype)).dtype == np.dtype(dtype)
+
+
+def test_an_unsupported_dtype_is_refused_never_changed():
+    for make in (lambda: jnp.zeros(3, dtype=np.longdouble),
+                 lambda: jnp.asarray([1, 2], dtype=np.longdouble),
+                 lambda: jnp.astype(np.ones(2), np.longdouble)):
         with pytest.raises(TypeError, match="is not supported .* would have been changed"):
             make()
-    # float16 is honoured (stored in 16 bits, computed in float32: test_narrow_floats.py)
-    for make in (lambda: jnp.zeros(3, dtype=np.float16),
-                 lambda: jnp.arange(3, dtype=np.float16),
-                 lambda: jnp.asarray([1, 2], dtype=np.float16),
-                 lambda: jnp.astype(np.ones(2), np.float16)):
-        assert make().dtype == np.float16
-    # arrays of those dtypes passed in are still converted (an image of uint8 pixels)
-    assert jnp.asarray(np.ones(3, np.uint8)).dtype == np.int32
     assert jnp.zeros(2, dtype=jnp.int32).dtype == np.int32
 
 
@@ -176,6 +180,8 @@ def test_namespace_info():
     assert info.dtypes(kind="real floating") == {"float32": np.float32, "float64": np.float64}
     picked = info.dtypes(kind=("bool", "unsigned integer"))
     assert "bool" in picked and all(n == "bool" or n.startswith("uint") for n in picked)
+    assert {"int8", "int16", "uint8", "uint16", "uint32", "uint64"} <= set(listed)
+    assert set(picked) == {"bool", "uint8", "uint16", "uint32", "uint64"}
     with pytest.raises(ValueError, match="host arrays"):
         info.dtypes(device="cuda")
 

@@ -468,15 +468,19 @@ def test_error_messages_do_not_show_internal_frames():
     assert loc and all(os.path.basename(f) == THIS_FILE for f, _ in loc), msg
 
 
-@pytest.mark.parametrize("fn, op", [(lambda x: x & 1, "&"), (lambda x: 2 | x, "|"),
-                                    (lambda x: ~x, "~"), (lambda x: (x > 0) & x, "&")])
-def test_bitwise_operators_on_integers_are_refused(fn, op):
-    # NumPy's & | ~ on integers are bitwise; there is no bitwise primitive, so rather than
-    # silently computing a logical result they raise (bool operands work, see cases.py)
+@pytest.mark.parametrize("fn, name", [(lambda x: x & 1, "bitwise_and"),
+                                      (lambda x: 2 | x, "bitwise_or"),
+                                      (lambda x: ~x, "bitwise_invert"),
+                                      (lambda x: x << 1, "bitwise_left_shift")])
+def test_bitwise_operators_on_floats_are_refused(fn, name):
+    # on integers they are NumPy's bitwise operations (tests/test_integer_dtypes.py); a float
+    # operand has no bits to operate on, so the error names the function, dtype and line
     with pytest.raises(TypeError) as ei:
-        make_graph(fn)(np.array([5, 6, 7]))
+        make_graph(fn)(np.array([5.0, 6.0, 7.0]))
     msg = str(ei.value)
-    assert op in msg and "int64" in msg and "logical" in msg and THIS_FILE in msg
+    assert name in msg and "float64" in msg and "logical" in msg and THIS_FILE in msg
+    ints = np.array([5, 6, 7])
+    np.testing.assert_array_equal(jitgraph.jit(fn)(ints), fn(ints))
 
 
 def test_traced_values_are_immutable():

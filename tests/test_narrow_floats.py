@@ -129,8 +129,9 @@ def test_names_promotion_and_limits():
     assert jnp.finfo(jnp.float16).max == 65504.0
     assert jnp.isdtype(jnp.bfloat16, "real floating")
     assert dtypes.is_float(BF16) and dtypes.storage(BF16) == np.uint16
-    with pytest.raises(TypeError, match="int16"):
-        jnp.zeros(3, np.int16)                      # other narrow types are still refused
+    # uint16, which kernels also hold a 16-bit float's bits in, stays an integer
+    assert jnp.zeros(3, np.uint16).dtype == np.uint16
+    assert (jnp.ones(3, np.uint16) + jnp.ones(3, jnp.float16)).dtype == np.float32
 
 
 @pytest.mark.parametrize("dt", NARROW, ids=str)

@@ -32,6 +32,9 @@ FORWARD = [
     "einsum[ba,bc->ca]", "log_softmax[f32]", "softmax[axis0 f64]", "logsumexp[-inf row]",
     "cross entropy", "one_hot", "composite[mlp]", "composite[layernorm f32]",
     "composite[softmax attn]",
+    # integer dtypes at their limits and the bitwise ops (wraparound, shifts past the width)
+    "int_elementwise[u8]", "int_elementwise[i16]", "int_elementwise[u64]",
+    "int_reductions[u32]", "int_reductions[i8]", "int_promote[u64+i8]", "bitwise[bool]",
 ]
 GRADS = ["tanh[f32_2x3]", "exp[f64_2x3]", "max[axis=0,keepdims=False]", "index[2d array]",
          "take_along_axis", "matmul[2d@2d]", "log_softmax[f32]", "cross entropy",

@@ -169,17 +169,17 @@ argmin = arg_min = _arg(jnp.argmin, "ArgMin", "argmin")
 
 # ------------------------------------------------------------------ dtypes and shapes
 def cast(x, dtype, name: str | None = None) -> Tensor:
-    """Convert to ``dtype``; floats to integers truncate toward zero, narrow integer dtypes
-    (int8, int16, uint8, uint16) wrap around, as TensorFlow's cast."""
+    """Convert to ``dtype``; floats to integers truncate toward zero, and to a narrow integer
+    dtype (int8, int16, uint8, uint16, ...) wrap around, as TensorFlow's cast (through int64,
+    whose cast to a narrower integer keeps the low bits)."""
     want = tf_dtypes.as_dtype(dtype)
     d = tf_dtypes.compute_dtype(want)
 
     def f(v):
-        src = aval_of(v).dtype
-        if src.kind == "f" and d.kind in "iu":
+        if aval_of(v).dtype.kind == "f" and d.kind in "iu":
             v = jnp.trunc(v)
-        out = jnp.astype(v, d)
-        return tf_dtypes.wrap_to(out, want) if d.kind in "iu" else out
+            v = jnp.astype(v, np.int64) if d.itemsize < 8 else v
+        return jnp.astype(v, d)
     return Tensor([x], f, "Cast", name, dtype=d)
 
 

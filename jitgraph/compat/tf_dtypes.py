@@ -2,9 +2,8 @@
 
 TensorFlow differs from NumPy in two defaults that tutorials rely on: the string ``"float"``
 means float32 (NumPy: float64), and a Python float becomes float32, a Python int int32 (NumPy:
-float64 and int64). Narrow dtypes (int8, int16, uint8, uint16, float16) are accepted and
-computed in the nearest dtype jitgraph has (int32, float32); ``cast`` to them wraps or rounds
-as TensorFlow does, so values stay in the narrow type's range.
+float64 and int64). Every integer dtype is computed as it is (``cast`` to a narrow one wraps,
+as TensorFlow's); float16 is stored in 16 bits and computed in float32.
 """
 from __future__ import annotations
 
@@ -57,7 +56,7 @@ def as_dtype(dtype: Any) -> np.dtype:
 
 
 def compute_dtype(dtype: Any) -> np.dtype:
-    """The dtype jitgraph computes a TensorFlow dtype in (int16 -> int32, float16 -> float32)."""
+    """The dtype jitgraph holds a TensorFlow dtype in (``dtypes.canonical``)."""
     d = as_dtype(dtype)
     if d.kind == "S":
         raise TypeError("string tensors are served only as constants fetched by Session.run; "
@@ -105,15 +104,3 @@ def python_scalar_like(value: Any, dtype: np.dtype | None) -> np.ndarray:
         raise TypeError(f"Cannot convert {value!r} to a tensor of dtype {dtype} (the fraction "
                         "would be lost); cast the tensor with tf.cast first")
     return np.asarray(value, dtype)
-
-
-def wrap_to(x, dtype: np.dtype):
-    """Integer values cast to a narrow integer dtype wrap around its range (two's complement),
-    as a TensorFlow cast does (they are computed in int32)."""
-    d = np.dtype(dtype)
-    if d.kind in "iu" and d.itemsize < 4:
-        bits = 8 * d.itemsize
-        span = 2 ** bits
-        low = -(span // 2) if d.kind == "i" else 0
-        return (x - low) % span + low
-    return x

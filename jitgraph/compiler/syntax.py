@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import is_narrow, real_dtype
+from ..dtypes import is_narrow, kind, real_dtype
 from ..ops.layout import row_major_strides
 
 #: the operators of the language, by name (what a primitive means is its rule's business)
@@ -27,12 +27,15 @@ OPERATORS = {
     "greater": "{} > {}", "greater_equal": "{} >= {}", "less": "{} < {}",
     "less_equal": "{} <= {}", "equal": "{} == {}", "not_equal": "{} != {}",
     "and": "{} and {}", "or": "{} or {}",
-    "bit_and": "{} & {}", "bit_or": "{} | {}", "bit_xor": "{} ^ {}", "shift_left": "{} << {}",
-    "shift_right": "{} >> {}",
+    "bit_and": "{} & {}", "bit_or": "{} | {}", "bit_xor": "{} ^ {}", "bit_not": "~{}",
+    "shift_left": "{} << {}", "shift_right": "{} >> {}",
 }
 
 _FROM_BITS = {"float16": "from_f16", "bfloat16": "from_bf16"}
 _TO_BITS = {"float16": "to_f16", "bfloat16": "to_bf16"}
+#: float -> narrow integer conversions go through a wider integer, as NumPy's C casts do
+_FLOAT_TO_INT_VIA = {"int8": "int32", "int16": "int32", "uint8": "int32", "uint16": "int32",
+                     "uint32": "int64"}
 #: the functions ``convert`` calls for 16-bit floats (``kernels/narrow.py``)
 NARROW_FUNCTIONS = ("from_bf16", "to_bf16", "from_f16", "to_f16", "odd_f32")
 
@@ -122,6 +125,10 @@ class Syntax:
         src, dst = np.dtype(src), np.dtype(dst)
         if src.kind == "c" and dst.kind != "c":      # the real part, as NumPy's astype takes
             return self.convert(self.attribute(expr, "real"), real_dtype(src), dst)
+        if kind(src) == "f" and dst.name in _FLOAT_TO_INT_VIA:
+            # (through the integer NumPy's cast goes through: a float out of the narrow
+            # type's range wraps as NumPy's does, where a direct cast is undefined)
+            return self.cast(self.convert(expr, src, _FLOAT_TO_INT_VIA[dst.name]), dst)
         if not is_narrow(src) and not is_narrow(dst):
             return self.cast(expr, dst)
         if src == dst:

@@ -28,9 +28,8 @@ from . import fft  # noqa: F401  (jnp.fft)
 
 #: the revision of the Python Array API standard whose names this namespace follows: every
 #: function 2024.12 added is here (``count_nonzero``, ``cumulative_prod``, ``diff``,
-#: ``nextafter``, ``reciprocal``, ``take_along_axis``...); not yet all of it: unsigned dtypes,
-#: int8/int16 and the bitwise functions are missing (the pass rate of the standard's test
-#: suite is in docs/guides/semantics.md)
+#: ``nextafter``, ``reciprocal``, ``take_along_axis``...) (the pass rate of the standard's
+#: test suite is in docs/guides/semantics.md)
 __array_api_version__ = "2024.12"
 from .vectorize import vectorize  # noqa: F401
 import numpy as np
@@ -46,8 +45,9 @@ int64 = _ScalarType(int64)
 float32 = _ScalarType(float32)
 float64 = _ScalarType(float64)
 float_, int_ = float64, int64
-uint8 = _ScalarType(np.uint8)
 int8, int16 = _ScalarType(np.int8), _ScalarType(np.int16)
+uint8, uint16 = _ScalarType(np.uint8), _ScalarType(np.uint16)
+uint32, uint64 = _ScalarType(np.uint32), _ScalarType(np.uint64)
 complex64 = _ScalarType(np.complex64)      # computed on the CPU target (see dtypes)
 complex128 = _ScalarType(np.complex128)
 complex_ = complex128

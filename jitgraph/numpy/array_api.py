@@ -138,8 +138,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
     return asarray(arr, copy=copy)
 
 
-# the standard's dtypes that jitgraph.numpy computes in (int8/int16 and the unsigned ones not
-# yet: ``dtype=`` refuses them, so listing them would promise arrays it cannot make)
+# the standard's dtypes that jitgraph.numpy computes in (those ``dtype=`` honours)
 _STANDARD_DTYPES = tuple(n for n in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                      "uint16", "uint32", "uint64", "float32", "float64",
                                      "complex64", "complex128")

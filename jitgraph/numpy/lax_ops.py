@@ -35,7 +35,8 @@ __all__ = [
     "floor", "full", "full_like", "ge", "gt", "index_in_dim", "integer_pow", "iota",
     "is_finite", "le", "log", "log1p", "logistic", "lt", "max", "min", "mul", "ne", "neg",
     "not_", "or_", "pad", "pow", "reciprocal", "rem", "reshape", "rev", "round", "rsqrt",
-    "select", "sign", "sin", "sinh", "slice", "slice_in_dim", "sqrt", "square", "squeeze",
+    "select", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sin",
+    "sinh", "slice", "slice_in_dim", "sqrt", "square", "squeeze",
     "sub", "tan", "tanh", "transpose", "xor", "zeros_like_array",
 ]
 
@@ -184,23 +185,24 @@ def rem(x, y):
     return _m.where(flip_, m - y, m)
 
 
-def _logical(fn_bool, fn_name):
-    def op(*xs):
-        xs = [_operand(x) for x in xs]
-        if any(aval_of(x).dtype != np.bool_ for x in xs):
-            raise TypeError(f"lax.{fn_name}: only boolean operands are supported (bitwise "
-                            f"integer operations are not), got "
-                            f"{[str(aval_of(x).dtype) for x in xs]}")
-        return fn_bool(*xs)
-    op.__name__ = fn_name
-    op.__doc__ = f"``lax.{fn_name}`` on boolean arrays."
-    return op
+and_ = _same_dtypes(_m.bitwise_and, "and_")
+or_ = _same_dtypes(_m.bitwise_or, "or_")
+xor = _same_dtypes(_m.bitwise_xor, "xor")
+not_ = _same_dtypes(_m.bitwise_invert, "not_")
+shift_left = _same_dtypes(_m.bitwise_left_shift, "shift_left")
+shift_right_arithmetic = _same_dtypes(_m.bitwise_right_shift, "shift_right_arithmetic")
 
 
-and_ = _logical(_m.logical_and, "and_")
-or_ = _logical(_m.logical_or, "or_")
-xor = _logical(_m.logical_xor, "xor")
-not_ = _logical(_m.logical_not, "not_")
+def shift_right_logical(x, y):
+    """``lax.shift_right_logical``: ``x >> y`` filling with zeros, a signed ``x`` shifted as
+    the unsigned integer of its bits (0 where ``y`` is negative or at least the width)."""
+    _check_same_dtypes("shift_right_logical", (x, y), "right_shift")
+    x, y = _promote(_operand(x), _operand(y))
+    d = aval_of(x).dtype
+    if d.kind != "i":
+        return _m.bitwise_right_shift(x, y)
+    u = np.dtype(f"u{d.itemsize}")
+    return astype(_m.bitwise_right_shift(astype(x, u), astype(y, u)), d)
 
 
 def select(pred, on_true, on_false):

@@ -126,6 +126,44 @@ def logical_not(x):
     return bind(_P.logical_not, _as_bool(x))
 
 
+def _bitwise(pname: str, kinds: str, logical: str = ""):
+    """The standard's ``bitwise_*`` function of primitive ``pname``: operands promoted, then
+    of the dtype kinds ``kinds`` or refused; on bools the ``logical`` primitive (the same
+    values) when there is one."""
+    what = "integer or bool" if "b" in kinds else "integer"
+
+    def fn(*xs):
+        xs = _promote(*xs)
+        d = aval_of(xs[0]).dtype
+        if dtypes.kind(d) not in kinds:
+            raise TypeError(f"jnp.{fn.__name__}: needs {what} operands, got "
+                            f"{', '.join(str(aval_of(x).dtype) for x in xs)}; for floats "
+                            f"use jnp.logical_* or comparisons, or .astype an integer dtype")
+        return bind(getattr(_P, logical if logical and d == dtypes.bool_ else pname), *xs)
+    fn.__name__ = pname
+    return fn
+
+
+bitwise_and = _bitwise("bitwise_and", "biu", "logical_and")
+bitwise_or = _bitwise("bitwise_or", "biu", "logical_or")
+bitwise_xor = _bitwise("bitwise_xor", "biu", "ne")
+bitwise_invert = _bitwise("bitwise_invert", "biu", "logical_not")
+bitwise_left_shift = _bitwise("bitwise_left_shift", "iu")
+bitwise_right_shift = _bitwise("bitwise_right_shift", "iu")
+bitwise_and.__doc__ = "Elementwise ``x & y`` of integers or bools (bits; truth of bools)."
+bitwise_or.__doc__ = "Elementwise ``x | y`` of integers or bools (bits; truth of bools)."
+bitwise_xor.__doc__ = "Elementwise ``x ^ y`` of integers or bools (bits; truth of bools)."
+bitwise_invert.__doc__ = "Elementwise ``~x`` of integers (every bit flipped) or bools (not)."
+bitwise_left_shift.__doc__ = """Elementwise ``x << y`` of integers, wrapping at the dtype's
+    width; 0 where ``y`` is negative or at least the width (NumPy's ``left_shift``)."""
+bitwise_right_shift.__doc__ = """Elementwise ``x >> y`` of integers (arithmetic: the sign is
+    kept); where ``y`` is negative or at least the width, 0, or -1 for negative ``x``
+    (NumPy's ``right_shift``)."""
+# NumPy's names of the same functions
+bitwise_not = invert = bitwise_invert
+left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
+
+
 def power(x, y):
     """x ** y. Small integer exponents become multiplications (exact, and cheap to compile)."""
     if type(x) is Tracer and type(y) is int and 1 <= y <= 4 and dtypes.is_float(x.gvar.aval.dtype):

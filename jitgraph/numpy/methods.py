@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from ..core import Tracer, aval_of
-from ._base import _here, _operand, astype, bool_
-from .math import (abs, add, clip, equal, floor_divide, greater, greater_equal, less, less_equal,
-                   logical_and, logical_not, logical_or, mod, multiply, negative,
-                   not_equal, power, subtract, true_divide)
+from ._base import _here, _operand, astype
+from .math import (abs, add, bitwise_and, bitwise_invert, bitwise_left_shift, bitwise_or,
+                   bitwise_right_shift, bitwise_xor, clip, equal, floor_divide, greater,
+                   greater_equal, less, less_equal, mod, multiply, negative, not_equal, power,
+                   subtract, true_divide)
 from .reductions import argmax, argmin, max, mean, min, prod, std, sum, var
 from .manipulation import ravel, reshape, squeeze, swapaxes, transpose
 from .indexing import getitem
@@ -24,19 +25,6 @@ def _c_order(order) -> bool:
     if order not in ("C", None):
         raise TypeError(f"reshape: only order='C' is supported on traced values, got {order!r}")
     return True
-
-
-def _bool_operands(op: str, *xs):
-    """&, | and ~ are logical on bool values; NumPy's bitwise integer versions have no
-    primitive, so they are refused rather than silently computed as logical operations."""
-    for x in xs:
-        d = aval_of(_operand(x)).dtype
-        if d != bool_:
-            raise TypeError(f"the operator {op} on a traced value of dtype {d} is not supported "
-                            "(only bool operands: bitwise integer operations have no primitive);"
-                            f" use jnp.logical_and/logical_or/logical_not or comparisons, at "
-                            f"{_here()}")
-    return xs
 
 
 def _setitem(self, key, value):
@@ -72,11 +60,17 @@ def _install_tracer_methods() -> None:
     T.__le__ = lambda s, o: less_equal(s, o)
     T.__eq__ = lambda s, o: equal(s, o)
     T.__ne__ = lambda s, o: not_equal(s, o)
-    T.__and__ = lambda s, o: logical_and(*_bool_operands("&", s, o))
-    T.__rand__ = lambda s, o: logical_and(*_bool_operands("&", o, s))
-    T.__or__ = lambda s, o: logical_or(*_bool_operands("|", s, o))
-    T.__ror__ = lambda s, o: logical_or(*_bool_operands("|", o, s))
-    T.__invert__ = lambda s: logical_not(*_bool_operands("~", s))
+    T.__and__ = lambda s, o: bitwise_and(s, o)
+    T.__rand__ = lambda s, o: bitwise_and(o, s)
+    T.__or__ = lambda s, o: bitwise_or(s, o)
+    T.__ror__ = lambda s, o: bitwise_or(o, s)
+    T.__xor__ = lambda s, o: bitwise_xor(s, o)
+    T.__rxor__ = lambda s, o: bitwise_xor(o, s)
+    T.__invert__ = lambda s: bitwise_invert(s)
+    T.__lshift__ = lambda s, o: bitwise_left_shift(s, o)
+    T.__rlshift__ = lambda s, o: bitwise_left_shift(o, s)
+    T.__rshift__ = lambda s, o: bitwise_right_shift(s, o)
+    T.__rrshift__ = lambda s, o: bitwise_right_shift(o, s)
     T.__getitem__ = lambda s, k: getitem(s, k)
     T.__setitem__ = _setitem
     T.copy = lambda s: s

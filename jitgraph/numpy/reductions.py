@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import dtypes
 from ..core import Tracer, aval_of, bind
-from ._base import (_P, _as_bool, _axes, _axis1, _keep, _operand, asarray, astype, bool_, float64, int32,
+from ._base import (_P, _as_bool, _axes, _axis1, _keep, _operand, asarray, astype, float64,
                     int64, _locate_module)
 from .math import sqrt, true_divide
 from .manipulation import ravel
@@ -27,19 +27,19 @@ def sum(x, axis=None, dtype=None, keepdims=False):
     d = aval_of(x).dtype
     if dtype is not None:
         x = astype(x, dtype)
-    elif d == bool_ or d == int32:
-        x = astype(x, int64)
+    elif dtypes.accumulator(d) != d:
+        x = astype(x, dtypes.accumulator(d))
     return _reduce("reduce_sum", x, axis, keepdims)
 
 
 def prod(x, axis=None, dtype=None, keepdims=False):
     """Product over ``axis`` (all axes by default), as ``numpy.prod``: in ``dtype`` when given,
-    else booleans and int32 multiply in int64."""
+    else booleans and narrow integers multiply in 64 bits (``dtypes.accumulator``)."""
     x = _operand(x)
     if dtype is not None:
         x = astype(x, dtype)
-    elif aval_of(x).dtype in (bool_, int32):
-        x = astype(x, int64)
+    elif dtypes.accumulator(aval_of(x).dtype) != aval_of(x).dtype:
+        x = astype(x, dtypes.accumulator(aval_of(x).dtype))
     return _reduce("reduce_prod", x, axis, keepdims)
 
 
@@ -198,8 +198,8 @@ def _cumulative(x, axis, dtype, name):
     d = aval_of(x).dtype
     if dtype is not None:
         x = astype(x, dtype)
-    elif d == bool_ or d == int32:
-        x = astype(x, int64)
+    elif dtypes.accumulator(d) != d:
+        x = astype(x, dtypes.accumulator(d))
     if axis is None:
         x, axis = ravel(x), 0
     return x, _axis1(x, axis, name)

@@ -47,18 +47,21 @@ def _same_dtype(avals, name):
 COMPLEX_OK: set[str] = set()
 
 
-def elementwise_aval(*avals, out_dtype=None, float_only=False, name=""):
+def elementwise_aval(*avals, out_dtype=None, float_only=False, name="", kinds=""):
     dtype = _same_dtype(avals, name)
     if dtypes.is_complex(dtype) and name not in COMPLEX_OK:
         raise TypeError(f"{name} is not defined for complex operands ({dtype}); apply it to "
                         "the real and imaginary parts (jnp.real, jnp.imag), or to jnp.abs(x)")
     if float_only and not dtypes.is_inexact(dtype):
         raise TypeError(f"needs a floating-point operand, got {dtype}")
+    if kinds and dtypes.kind(dtype) not in kinds:
+        raise TypeError(f"{name}: needs {_KIND_NAMES[kinds]} operands, got {dtype}")
     shape = broadcast_shapes(*(a.shape for a in avals))
     out = out_dtype(dtype) if callable(out_dtype) else out_dtype     # (a rule: abs's)
     return Aval(shape, out or dtype, weak=all(a.weak for a in avals))
 
 
+_KIND_NAMES = {"biu": "integer or bool", "iu": "integer"}
 UNARY: dict[str, Primitive] = {}
 BINARY: dict[str, Primitive] = {}
 
@@ -84,12 +87,13 @@ _KEEPS_TYPE = {"keeps_float": True, "keeps_int64": True}
 
 
 def unary(name, impl, codegen, vjp=None, jvp=None, float_only=True, out_dtype=None,
-          differentiable=True):
+          differentiable=True, kinds=""):
     """Define a unary elementwise primitive; ``codegen`` is its record (``call``,
     ``Lowering.scalar``) or just its expression rule; ``jvp`` defaults to the VJP's local
-    derivative."""
+    derivative; ``kinds``: the dtype kinds it takes (``"iu"``), when not all."""
     def aval(x):
-        return elementwise_aval(x, out_dtype=out_dtype, float_only=float_only, name=name)
+        return elementwise_aval(x, out_dtype=out_dtype, float_only=float_only, name=name,
+                                kinds=kinds)
     if jvp is None and vjp is not None:
         def jvp(ts, out, x, _vjp=vjp):
             return None if ts[0] is None else _vjp(ts[0], out, x)[0]
@@ -101,9 +105,10 @@ def unary(name, impl, codegen, vjp=None, jvp=None, float_only=True, out_dtype=No
 
 
 def binary(name, impl, codegen, vjp=None, jvp=None, out_dtype=None, differentiable=True,
-           float_only=False):
+           float_only=False, kinds=""):
     def aval(x, y):
-        return elementwise_aval(x, y, out_dtype=out_dtype, float_only=float_only, name=name)
+        return elementwise_aval(x, y, out_dtype=out_dtype, float_only=float_only, name=name,
+                                kinds=kinds)
     p = register(Primitive(name, kind="elementwise", abstract_eval=aval, impl=impl, vjp=vjp,
                            jvp=jvp, codegen=codegen, differentiable=differentiable))
     p.batch = elementwise_rule(p)
@@ -303,6 +308,57 @@ for _name, (_fn, _op) in _CMP.items():
     binary(_name, _fn, operator(_op), out_dtype=dtypes.bool_, differentiable=False)
 and_p = binary("logical_and", np.logical_and, operator("and"), differentiable=False)
 or_p = binary("logical_or", np.logical_or, operator("or"), differentiable=False)
+
+
+# ---------------------------------------------------------------- bitwise (integers and bools)
+# No derivative: their operands are integers or bools, as JAX's (whose gradient there is zero).
+bitwise_and_p = binary("bitwise_and", np.bitwise_and, operator("bit_and"), differentiable=False,
+                       kinds="biu")
+bitwise_or_p = binary("bitwise_or", np.bitwise_or, operator("bit_or"), differentiable=False,
+                      kinds="biu")
+bitwise_xor_p = binary("bitwise_xor", np.bitwise_xor, operator("bit_xor"), differentiable=False,
+                       kinds="biu")
+
+
+def _invert_rule(c, x):
+    """``~x``; on a bool, ``not x`` (Python's ``~True`` is the integer -2)."""
+    return c.op("not" if c.in_dtype == dtypes.bool_ else "bit_not", x)
+
+
+bitwise_invert_p = unary("bitwise_invert", np.invert, Lowering.scalar(_invert_rule),
+                         float_only=False, differentiable=False, kinds="biu")
+
+
+def _shift_in_range(c, n):
+    """Whether shift count ``n`` is in ``[0, bits)`` of the operands' dtype (the only counts
+    the hardware shifts by, and the only ones the standard defines)."""
+    d = c.in_dtype
+    below = c.op("less", n, c.literal(d.itemsize * 8, d))
+    if d.kind == "u":
+        return below
+    return c.op("bit_and", c.op("greater_equal", n, c.literal(0, d)), below)
+
+
+def _shift_left_rule(c, x, n):
+    """``x << n``, 0 where ``n`` is outside ``[0, bits)``, as NumPy's ``left_shift``."""
+    return c.select(_shift_in_range(c, n), c.op("shift_left", x, n), c.literal(0, c.in_dtype))
+
+
+def _shift_right_rule(c, x, n):
+    """``x >> n`` (arithmetic on signed integers); where ``n`` is outside ``[0, bits)``, 0, or
+    -1 for a negative signed ``x`` (its shift by ``bits - 1``), as NumPy's ``right_shift``."""
+    d, ok = c.in_dtype, _shift_in_range(c, n)
+    if d.kind == "u":
+        return c.select(ok, c.op("shift_right", x, n), c.literal(0, d))
+    return c.op("shift_right", x, c.select(ok, n, c.literal(d.itemsize * 8 - 1, d)))
+
+
+bitwise_left_shift_p = binary("bitwise_left_shift", np.left_shift,
+                              Lowering.scalar(_shift_left_rule, cost=2), differentiable=False,
+                              kinds="iu")
+bitwise_right_shift_p = binary("bitwise_right_shift", np.right_shift,
+                               Lowering.scalar(_shift_right_rule, cost=2),
+                               differentiable=False, kinds="iu")
 
 
 # ---------------------------------------------------------------- select and convert

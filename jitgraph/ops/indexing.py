@@ -27,7 +27,9 @@ def _check_indices(x: Aval, idx: tuple[Aval, ...]):
 def normalize_index(i: np.ndarray, n: int) -> np.ndarray:
     """Negative indices counted from the end, then clamped to [0, n - 1]. (Two ufuncs, not
     ``np.clip``, whose argument checks on integer arrays cost several times the clamp on
-    the small index arrays of eager code.)"""
+    the small index arrays of eager code.) In int64, as the kernels' ``clamp_index``: a narrow
+    index dtype need not hold ``n``."""
+    i = i.astype(np.int64, copy=False)
     i = np.where(i < 0, i + n, i)
     return np.minimum(np.maximum(i, 0), max(n - 1, 0))
 
