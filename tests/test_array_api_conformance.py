@@ -1,7 +1,8 @@
 """What the Array API standard's conformance suite (``data-apis/array-api-tests``) found wrong
 in ``jitgraph.numpy``, kept as tests of this project so the fixes hold without the suite: dtype
 equality with non-dtypes, the standard's parameter names (``clip``, ``reshape``),
-``count_nonzero``, ``arange(n, step=)``, ``tensordot`` over empty axes and ``vecdot``'s dtype;
+``count_nonzero``, ``arange(n, step=)``, ``tensordot`` over empty axes, ``vecdot``'s dtype,
+the ``bitwise_*`` signatures and descending ``argsort`` of integers;
 eager and under jit, against NumPy. How to run the suite itself: docs/guides/semantics.md."""
 from __future__ import annotations
 
@@ -216,3 +217,28 @@ def test_an_axis_out_of_bounds_is_an_index_error(call):
     assert isinstance(info.value, AxisError) and isinstance(info.value, ShapeError)
     with pytest.raises(IndexError, match="out of bounds"):
         jitgraph.jit(lambda v: jnp.expand_dims(v, 3))(np.ones((2, 2)))
+
+
+def test_bitwise_signatures_are_the_standards():
+    # the suite reads the signature: binary bitwise_* take (x1, x2, /), bitwise_invert (x, /)
+    for name in ("and", "or", "xor", "left_shift", "right_shift"):
+        f = getattr(jnp, f"bitwise_{name}")
+        assert _positional_names(f) == ["x1", "x2"] and f.__name__ == f"bitwise_{name}"
+    assert _positional_names(jnp.bitwise_invert) == ["x"]
+    a, b = np.array([6, -3, 12], np.int16), np.array([5, 1, 2], np.int16)
+    for name, ref in (("and", np.bitwise_and), ("left_shift", np.left_shift)):
+        got = getattr(jnp, f"bitwise_{name}")(jnp.asarray(a), jnp.asarray(b))
+        np.testing.assert_array_equal(np.asarray(got), ref(a, b))
+
+
+@pytest.mark.parametrize("values", [np.array([206, 0, 5, 206, 255, 0], np.uint8),
+                                    np.array([-128, 127, 0, -128, 5, 127], np.int8),
+                                    np.array([True, False, True, False])])
+def test_descending_argsort_of_integers_is_stable(values):
+    # descending used to sort -x, which wraps 0 of unsigned dtypes and INT_MIN to themselves
+    want = np.argsort(~values, kind="stable")     # ~ reverses the order of ints and bools
+    x = jnp.asarray(values)
+    np.testing.assert_array_equal(np.asarray(jnp.argsort(x, descending=True)), want)
+    np.testing.assert_array_equal(
+        np.asarray(jitgraph.jit(lambda v: jnp.argsort(v, descending=True))(x)), want)
+    np.testing.assert_array_equal(np.asarray(jnp.sort(x, descending=True)), values[want])
