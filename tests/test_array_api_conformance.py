@@ -2,8 +2,8 @@
 in ``jitgraph.numpy``, kept as tests of this project so the fixes hold without the suite: dtype
 equality with non-dtypes, the standard's parameter names (``clip``, ``reshape``),
 ``count_nonzero``, ``arange(n, step=)``, ``tensordot`` over empty axes, ``vecdot``'s dtype,
-the ``bitwise_*`` signatures and descending ``argsort`` of integers;
-eager and under jit, against NumPy. How to run the suite itself: docs/guides/semantics.md."""
+the ``bitwise_*`` signatures, descending ``argsort`` of integers, complex ``expm1`` on the real
+axis; eager and under jit, against NumPy. How to run the suite itself: docs/guides/semantics.md."""
 from __future__ import annotations
 
 import inspect
@@ -242,3 +242,21 @@ def test_descending_argsort_of_integers_is_stable(values):
     np.testing.assert_array_equal(
         np.asarray(jitgraph.jit(lambda v: jnp.argsort(v, descending=True))(x)), want)
     np.testing.assert_array_equal(np.asarray(jnp.sort(x, descending=True)), values[want])
+
+
+def test_complex_expm1_on_the_real_axis_keeps_its_zero():
+    # the standard: expm1(+inf + 0j) = +inf + 0j, expm1(NaN + 0j) = NaN + 0j (NumPy: NaN imag)
+    z = np.array([complex(np.inf, 0.0), complex(np.nan, 0.0), complex(1.0, -0.0), 0j,
+                  complex(-np.inf, 0.0), 0.5 + 0.25j], np.complex128)
+    want_re = np.array([np.inf, np.nan, np.expm1(1.0), 0.0, -1.0, np.expm1(z[5]).real])
+    want_im = np.array([0.0, 0.0, -0.0, 0.0, 0.0, np.expm1(z[5]).imag])
+    for got in (jnp.expm1(jnp.asarray(z)), jitgraph.jit(jnp.expm1)(jnp.asarray(z))):
+        got = np.asarray(got)
+        np.testing.assert_allclose(got.real, want_re, rtol=1e-15)
+        np.testing.assert_array_equal(got.imag, want_im)
+        np.testing.assert_array_equal(np.signbit(got.imag), np.signbit(want_im))
+    # off the axis and for reals, the primitive's own values and derivative
+    t = jnp.asarray([0.5, 1.0])
+    g = jitgraph.grad(lambda t: jnp.real(jnp.expm1(t + 0.3j)).sum())(t)
+    want = np.real(np.exp(np.array([0.5, 1.0]) + 0.3j))
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-13)

@@ -24,7 +24,20 @@ negative = _unary("neg", float_only=False)
 exp = _unary("exp")
 log = _unary("log")
 log1p = _unary("log1p")
-expm1 = _unary("expm1")
+_expm1 = _unary("expm1")
+
+
+def expm1(x):
+    """Elementwise ``exp(x) - 1``, accurate near 0. On the real axis (imaginary part ±0) a
+    complex ``x`` gives ``expm1(real(x))`` with that zero, the standard's special cases, where
+    NumPy's complex ``expm1`` gives ``inf+nanj`` for ``inf+0j`` and ``nan+nanj`` for ``nan+0j``."""
+    (x,) = _promote(x, float_only=True)
+    out = _expm1(x)
+    if not dtypes.is_complex(aval_of(x).dtype):
+        return out
+    on_axis = astype(_expm1(real(x)), aval_of(x).dtype)      # its imaginary part is +0
+    im = imag(x)
+    return where(equal(im, 0), where(signbit(im), conjugate(on_axis), on_axis), out)
 sin = _unary("sin")
 cos = _unary("cos")
 tan = _unary("tan")
