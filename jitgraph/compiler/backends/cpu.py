@@ -100,6 +100,20 @@ def loop_header(var: str, size, parallel: bool, pad: str) -> list[str]:
             pad + f"    {var} = np.int64({var}_u) & 0x7FFFFFFFFFFFFFFF"]
 
 
+def _kernel_head(params: Sequence[str]) -> str:
+    """A kernel's ``def`` line. Its name is the ``{NAME}`` field, which ``finish_module`` fills
+    once with the hash of the kernel's structure: a kernel is generated without a name, so
+    the text that is hashed is the text that is generated."""
+    return f"def {{NAME}}({', '.join(params)}):"
+
+
+def _call_field(kernel: str) -> str:
+    """The field through which the driver calls ``kernel`` (a step's name) until
+    ``finish_module`` knows the kernel's hashed name: it is the whole call target, so it is
+    filled by a plain replacement."""
+    return f"{{CALL {kernel}}}"
+
+
 def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) -> str:
     """Kernels skip the wrappers they are not called through (the C wrapper always; the
     Python one when a compiled driver calls them): wrappers are a good part of a small
@@ -184,7 +198,7 @@ class CpuCodegen:
             params += self._accumulator_params(k)
         params += [name for name, _, _ in self.symbols]
         lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.python_driver),
-                 f"def {k.name}_{{H}}({', '.join(params)}):"]
+                 _kernel_head(params)]
         if d.column:
             return "\n".join(lines + self._column_body(k)), params
         ind = 1
@@ -313,7 +327,7 @@ class CpuCodegen:
         params = sp.params + [name for name, _, _ in self.symbols]
         out = self.plan.array_name(n.out)
         lines = [_decorator(False, self.fastmath, False, self.python_driver),
-                 f"def {s.name}_{{H}}({', '.join(params)}):",
+                 _kernel_head(params),
                  f"    for z in range({max(n.out.aval.size, 0)}):", f"        {out}[z] = 0"]
         for depth, (v, d) in enumerate(zip(sp.loop_vars, sp.loop_sizes), 1):
             lines.append("    " * depth + f"for {v} in range({d}):")
@@ -327,7 +341,7 @@ class CpuCodegen:
         """Steps whose kernels are the same function up to their argument names (two layers of
         one size, or any two layers once sizes are runtime arguments) share one function: Numba
         compiles it once."""
-        key = _canonical(src, s.name, params)
+        key = _canonical(src, params)
         shared = self._by_structure.get(key)
         if shared is None:
             shared = self._by_structure[key] = KernelSource(s.name, src, [], tuple(params),
@@ -338,7 +352,7 @@ class CpuCodegen:
                                          shared.arg_types))
 
     def kernel_call(self, s, params: list) -> list[str]:
-        return [f"{self._callee[s.name]}_{{H}}({', '.join(params)})"]
+        return [f"{_call_field(self._callee[s.name])}({', '.join(params)})"]
 
     def module(self, body: list[str], memory: MemoryPlan) -> ModuleText:
         """The module source template, its kernels, the driver name template and the buffer
@@ -476,11 +490,11 @@ def finish_module(template: str, kernels: list[KernelSource], driver: str) -> Fi
     for ks in kernels:
         if ks.name not in final:
             kind = ks.name.split("_")[1]
-            canon = _canonical(ks.source, ks.name, ks.params)
+            canon = _canonical(ks.source, ks.params)
             name = f"{kind}_{hashlib.sha256(canon.encode()).hexdigest()[:12]}"
             final[ks.name] = KernelSource(name, canon.replace("{NAME}", name), [],
                                           arg_types=ks.arg_types)
-            driver_chunk = re.sub(rf"\b{re.escape(ks.name)}_{{H}}\(", name + "(", driver_chunk)
+            driver_chunk = driver_chunk.replace(_call_field(ks.name), name)
         ks.name, ks.source = final[ks.name].name, final[ks.name].source
     h = hashlib.sha256(driver_chunk.encode()).hexdigest()[:12]
     driver_chunk = driver_chunk.replace("{H}", h)
@@ -494,8 +508,11 @@ def finish_module(template: str, kernels: list[KernelSource], driver: str) -> Fi
     return FinishedProgram(text, driver_source, driver.replace("{H}", h), modules)
 
 
-def _canonical(src: str, name: str, params) -> str:
-    """A kernel's source with its name a placeholder and its parameters ``a0, a1, ...``."""
-    table = {name + "_{H}": "{NAME}", **{p: f"a{i}" for i, p in enumerate(params)}}
+def _canonical(src: str, params) -> str:
+    """A kernel's source (its name the ``{NAME}`` field already) with its parameters
+    ``a0, a1, ...``."""
+    table = {p: f"a{i}" for i, p in enumerate(params)}
+    if not table:
+        return src
     pattern = re.compile(r"(?<![\w{])(" + "|".join(map(re.escape, table)) + r")(?!\w)")
     return pattern.sub(lambda m: table[m.group(1)], src)
