@@ -85,7 +85,7 @@ def _accumulator_name(k: LoopKernel, j: int) -> str:
     return f"{k.name}_acc{j}"
 
 
-def loop_header(var: str, size, parallel: bool, pad: str) -> list[str]:
+def loop_header(syntax: Syntax, var: str, size, parallel: bool, pad: str) -> list[str]:
     """``for var in range(size):``, or a ``prange`` loop whose index is rebound as int64.
 
     Numba types a ``prange`` index as unsigned (uint64), and uint64 with any signed operand
@@ -95,7 +95,7 @@ def loop_header(var: str, size, parallel: bool, pad: str) -> list[str]:
     LLVM the copy is not negative, so Numba's negative-index wraparound on every access folds
     away and the loop still vectorizes (without it, measured here: 1.6x slower at 2^24)."""
     if not parallel:
-        return [pad + f"for {var} in range({size}):"]
+        return [pad + syntax.for_range(var, size)]
     return [pad + f"for {var}_u in prange({size}):",
             pad + f"    {var} = np.int64({var}_u) & 0x7FFFFFFFFFFFFFFF"]
 
@@ -204,7 +204,7 @@ class CpuCodegen:
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
-            lines += loop_header(v, d, outer_par and i == 0, "    " * ind)
+            lines += loop_header(self.ctx, v, d, outer_par and i == 0, "    " * ind)
             ind += 1
         if not o_loop_vars and not any(s.reductions or s.lines or s.stores for s in body.stages):
             lines.append("    pass")
@@ -221,7 +221,7 @@ class CpuCodegen:
             r_loop_vars = [(v, d) for v, d in zip(body.r_vars, r_shape) if d != 1]
             ind2 = ind
             for i, (v, d) in enumerate(r_loop_vars):
-                lines += loop_header(v, d, inner_par and i == 0, "    " * ind2)
+                lines += loop_header(self.ctx, v, d, inner_par and i == 0, "    " * ind2)
                 ind2 += 1
             pad2 = "    " * ind2
             lines += [pad2 + l for l in st.lines]
@@ -285,11 +285,11 @@ class CpuCodegen:
                 out.append(f"    {acc} = {plan.array_name(n.out)}")
             else:                        # into scratch the driver passes
                 out.append(f"    {acc} = {_accumulator_name(k, j)}")
-            out.append(f"    for z in range({o_size}):")
+            out.append("    " + self.ctx.for_range("z", o_size))
             out.append(f"        {acc}[z] = {init_value(self.ctx, monoid, dt)}")
         ind = 1
         for v, d in r_loops + o_loops:
-            out.append("    " * ind + f"for {v} in range({d}):")
+            out.append("    " * ind + self.ctx.for_range(v, d))
             ind += 1
         pad = "    " * ind
         out += [pad + l for l in loop_st.lines]
@@ -309,7 +309,7 @@ class CpuCodegen:
             sc = build_body(plan, k, pos, self.ctx, acc_reads="_x").stages[1]
             ind = 1
             for v, d in o_loops:
-                out.append("    " * ind + f"for {v} in range({d}):")
+                out.append("    " * ind + self.ctx.for_range(v, d))
                 ind += 1
             pad = "    " * ind
             accs = [acc for (_, acc, _, _) in loop_st.reductions]
@@ -328,9 +328,10 @@ class CpuCodegen:
         out = self.plan.array_name(n.out)
         lines = [_decorator(False, self.fastmath, False, self.python_driver),
                  _kernel_head(params),
-                 f"    for z in range({max(n.out.aval.size, 0)}):", f"        {out}[z] = 0"]
+                 "    " + self.ctx.for_range("z", max(n.out.aval.size, 0)),
+                 "        " + self.ctx.store(out, "z", "0")]
         for depth, (v, d) in enumerate(zip(sp.loop_vars, sp.loop_sizes), 1):
-            lines.append("    " * depth + f"for {v} in range({d}):")
+            lines.append("    " * depth + self.ctx.for_range(v, d))
         pad = "    " * (len(sp.loop_vars) + 1)
         lines += [pad + line for line in sp.index_lines]
         lines.append(pad + f"{out}[{sp.target}] += {sp.source}")
