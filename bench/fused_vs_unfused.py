@@ -14,9 +14,10 @@ decides at that shape, so its thresholds can be checked against the measurements
     python bench/fused_vs_unfused.py --fit [--load out.json]
 
 ``--fit`` prints the cost-model constants (``FUSED_US``, ``UNFUSED_US`` of
-``jitgraph/attention.py`` and ``jitgraph/linear_ce.py``) fitted to the measurements (these, or
-a run's ``--json`` read back with ``--load``): each side's medians as a non-negative sum of its
-terms (``cost_terms``), rows weighted by 1 / time so that small shapes count as much as large.
+``jitgraph/fused/attention.py`` and ``jitgraph/fused/linear_ce.py``) fitted to the
+measurements (these, or a run's ``--json`` read back with ``--load``): each side's medians as
+a non-negative sum of its terms (``cost_terms``), rows weighted by 1 / time so that small
+shapes count as much as large.
 """
 from __future__ import annotations
 

@@ -85,8 +85,7 @@ __all__ += ["config", "load", "optim", "random", "register_pytree_node", "save",
 
 # control flow, rematerialisation, forward mode
 from . import control_flow  # noqa: E402,F401  (registers cond, scan, while, remat)
-from . import attention  # noqa: E402,F401  (fused attention: primitives, graph rewrite)
-from . import linear_ce  # noqa: E402,F401  (fused linear cross-entropy: primitives, rewrite)
+from . import fused  # noqa: E402,F401  (every fused op, each also published as jitgraph.<name>)
 from . import lax  # noqa: E402,F401
 from .remat import checkpoint, checkpoint_name, checkpoint_policies, remat  # noqa: E402,F401
 from .transforms import linearize  # noqa: E402,F401

@@ -78,7 +78,7 @@ def _node_location(n: Node) -> str:
 
 
 def _differentiable(aval: Aval) -> bool:
-    return dtypes.is_float(aval.dtype)
+    return dtypes.is_inexact(aval.dtype)
 
 
 def _fit(ct, aval: Aval, node: Node):

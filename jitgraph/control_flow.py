@@ -45,7 +45,8 @@ def permuted(g: Graph, in_perm: Sequence[int], out_sel: Sequence[int]) -> Graph:
 
 
 def is_float(x) -> bool:
-    return dtypes.is_float((x.aval if isinstance(x, (Var, Tracer)) else aval_of(x)).dtype)
+    """Whether ``x`` is differentiated: a float or a complex value."""
+    return dtypes.is_inexact((x.aval if isinstance(x, (Var, Tracer)) else aval_of(x)).dtype)
 
 
 def _zeros_like(x):

@@ -82,7 +82,7 @@ _WEAK_AVALS: dict = {}
 def _weak_avals() -> None:
     """Python scalars' avals, for the default dtypes ``jitgraph.config`` sets."""
     _WEAK_AVALS.update({t: Aval((), dtypes.python_scalar_dtype(t()), weak=True)
-                        for t in (bool, int, float)})
+                        for t in (bool, int, float, complex)})
 
 
 _weak_avals()
@@ -107,7 +107,7 @@ def aval_of(x: Any) -> Aval:
         return a
     if isinstance(x, Tracer):
         return x.gvar.aval
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+    if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         return Aval((), dtypes.python_scalar_dtype(x), weak=True)
     if isinstance(x, (np.ndarray, np.generic)):
         return Aval(x.shape, dtypes.canonical(x.dtype))
@@ -266,6 +266,8 @@ def scalar_function(name: str, backend: str, in_dtype: np.dtype, approx_math: bo
     ``backend`` is a registered target's name (``targets.register_target``)."""
     approx = _uses_approximations(backend, approx_math)
     prim = PRIMITIVES.get(name)
+    if np.dtype(in_dtype).kind == "c":
+        return _complex_function(name, prim)
     if prim is None:
         return f"math.{name}"
     low, dtype = prim.lowering, np.dtype(in_dtype)
@@ -273,6 +275,24 @@ def scalar_function(name: str, backend: str, in_dtype: np.dtype, approx_math: bo
         return f"{name}_{_float_suffix(dtype)}"
     fn = low.functions.get(backend)
     return f"math.{name}" if fn is None else fn.format(f=_float_suffix(dtype))
+
+
+#: ``math``'s names of the inverse functions, as NumPy's ufuncs name them
+_NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+                "acosh": "arccosh", "atanh": "arctanh"}
+
+
+def _complex_function(name: str, prim: "Primitive | None") -> str:
+    """The routine for a complex operand: the NumPy ufunc of that name (or the one that is
+    the op's reference), which Numba's CPU target compiles for complex scalars (``math``'s
+    functions take only reals)."""
+    name = _NUMPY_NAMES.get(name, name)
+    if isinstance(getattr(np, name, None), np.ufunc):
+        return f"np.{name}"
+    if prim is not None and isinstance(prim.impl, np.ufunc):
+        return f"np.{prim.impl.__name__}"
+    raise TypeError(f"{name} has no compiled routine for complex operands; compute it "
+                    "from jnp.real(x) and jnp.imag(x)")
 
 
 def approximations() -> list[str]:

@@ -32,6 +32,38 @@ NARROW_FLOATS = (float16,) + ((bfloat16,) if bfloat16 is not None else ())
 NARROW_SET = frozenset(NARROW_FLOATS)
 SUPPORTED = (bool_, int32, int64, float32, float64) + NARROW_FLOATS
 _KIND_ORDER = {"b": 0, "i": 1, "f": 2}
+# ---- complex numbers: computed on the CPU target (the CUDA target refuses them)
+complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
+COMPLEX = (complex64, complex128)
+SUPPORTED += COMPLEX
+_KIND_ORDER["c"] = 3
+
+
+def is_complex(dtype) -> bool:
+    """complex64 or complex128."""
+    return np.dtype(dtype).kind == "c"
+
+
+def is_inexact(dtype) -> bool:
+    """A float or a complex dtype: what can be differentiated."""
+    return kind(dtype) in "fc"
+
+
+def real_dtype(dtype) -> np.dtype:
+    """The real dtype of a complex one (complex64 -> float32; ``abs``, ``real``, ``imag``);
+    other dtypes as they are."""
+    d = np.dtype(dtype)
+    return np.dtype(np.float32 if d == complex64 else np.float64) if d.kind == "c" else d
+
+
+def complex_dtype(dtype) -> np.dtype:
+    """The complex dtype of a float one (float32 -> complex64; float64 -> complex128)."""
+    d = np.dtype(dtype)
+    if d.kind == "c":
+        return d
+    return complex64 if d in (float32,) + NARROW_FLOATS else complex128
+
 BFLOAT16_INSTALL = "bfloat16 needs ml_dtypes: pip install ml_dtypes (or 'jitgraph[cuda]')"
 
 
@@ -74,6 +106,8 @@ def default_for_kind(kind: str) -> np.dtype:
     unless ``jitgraph.config`` sets 32-bit defaults."""
     if kind == "f":
         return config.float_dtype()
+    if kind == "c":
+        return complex_dtype(config.float_dtype())
     return config.int_dtype() if kind == "i" else bool_
 
 
@@ -86,6 +120,8 @@ def canonical(dtype) -> np.dtype:
         return int64 if d.itemsize > 4 or d.kind == "u" and d.itemsize >= 4 else int32
     if d.kind == "f":
         return float64 if d.itemsize > 4 else float32
+    if d.kind == "c":
+        return complex128 if d.itemsize > 8 else complex64
     raise TypeError(f"jitgraph does not support dtype {d}; use one of "
                     f"{', '.join(str(s) for s in SUPPORTED)}")
 
@@ -127,6 +163,8 @@ def is_integer_or_bool(dtype) -> bool:
 def python_scalar_dtype(x) -> np.dtype:
     if isinstance(x, bool):
         return bool_
+    if isinstance(x, complex):
+        return default_for_kind("c")
     return default_for_kind("i" if isinstance(x, int) else "f")
 
 
@@ -153,10 +191,12 @@ def _result_type(items) -> tuple[np.dtype, bool]:
         out = canonical(out)
         top_weak = max((_KIND_ORDER[d.kind] for d in weak), default=-1)
         if top_weak > _KIND_ORDER[kind(out)]:
-            out = default_for_kind("f" if top_weak == 2 else "i")
+            # a weak complex meeting a float array keeps its precision (JAX: f32 + 1j -> c64)
+            out = complex_dtype(out) if top_weak == 3 and kind(out) == "f" else \
+                default_for_kind("bifc"[top_weak])
         return out, False
     top = max(_KIND_ORDER[d.kind] for d in weak)
-    return default_for_kind("bif"[top]), True
+    return default_for_kind("bifc"[top]), True
 
 
 def concrete_operand(x: Any, name: str = "argument") -> Any:
@@ -165,7 +205,7 @@ def concrete_operand(x: Any, name: str = "argument") -> Any:
     TypeError or ValueError naming ``name`` for anything else. Traced values are the caller's to
     pass through: this module sits below the IR, so ``vmap`` (below ``jitgraph.numpy``) and
     ``jnp``'s own operand check share it."""
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+    if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         return x
     if isinstance(x, np.ndarray):
         if x.dtype in SUPPORTED:
@@ -183,7 +223,7 @@ def concrete_operand(x: Any, name: str = "argument") -> Any:
             raise ValueError(f"{name}: cannot make an array from a ragged nested sequence")
         if arr.dtype.kind in "US":
             raise TypeError(f"{name}: strings are not arrays (got {x!r:.60})")
-        if arr.dtype.kind in "if" and arr.dtype.itemsize == 8:     # Python numbers
+        if arr.dtype in (np.dtype(float), np.dtype(int), np.dtype(complex)):   # Python numbers
             return arr.astype(default_for_kind(arr.dtype.kind))
         return arr.astype(_canonical_for(arr.dtype, name))
     if x is None:

@@ -31,6 +31,9 @@ class Capabilities:
     numba_cpu: bool = False
     """It compiles with Numba's CPU pipeline: the compile settings' optimization level
     applies (``compiler.settings.compile_settings``)."""
+    complex_numbers: bool = False
+    """Its kernels compute complex64 and complex128 values (``pipeline.generate_graph``
+    refuses a graph with complex values for a target without them)."""
     hardware: str = "cpu"
     """The machine its programs run on, "cpu" or "cuda": how the profiler times a call (a
     host clock, or events on the device's stream after a synchronize) and which peaks it

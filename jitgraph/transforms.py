@@ -114,12 +114,17 @@ def positional_names(fun: Callable) -> list[str]:
 
 
 def _check_float_leaves(leaves: Sequence[Any], what: str, argnum: int, arg: Any,
-                        fun: Callable) -> None:
-    """Differentiated leaves must be floats; an error names the leaf (``argument 0 at
-    args[0]['w']``)."""
+                        fun: Callable, holomorphic: bool = False) -> None:
+    """Differentiated leaves must be floats or complex (complex only, with ``holomorphic``, as
+    JAX); an error names the leaf (``argument 0 at args[0]['w']``)."""
     for k, x in enumerate(leaves):
         d = aval_of(x).dtype
-        if not dtypes.is_float(d):
+        if holomorphic and not dtypes.is_complex(d):
+            name = argument_leaf_names([arg], params=positional_names(fun),
+                                       positions=[argnum])[k]
+            raise TypeError(f"{what}(holomorphic=True) requires complex inputs, but {name} has "
+                            f"dtype {d}; convert it with x.astype(jnp.complex64)")
+        if not dtypes.is_inexact(d):
             name = argument_leaf_names([arg], params=positional_names(fun),
                                        positions=[argnum])[k]
             raise TypeError(
@@ -226,7 +231,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False):
             if c_shape != o_shape:
                 raise ValueError(f"vjp_fn: cotangent shape {c_shape} does not match output "
                                  f"shape {o_shape}")
-        ct_leaves = [jnp.astype(c, aval_of(o).dtype) if dtypes.is_float(aval_of(o).dtype) else c
+        ct_leaves = [jnp.astype(c, aval_of(o).dtype) if dtypes.is_inexact(aval_of(o).dtype) else c
                      for c, o in zip(ct_leaves, outs[:n_out])]
         g_main = Graph(graph.inputs, graph.nodes, graph.outputs[:n_out], graph.consts)
         if values is not None:
@@ -250,7 +255,8 @@ def _count_leaves(node) -> int:
     return sum(_count_leaves(c) for c in node[2])
 
 
-def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bool):
+def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bool,
+                  holomorphic: bool = False):
     """Validate the differentiated arguments and trace ``fun`` on them (with their values),
     for ``value_and_grad`` and ``hessian_vector_product``: returns (single, in_tree, trace,
     graph, captured outer tracers, argument leaves, out_tree); the graph's outputs are
@@ -274,7 +280,7 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
         if not plain:
             leaves[pos:pos + n] = [leaf_operand(x, names[k])
                                    for k, x in enumerate(leaves[pos:pos + n], pos)]
-        _check_float_leaves(leaves[pos:pos + n], "grad", i, d, fun)
+        _check_float_leaves(leaves[pos:pos + n], "grad", i, d, fun, holomorphic)
         pos += n
     f = _partial(fun, args, nums, kwargs)
 
@@ -292,9 +298,16 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
             raise TypeError(f"grad requires a scalar output, got shape {a.shape} from "
                             f"{describe_fn(fun)}; reduce "
                             "it (e.g. .sum() or .mean()), or use jacrev / vjp")
-        if not dtypes.is_float(a.dtype):
+        if dtypes.is_complex(a.dtype) and not holomorphic:
+            raise TypeError(f"grad requires a real-valued output, got {a.dtype} from "
+                            f"{describe_fn(fun)}; for a holomorphic function pass "
+                            "holomorphic=True, else differentiate jnp.real or jnp.abs of it")
+        if not dtypes.is_inexact(a.dtype):
             raise TypeError(f"grad requires a float output, got {a.dtype} from "
                             f"{describe_fn(fun)}")
+        if holomorphic and not dtypes.is_complex(a.dtype):
+            raise TypeError(f"grad(holomorphic=True) requires a complex output, got {a.dtype} "
+                            f"from {describe_fn(fun)}")
         return out, aux
 
     t, graph, captured, leaves, _, out_tree = _trace(
@@ -302,7 +315,8 @@ def _trace_scalar(fun: Callable, args: tuple, kwargs: dict, argnums, has_aux: bo
     return single, in_tree, t, graph, captured, leaves, out_tree
 
 
-def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False):
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+                   holomorphic: bool = False):
     """A function returning both the value of the scalar function ``fun`` and its gradient,
     as ``jax.value_and_grad``: one trace, one forward and one backward pass.
 
@@ -325,6 +339,10 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         them (then the gradient is a tuple with one entry per argument).
     :param has_aux: ``fun`` returns a pair ``(value, aux)``; ``aux`` (any pytree) is returned
         beside the value and not differentiated.
+    :param holomorphic: ``fun`` is holomorphic with complex inputs and output: the gradient is
+        its complex derivative ``f'(z)``, as ``jax.grad(..., holomorphic=True)``. Without it, a
+        complex input of a real-valued ``fun`` gets JAX's gradient ``df/dx - i df/dy``
+        (``z = x + iy``: the conjugate of the direction of steepest ascent).
     :returns: a function with ``fun``'s arguments returning ``(value, grad)``, or
         ``((value, aux), grad)`` with ``has_aux=True``; ``grad`` has the structure and shapes of
         the differentiated argument(s).
@@ -333,7 +351,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     @returns_arrays
     def vg(*args, **kwargs):
         single, in_tree, t, graph, captured, leaves, out_tree = _trace_scalar(
-            fun, args, kwargs, argnums, has_aux)
+            fun, args, kwargs, argnums, has_aux, holomorphic)
         n_in = len(leaves)
         ct = [np.array(1, graph.outputs[0].aval.dtype)] + [None] * (len(graph.outputs) - 1)
         values = eager_values(t, graph, list(leaves) + captured)
@@ -352,7 +370,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     return vg
 
 
-def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False):
+def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
+         holomorphic: bool = False):
     """The gradient of the scalar function ``fun``, as ``jax.grad`` (reverse mode).
 
     ``grad(f)`` is a function with ``f``'s arguments that returns the derivative of ``f``'s
@@ -384,12 +403,16 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
         first), or a sequence of them (then the gradient is a tuple, one entry per argument).
     :param has_aux: ``fun`` returns a pair ``(value, aux)``; the gradient is of ``value``, and
         ``aux`` (any pytree: metrics, predictions) is returned beside it.
+    :param holomorphic: ``fun`` is holomorphic with complex inputs and output: the gradient is
+        its complex derivative ``f'(z)``, as ``jax.grad(..., holomorphic=True)``. Without it, a
+        complex input of a real-valued ``fun`` gets JAX's gradient ``df/dx - i df/dy``
+        (``z = x + iy``: the conjugate of the direction of steepest ascent).
     :returns: a function with ``fun``'s arguments returning the gradient, with the structure and
         shapes of the differentiated argument(s); ``(grad, aux)`` with ``has_aux=True``.
     :raises TypeError: when ``fun``'s output is not a scalar, or a differentiated argument is
         not a float array or pytree of them.
     """
-    vg = value_and_grad(fun, argnums, has_aux)
+    vg = value_and_grad(fun, argnums, has_aux, holomorphic)
 
     @functools.wraps(fun)
     @api_boundary
@@ -410,7 +433,7 @@ def _linearize(fun: Callable, primals: Sequence[Any]):
     n_out = len(graph.outputs)
 
     def jvp_leaves(tangents: Sequence[Any]) -> list:
-        res = eval_graph(g2, call_args + [jnp.astype(t, aval_of(x).dtype) if dtypes.is_float(aval_of(x).dtype) else t
+        res = eval_graph(g2, call_args + [jnp.astype(t, aval_of(x).dtype) if dtypes.is_inexact(aval_of(x).dtype) else t
                                      for t, x in zip(tangents, leaves)])
         return res
     return leaves, n_out, out_tree, jvp_leaves

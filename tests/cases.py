@@ -1161,5 +1161,46 @@ case("linear_ce_train", lambda h, ct: jitgraph.linear_ce.linear_ce_train_p(
     h, _ce_w, _ce_y, ct)[2], rn(5, 3), rn(5), argnums=(0, 1), grad=False,
      expect=lambda h, ct: _np_linear_ce_dh(h, ct))
 
+
+# ------------------------------------------------------------------ complex numbers
+def cn(*shape, dtype=np.complex128):
+    """Complex numbers with both parts standard normal."""
+    return (_rng.standard_normal(shape) + 1j * _rng.standard_normal(shape)).astype(dtype)
+
+
+# (their gradients, with JAX's convention for complex inputs, are tests/test_complex.py's)
+_cz, _cw, _cz32 = cn(2, 3), cn(2, 3), cn(2, 3, dtype=np.complex64)
+dual("complex_arith", lambda m, z, w: z * w + z / (w + 1.0) - 2j * z, _cz, _cw, grad=False)
+dual("complex_arith_c64", lambda m, z: z * z - (1 + 2j) * z + 0.5, _cz32, grad=False,
+     rtol=1e-5)
+dual("complex_unary", lambda m, z: m.exp(z) + m.log(z) + m.sqrt(z) + m.sin(z) + m.cos(z)
+     + m.tanh(z) + m.negative(z), _cz, grad=False)
+dual("complex_parts", lambda m, z: m.real(z) * m.imag(z) + m.abs(z) + m.angle(z), _cz,
+     grad=False)
+dual("complex_conj_sign", lambda m, z: m.conj(z) * m.sign(z), _cz, grad=False)
+dual("complex_reductions", lambda m, z: m.sum(z, axis=0) + m.prod(z, axis=0)
+     + m.mean(z, axis=0), _cz, grad=False)
+dual("complex_matmul", lambda m, z, w: z @ w.T, _cz, _cw, grad=False, rtol=1e-12)
+dual("complex_matmul_c64", lambda m, z: z @ z.T, _cz32, grad=False, rtol=1e-5)
+dual("complex_vdot", lambda m, z, w: m.vdot(z, w), _cz, _cw, grad=False)
+dual("complex_einsum", lambda m, z, w: m.einsum("ij,kj->ik", z, w), _cz, _cw, grad=False,
+     rtol=1e-12)
+dual("complex_predicates", lambda m, z: m.isfinite(z) & ~m.isnan(z) & ~m.isinf(z)
+     & (z == z) & ~(z != z), _cz, grad=False)
+dual("complex_from_float", lambda m, x, z: x * z + x, rn(2, 3), _cz, grad=False)
+dual("fft_c2c", lambda m, z: m.fft.fft(z) + m.fft.ifft2(z, norm="ortho"), _cz, grad=False,
+     rtol=1e-12)
+dual("fft_real", lambda m, x: m.fft.irfft(m.fft.rfft(x, 5) * 2.0, 6), rn(2, 4), grad=False,
+     rtol=1e-12)
+# real inputs and outputs through complex values: check_grads checks real/imag/conj/fft's
+# rules (and the complex ops between) as maps of real numbers
+dual("complex_via_real", lambda m, x: m.real(m.exp(1j * x) * m.conj(x + 2j))
+     + m.imag(m.sqrt(x * (1 + 1j))) + m.abs(x - 0.5j), pos(2, 3), rtol=1e-12)
+dual("fft_via_real", lambda m, x: m.real(m.fft.fft(x * (1 - 0.5j))) + m.fft.irfft(
+     m.fft.rfft(x) * (0.5 + 2j), 3) + m.imag(m.fft.ifft2(x + 0j, norm="ortho")),
+     rn(2, 3), rtol=1e-6)
+case("complex_to_float", lambda z: jnp.astype(z, jnp.float64) + jnp.abs(z), _cz, grad=False,
+     expect=lambda z: z.real + np.abs(z))
+
 CASES_BY_NAME = {c.name: c for c in CASES}
 GRAD_CASES = [c for c in CASES if c.grad]

@@ -641,8 +641,8 @@ def assert_same(got, want, what: str, tol: dict, rtol=None, atol=None) -> None:
     for k, (g, w) in enumerate(zip(g_leaves, w_leaves)):
         assert g.dtype == w.dtype, f"{what}: leaf {k}: dtype {g.dtype}, expected {w.dtype}"
         assert g.shape == w.shape, f"{what}: leaf {k}: shape {g.shape}, expected {w.shape}"
-        if g.dtype.kind == "f":
-            r, a = tol[g.dtype]
+        if g.dtype.kind in "fc":
+            r, a = tol[g.real.dtype]
             r = max(r, rtol or 0.0)
             a = max(a, atol or 0.0)
             finite = np.abs(w[np.isfinite(w)])

@@ -33,8 +33,8 @@ def assert_same(got, want, case, what):
                                    f"expected {w.dtype}"
         assert g.shape == w.shape, f"{case.name}: {what}: output {k} shape {g.shape}, " \
                                    f"expected {w.shape}"
-        if g.dtype.kind == "f":
-            rtol, atol = F_TOL[g.dtype]
+        if g.dtype.kind in "fc":
+            rtol, atol = F_TOL[g.real.dtype]
             rtol = case.rtol if case.rtol is not None else rtol
             atol = case.atol if case.atol is not None else atol
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True,

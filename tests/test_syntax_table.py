@@ -32,7 +32,7 @@ class Tokens(Syntax):
         self.n += 1
         return f"<{self.n}>"
 
-    op = bare = number = literal = call = cast = select = group = _token
+    op = bare = number = literal = call = cast = select = group = attribute = _token
     fn = _token
 
     def returns_input_type(self, name):

@@ -106,7 +106,8 @@ class PlanProgram:
 class PlanTarget:
     name = NAME
     aliases = ()
-    capabilities = Capabilities()          # host arrays, fixed sizes, timed on the CPU
+    # host arrays, fixed sizes, timed on the CPU; its steps are NumPy's, which has complex numbers
+    capabilities = Capabilities(complex_numbers=True)
     options_type = PlanOptions
 
     def check_usable(self, what):
@@ -135,7 +136,8 @@ pipeline.register_target(PlanTarget())
 
 
 def test_the_target_is_registered_and_asked():
-    assert pipeline.target_of(NAME).name == NAME and capabilities(NAME) == Capabilities()
+    assert pipeline.target_of(NAME).name == NAME and capabilities(NAME) == Capabilities(
+        complex_numbers=True)
     assert jitgraph.device_put({"w": np.ones(2)}, NAME)["w"].tolist() == [1.0, 1.0]
     f = jitgraph.jit(lambda x: (x * 2.0).sum(), device=NAME)
     assert float(f(np.arange(4.0))) == 12.0

@@ -122,7 +122,7 @@ def test_errors_that_are_not_jitgraphs_keep_their_type_and_message():
 def test_argument_locations_name_index_parameter_and_path():
     f = jitgraph.jit(lambda w, x: jnp.sum(w * x))
     with pytest.raises(TypeError, match=r"argument 1 \('x'\)"):
-        f(np.ones(3), np.ones(3, np.complex128))
+        f(np.ones(3), np.zeros(3, "datetime64[s]"))
     g = jitgraph.jit(lambda params, x: params["scale"] * x)
     with pytest.raises(TypeError, match=r"argument 0 at params\['scale'\]: a string"):
         g({"scale": "a", "bias": np.ones(2)}, np.ones(2))

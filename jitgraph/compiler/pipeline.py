@@ -20,6 +20,7 @@ import numpy as np
 
 from ..compile_phases import phase
 from ..core import Graph
+from ..dtypes import is_complex
 from ..rewrite import targeting
 from ..targets import target_named
 from .backends import register_target
@@ -90,6 +91,8 @@ def _compile_again(target: Target) -> Callable:
 def generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Generated:
     """lower -> fuse -> generate: the generated program of ``graph``, not yet loaded, with
     every stage's value in ``stages``."""
+    if not target.capabilities.complex_numbers:
+        refuse_complex(graph, target.name)
     # the fused rewrites' cost models price this target
     with phase("optimise"), targeting(target.name):
         lowered = lower(graph)
@@ -99,6 +102,25 @@ def generate_graph(graph: Graph, target: Target, options: CompileOptions) -> Gen
     gen.stages = {"graph": graph, "lowered": lowered, "plan": plan, "memory": gen.memory,
                   "source": gen.module.source}
     return gen
+
+
+def refuse_complex(graph: Graph, target: str) -> None:
+    """A TypeError naming the first op with a complex value, for a target whose kernels do
+    not compute complex numbers (its capabilities say)."""
+    for n in graph.nodes:
+        for v in list(n.inputs) + list(n.outs):
+            if is_complex(v.aval.dtype):
+                at = "" if n.source is None else " at %s:%s" % n.source[:2]
+                raise TypeError(
+                    f"{n.prim.name}{at} on {v.aval.dtype} {v.aval.shape}: the {target} target does "
+                    f"not compute complex numbers yet; run this function on the CPU "
+                    f"(jit(f, device='cpu')), or carry the real and imaginary parts as "
+                    f"separate float arrays (jnp.real, jnp.imag)")
+    for v in graph.inputs:
+        if is_complex(v.aval.dtype):
+            raise TypeError(f"an input of {v.aval.dtype} {v.aval.shape}: the {target} target "
+                            "does not compute complex numbers yet; run this function on the "
+                            "CPU (jit(f, device='cpu'))")
 
 
 def compile(graph: Graph, target: str = "cpu", options: CompileOptions | None = None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import is_narrow
+from ..dtypes import is_narrow, real_dtype
 from ..ops.layout import row_major_strides
 
 #: the operators of the language, by name (what a primitive means is its rule's business)
@@ -64,6 +64,10 @@ class Syntax:
         """``expr`` in parentheses."""
         return f"({expr})"
 
+    def attribute(self, expr: str, name: str) -> str:
+        """Attribute ``name`` of the value ``expr`` (a complex number's ``real``)."""
+        return f"{expr}.{name}"
+
     def number(self, value: int | float) -> str:
         """A Python number, untyped (an index bound, a shift, a mask)."""
         return str(value)
@@ -78,11 +82,21 @@ class Syntax:
             return "True" if v else "False"
         if dtype.kind in "iu":
             return self.call(f"np.{dtype.name}", str(int(v)))
+        if dtype.kind == "c":
+            v = complex(v)
+            parts = (self._float_text(v.real), self._float_text(v.imag))
+            return self.call(f"np.{dtype.name}", self.call("complex", *parts))
         if np.isnan(v):
             return self.call(f"np.{dtype.name}", "np.nan")
         if np.isinf(v):
             return self.call(f"np.{dtype.name}", f"{'-' if v < 0 else ''}np.inf")
         return self.call(f"np.{dtype.name}", repr(float(v)))
+
+    def _float_text(self, v: float) -> str:
+        """A part of a complex literal: a Python float, or NumPy's nan or inf."""
+        if np.isnan(v):
+            return "np.nan"
+        return f"{'-' if v < 0 else ''}np.inf" if np.isinf(v) else repr(float(v))
 
     def fn(self, name: str) -> str:
         """The scalar function primitive ``name``'s rule calls (a backend names its own, from
@@ -106,6 +120,8 @@ class Syntax:
         (through float32; float64 and integers round to odd first, so the result is rounded
         once)."""
         src, dst = np.dtype(src), np.dtype(dst)
+        if src.kind == "c" and dst.kind != "c":      # the real part, as NumPy's astype takes
+            return self.convert(self.attribute(expr, "real"), real_dtype(src), dst)
         if not is_narrow(src) and not is_narrow(dst):
             return self.cast(expr, dst)
         if src == dst:

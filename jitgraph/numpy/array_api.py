@@ -16,7 +16,7 @@ from ..arrays import Array
 from ..core import Tracer, aval_of
 from ._base import _check_device, _locate_module, _operand, asarray
 from .manipulation import concatenate, moveaxis, swapaxes, transpose
-from .math import multiply, power
+from .math import conjugate, multiply, power
 from .reductions import sum as _sum
 
 __all__ = ["finfo", "iinfo", "isdtype", "result_type", "can_cast", "concat", "permute_dims",
@@ -70,7 +70,7 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype:
         raise ValueError("jnp.result_type: at least one array or dtype is needed")
     items = []
     for a in arrays_and_dtypes:
-        if isinstance(a, (bool, int, float)):
+        if isinstance(a, (bool, int, float, complex)):
             items.append((dtypes.python_scalar_dtype(a), True))
         else:
             items.append((_dtype_of(a), False))
@@ -123,9 +123,9 @@ def unstack(x, axis: int = 0) -> tuple:
 
 def vecdot(x1, x2, axis: int = -1):
     """The dot product of vectors along ``axis`` (broadcast over the other axes):
-    ``sum(x1 * x2, axis)`` (real dtypes: no conjugate needed), in the operands' promoted
-    dtype (``sum`` alone would widen int32 to int64, as NumPy's does)."""
-    prod = multiply(x1, x2)
+    ``sum(conj(x1) * x2, axis)``, in the operands' promoted dtype (``sum`` alone would widen
+    int32 to int64, as NumPy's does)."""
+    prod = multiply(conjugate(x1), x2)
     return _sum(prod, axis=axis, dtype=aval_of(prod).dtype)
 
 
@@ -138,8 +138,8 @@ def from_dlpack(x, /, *, device=None, copy=None):
     return asarray(arr, copy=copy)
 
 
-# the standard's dtypes that jitgraph.numpy computes in (complex, int8/int16 and the unsigned
-# ones not yet: ``dtype=`` refuses them, so listing them would promise arrays it cannot make)
+# the standard's dtypes that jitgraph.numpy computes in (int8/int16 and the unsigned ones not
+# yet: ``dtype=`` refuses them, so listing them would promise arrays it cannot make)
 _STANDARD_DTYPES = tuple(n for n in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                      "uint16", "uint32", "uint64", "float32", "float64",
                                      "complex64", "complex128")
@@ -167,8 +167,7 @@ class ArrayNamespaceInfo:
 
     def default_dtypes(self, *, device: Any = None) -> dict:
         """The dtypes made without ``dtype=``: ``jitgraph.config``'s default float and int
-        (float64 and int64 unless set to 32 bits); the complex one is the float's pair,
-        though complex arrays are not supported yet."""
+        (float64 and int64 unless set to 32 bits); the complex one is the float's pair."""
         _check_device(device, "__array_namespace_info__().default_dtypes")
         f, i = config.float_dtype(), np.dtype(config.int_dtype())
         c = np.dtype(np.complex64 if f == np.float32 else np.complex128)

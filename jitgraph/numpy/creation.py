@@ -134,7 +134,10 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
         raise ValueError(f"linspace: number of samples, {num}, must be non-negative")
     if not any(isinstance(v, Tracer) for v in (start, stop)):
         r = np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, axis=axis)
-        return (r[0].astype(_dt(dtype)), r[1]) if retstep else r.astype(_dt(dtype))
+        values = r[0] if retstep else r
+        d = _dt(dtype, dtypes.complex_dtype(config.float_dtype())
+                if dtypes.is_complex(values.dtype) else None)
+        return (values.astype(d), r[1]) if retstep else values.astype(d)
     div = (num - 1) if endpoint else num
     frac = np.arange(num, dtype=np.float64) / builtins.max(div, 1)
     start, stop = _operand(start), _operand(stop)

@@ -44,7 +44,7 @@ class SlogdetResult(NamedTuple):
 
 def _matrix(a, name, square=True):
     a = _operand(a)
-    if not dtypes.is_float(aval_of(a).dtype):
+    if not dtypes.is_inexact(aval_of(a).dtype):
         a = astype(a, float64)
     shp = aval_of(a).shape
     if len(shp) < 2 or (square and shp[-1] != shp[-2]):
@@ -63,7 +63,7 @@ def solve(a, b):
     a = _matrix(a, "solve")
     b = _operand(b)
     d = dtypes.result_type((aval_of(a).dtype, False), (aval_of(b).dtype, False))[0]
-    if not dtypes.is_float(d):
+    if not dtypes.is_inexact(d):
         d = float64
     a, b = astype(a, d), astype(b, d)     # float32 with float64 solves in float64, as NumPy
     vec = aval_of(b).ndim == 1
@@ -284,9 +284,15 @@ def _matrix_norm(x, ord, axes, keepdims):
 def norm(x, ord=None, axis=None, keepdims=False):
     """Vector and matrix norms with NumPy's ``ord`` and ``axis`` conventions."""
     x = _operand(x)
+    nd = aval_of(x).ndim
+    if dtypes.is_complex(aval_of(x).dtype):
+        if not (ord in (None, "fro") or isinstance(axis, (int, np.integer))
+                or (axis is None and nd == 1)):
+            raise TypeError(f"linalg.norm: ord={ord!r} of a complex matrix is not supported; "
+                            "vector norms and the Frobenius norm are (they are norms of abs(x))")
+        x = abs(x)     # (vector norms and the Frobenius norm are those of the moduli)
     if not dtypes.is_float(aval_of(x).dtype):
         x = astype(x, float64)
-    nd = aval_of(x).ndim
     if axis is None:
         if ord is None:
             out = sqrt(sum(x * x))
@@ -306,6 +312,7 @@ def vector_norm(x, ord=2, axis=None, keepdims=False):
     ``numpy.linalg.vector_norm``."""
     x = _operand(x)
     axes = _axes(x, axis, "vector_norm")
+    x = abs(x) if dtypes.is_complex(aval_of(x).dtype) else x
     return _vector_norm(x if dtypes.is_float(aval_of(x).dtype) else astype(x, float64),
                         ord, axes, keepdims)
 

@@ -146,7 +146,7 @@ def power(x, y):
         for _ in range(int(y) - 1):
             r = multiply(r, x)
         return r
-    if not dtypes.is_float(out):
+    if not dtypes.is_inexact(out):
         # integer powers are computed in float64 and rounded (exact below 2**53)
         xf, yf = _promote(x, yo, float_only=True)
         return astype(floor(bind(_P.pow, xf, yf) + 0.5), out)
@@ -194,12 +194,13 @@ def clip(x, /, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002  (t
 
 
 def isnan(x):
-    """Elementwise: NaN (boolean, no derivative)."""
+    """Elementwise: NaN (boolean, no derivative); a complex number where either part is."""
     return not_equal(x, x)
 
 
 def isinf(x):
-    """Elementwise: positive or negative infinity (boolean, no derivative)."""
+    """Elementwise: positive or negative infinity (boolean, no derivative); a complex number
+    where either part is (then ``abs`` is infinite)."""
     return equal(abs(x), inf)
 
 
@@ -348,21 +349,68 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 
 
 def real(x):
-    """Real part: jitgraph's arrays are real, so the value itself."""
+    """Real part (a real array: the value itself)."""
     x = _operand(x)
+    if dtypes.is_complex(aval_of(x).dtype):
+        return bind(_P.real, x)
     return x if isinstance(x, Tracer) else asarray(x)
 
 
-conj = conjugate = real_if_close = real
+def conjugate(x):
+    """Complex conjugate (a real array: the value itself)."""
+    x = _operand(x)
+    if dtypes.is_complex(aval_of(x).dtype):
+        return bind(_P.conj, x)
+    return x if isinstance(x, Tracer) else asarray(x)
+
+
+conj = conjugate
+
+
+def real_if_close(x, tol=100):
+    """``real(x)`` where every imaginary part is within ``tol`` machine epsilons of 0 (a
+    concrete array only: the result's dtype depends on its values), else ``x``."""
+    x = _operand(x)
+    d = aval_of(x).dtype
+    if not dtypes.is_complex(d) or isinstance(x, Tracer):
+        return x if isinstance(x, Tracer) else asarray(x)
+    return np.real_if_close(np.asarray(x), tol)
 
 
 def imag(x):
-    """Imaginary part of a real array: zeros."""
+    """Imaginary part (a real array: zeros)."""
+    x = _operand(x)
+    if dtypes.is_complex(aval_of(x).dtype):
+        return bind(_P.imag, x)
     return multiply(x, 0)
 
 
+def iscomplexobj(x) -> bool:
+    """Whether ``x`` has a complex dtype (whatever its values)."""
+    return dtypes.is_complex(aval_of(_operand(x)).dtype)
+
+
+def isrealobj(x) -> bool:
+    """Whether ``x`` has no complex dtype."""
+    return not iscomplexobj(x)
+
+
+def iscomplex(x):
+    """Elementwise: a non-zero imaginary part (boolean)."""
+    return not_equal(imag(x), 0)
+
+
+def isreal(x):
+    """Elementwise: a zero imaginary part (boolean)."""
+    return equal(imag(x), 0)
+
+
 def angle(x, deg=False):
-    """Argument of a real number: 0 for x >= 0, pi for x < 0."""
+    """Argument of a complex number, ``arctan2(imag, real)`` (a real number: 0 or pi)."""
+    x = _operand(x)
+    if dtypes.is_complex(aval_of(x).dtype):
+        a = arctan2(imag(x), real(x))
+        return multiply(a, 180.0 / np.pi) if deg else a
     x = _float(x)
     return where(less(x, 0), 180.0 if deg else np.pi, multiply(x, 0.0))
 

@@ -133,8 +133,8 @@ def _install_more_methods(T) -> None:
         s, axis, keepdims) if _no_out(out, "ptp") else None
     T.round = lambda s, decimals=0, out=None: math.round(s, decimals) \
         if _no_out(out, "round") else None
-    T.conj = T.conjugate = lambda s: s
-    T.real = property(lambda s: s)
+    T.conj = T.conjugate = lambda s: math.conjugate(s)
+    T.real = property(lambda s: math.real(s))
     T.imag = property(lambda s: math.imag(s))
     T.diagonal = lambda s, offset=0, axis1=0, axis2=1: indexing.diagonal(s, offset, axis1, axis2)
     # (no ``x.trace()``: ``trace`` is the Tracer's own slot; use jnp.trace(x))

@@ -15,7 +15,7 @@ import numpy as np
 from ..core import aval_of, bind
 from ..errors import ShapeError
 from ._base import _P, _promote, _locate_module, astype
-from .math import multiply
+from .math import conjugate, multiply
 from .reductions import sum
 from .manipulation import broadcast_to, moveaxis, ravel, reshape, transpose
 
@@ -131,8 +131,8 @@ def dot(a, b):
 
 @_precision_args
 def vdot(a, b):
-    """Dot product of the flattened ``a`` and ``b``."""
-    return sum(multiply(ravel(a), ravel(b)))
+    """Dot product of the flattened ``a`` and ``b``, ``a`` conjugated where it is complex."""
+    return sum(multiply(conjugate(ravel(a)), ravel(b)))
 
 
 @_precision_args

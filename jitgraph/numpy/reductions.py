@@ -72,7 +72,7 @@ def _count(x, axes) -> int:
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean over ``axis`` (all axes by default); integers give float64."""
     x = _operand(x)
-    if not dtypes.is_float(aval_of(x).dtype):
+    if not dtypes.is_inexact(aval_of(x).dtype):
         x = astype(x, float64)
     axes = _axes(x, axis, "mean")
     return true_divide(sum(x, axis=axes, keepdims=keepdims), builtins.max(_count(x, axes), 0) or np.nan)
@@ -83,10 +83,13 @@ def var(x, axis=None, ddof=0, keepdims=False, *, correction=None):
     Array API's name for it, may be given instead)."""
     ddof = _correction(ddof, correction, "var")
     x = _operand(x)
-    if not dtypes.is_float(aval_of(x).dtype):
+    if not dtypes.is_inexact(aval_of(x).dtype):
         x = astype(x, float64)
     axes = _axes(x, axis, "var")
     centered = x - mean(x, axis=axes, keepdims=True)
+    if dtypes.is_complex(aval_of(x).dtype):     # the mean of |x - mean|^2: a real variance
+        from .math import abs as _abs
+        centered = _abs(centered)
     n = _count(x, axes) - ddof
     return true_divide(sum(centered * centered, axis=axes, keepdims=keepdims), n if n > 0 else np.nan)
 
@@ -297,7 +300,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     from .manipulation import concatenate
     from .math import subtract
     f = _operand(f)
-    if not dtypes.is_float(aval_of(f).dtype):
+    if not dtypes.is_inexact(aval_of(f).dtype):
         f = astype(f, float64)
     nd = aval_of(f).ndim
     axes = list(range(nd)) if axis is None else [_axis1(f, a, "gradient") for a in
@@ -321,7 +324,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
 def _nan_filled(x, fill):
     from .math import isnan, where
     x = _operand(x)
-    if not dtypes.is_float(aval_of(x).dtype):
+    if not dtypes.is_inexact(aval_of(x).dtype):
         return x
     return where(isnan(x), fill, x)
 
@@ -354,7 +357,7 @@ def _nan_count(x, axis, keepdims):
 def nanmean(x, axis=None, keepdims=False):
     """``mean`` of the non-NaN elements."""
     x = _operand(x)
-    if not dtypes.is_float(aval_of(x).dtype):
+    if not dtypes.is_inexact(aval_of(x).dtype):
         x = astype(x, float64)
     n = _nan_count(x, axis, keepdims)
     return true_divide(nansum(x, axis, keepdims=keepdims), astype(n, aval_of(x).dtype))

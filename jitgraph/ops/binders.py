@@ -71,6 +71,8 @@ def cast(x: Any, dtype: Any) -> Any:
     dtype = np.dtype(dtype)
     if isinstance(x, Tracer):
         return x if x.dtype == dtype else bind(elementwise.convert_p, x, dtype=dtype)
+    if dtypes.is_complex(np.result_type(x)) and not dtypes.is_complex(dtype):
+        x = np.real(x)          # (the real part, as ``convert`` takes, without NumPy's warning)
     if isinstance(x, np.ndarray):
         return x if x.dtype == dtype else x.astype(dtype)
     return np.asarray(x, dtype)
@@ -100,7 +102,7 @@ def promote(*xs: Any, float_only: bool = False) -> list:
         x, y = xs
         a, b = aval_of(x), aval_of(y)
         dtype = dtypes.result_type((a.dtype, a.weak), (b.dtype, b.weak))[0]
-        if float_only and not dtypes.is_float(dtype):
+        if float_only and not dtypes.is_inexact(dtype):
             dtype = dtypes.float64
         return [x if a.dtype is dtype else cast(x, dtype),
                 y if b.dtype is dtype else cast(y, dtype)]
@@ -108,12 +110,12 @@ def promote(*xs: Any, float_only: bool = False) -> list:
         x = xs[0]
         a = aval_of(x)
         dtype = dtypes.result_type((a.dtype, a.weak))[0]
-        if float_only and not dtypes.is_float(dtype):
+        if float_only and not dtypes.is_inexact(dtype):
             dtype = dtypes.float64
         return [x if a.dtype is dtype else cast(x, dtype)]
     avals = [aval_of(x) for x in xs]
     dtype, _ = dtypes.result_type(*[(a.dtype, a.weak) for a in avals])
-    if float_only and not dtypes.is_float(dtype):
+    if float_only and not dtypes.is_inexact(dtype):
         dtype = dtypes.float64
     return [x if a.dtype is dtype else cast(x, dtype) for x, a in zip(xs, avals)]
 

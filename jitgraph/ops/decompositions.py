@@ -36,10 +36,18 @@ def _zeros_if_none(ct, like):
     return np.zeros(like.shape, like.dtype) if ct is None else ct
 
 
+#: the ops defined for complex matrices: their rules hold as they are under JAX's convention
+#: (transposes, not adjoints); the others (Hermitian ones among them) refuse them
+_COMPLEX_OK = ("inv", "solve", "det")
+
+
 def _square(a, name):
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ShapeError(f"{name}: needs (..., n, n) square matrices, got shape {a.shape}")
-    if not dtypes.is_float(a.dtype):
+    if dtypes.is_complex(a.dtype) and name not in _COMPLEX_OK:
+        raise TypeError(f"{name}: complex matrices are not supported yet ({a.dtype}); "
+                        f"{', '.join(_COMPLEX_OK)} take them")
+    if not dtypes.is_inexact(a.dtype):
         raise TypeError(f"{name}: needs a floating-point matrix, got {a.dtype} (use .astype)")
 
 

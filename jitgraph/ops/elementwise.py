@@ -42,12 +42,21 @@ def _same_dtype(avals, name):
     return avals[0].dtype
 
 
+#: the elementwise primitives defined for complex operands (``ops/complex.py`` lists them):
+#: the others refuse complex dtypes, as the Array API standard leaves them undefined there
+COMPLEX_OK: set[str] = set()
+
+
 def elementwise_aval(*avals, out_dtype=None, float_only=False, name=""):
     dtype = _same_dtype(avals, name)
-    if float_only and not dtypes.is_float(dtype):
+    if dtypes.is_complex(dtype) and name not in COMPLEX_OK:
+        raise TypeError(f"{name} is not defined for complex operands ({dtype}); apply it to "
+                        "the real and imaginary parts (jnp.real, jnp.imag), or to jnp.abs(x)")
+    if float_only and not dtypes.is_inexact(dtype):
         raise TypeError(f"needs a floating-point operand, got {dtype}")
     shape = broadcast_shapes(*(a.shape for a in avals))
-    return Aval(shape, out_dtype or dtype, weak=all(a.weak for a in avals))
+    out = out_dtype(dtype) if callable(out_dtype) else out_dtype     # (a rule: abs's)
+    return Aval(shape, out or dtype, weak=all(a.weak for a in avals))
 
 
 UNARY: dict[str, Primitive] = {}
@@ -132,9 +141,43 @@ _erf_vec = np.vectorize(math.erf, otypes=[np.float64])
 erf_p = unary("erf", lambda x: _erf_vec(x).astype(x.dtype),
               call("erf", cost=6, functions=ours("erf")),
               vjp=lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * exp_p(-(x * x)),))
+def _abs_vjp(g, out, x):
+    if dtypes.is_complex(x.dtype):
+        from .complex import conj_p     # (defined with the complex ops, after this module)
+        # d|z| = Re(conj(z)/|z| dz); its transpose (JAX's convention) is g conj(z)/|z|, 0 at
+        # z = 0 (written with z, not sign(z), whose derivative is taken as 0, as JAX's)
+        return (cast(g / _nonzero(out), x.dtype) * conj_p(x),)
+    return (g * sign_p(x),)
+
+
+def _abs_jvp(ts, out, x):
+    if ts[0] is None:
+        return None
+    if dtypes.is_complex(x.dtype):
+        from .complex import conj_p, real_p
+        return real_p(conj_p(x) * ts[0]) / _nonzero(out)
+    return ts[0] * sign_p(x)
+
+
+def _nonzero(r):
+    """``r``, with 1 where it is 0 (a divisor whose numerator is 0 there)."""
+    return select(r == 0, np.ones((), r.dtype), r)
+
+
 abs_p = unary("abs", np.abs, lambda c, x: c.call("abs", x), float_only=False,
-              vjp=lambda g, out, x: (g * sign_p(x),))
-sign_p = unary("sign", np.sign, call("sign", functions=ours("sign")), float_only=False,
+              vjp=_abs_vjp, jvp=_abs_jvp, out_dtype=dtypes.real_dtype)
+def _sign_impl(x):
+    """np.sign; for complex ``x``, x/|x| (0 at 0) as JAX and the Array API standard, whose
+    infinities give NaN (NumPy's gives 1 for inf + 0j; generated code calls Numba's, which
+    divides)."""
+    if not dtypes.is_complex(x.dtype):
+        return np.sign(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.abs(x)
+        return np.where(a == 0, x * 0, x / np.where(a == 0, 1, a)).astype(x.dtype)
+
+
+sign_p = unary("sign", _sign_impl, call("sign", functions=ours("sign")), float_only=False,
                vjp=lambda g, out, x: (None,))
 floor_p = unary("floor", np.floor, call("floor", functions=ours("floor")),
                 vjp=lambda g, out, x: (None,))
@@ -170,8 +213,9 @@ def _div_vjp(g, out, x, y):
 
 
 def _safe_log(x):
-    """log(x) where x > 0, else 0: the exponent's derivative of x**y is taken as 0 at x <= 0."""
-    pos = x > 0
+    """log(x) where x > 0, else 0: the exponent's derivative of x**y is taken as 0 at x <= 0
+    (for complex x, the principal log where x != 0)."""
+    pos = (x != 0) if dtypes.is_complex(x.dtype) else x > 0
     return select(pos, log_p(select(pos, x, 1.0)), 0.0)
 
 
@@ -293,20 +337,22 @@ def _convert_aval(x, *, dtype):
 
 
 def _convert_vjp(g, out, x, *, dtype):
-    if not dtypes.is_float(x.dtype):
+    if not dtypes.is_inexact(x.dtype):
         return (None,)
     return (cast(g, x.dtype),)
 
 
 def _convert_jvp(ts, out, x, *, dtype):
-    if ts[0] is None or not dtypes.is_float(dtype):
+    if ts[0] is None or not dtypes.is_inexact(dtype):
         return None
     return cast(ts[0], dtype)
 
 
 convert_p = register(Primitive(
     "convert", kind="elementwise", abstract_eval=_convert_aval,
-    impl=lambda x, *, dtype: x.astype(dtype), vjp=_convert_vjp, jvp=_convert_jvp,
+    impl=lambda x, *, dtype: (np.real(x) if dtypes.is_complex(x.dtype) and
+                              not dtypes.is_complex(dtype) else x).astype(dtype),
+    vjp=_convert_vjp, jvp=_convert_jvp,
     codegen=Lowering.scalar(lambda c, x, *, dtype: c.convert(x, c.in_dtype, dtype), flops=0),
     moves_data=True))
 

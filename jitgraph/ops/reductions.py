@@ -77,6 +77,7 @@ def _chooser(name, fn, monoid):
         return reduce_sum(ts[0] * _chooser_weights(out, x, axes), axes)
 
     def aval(x, *, axes):
+        _ordered(x, name)
         if x.size == 0 and any(x.shape[a] == 0 for a in axes):
             raise ShapeError(f"zero-size array to reduction operation {name}, which has no identity")
         return _reduce_aval(x, axes=axes)
@@ -134,7 +135,16 @@ reduce_prod_p = register(Primitive(
     codegen=Lowering(REDUCE, monoid="prod")))
 
 
+def _ordered(x: Aval, name: str) -> None:
+    """Complex numbers have no order (the Array API standard leaves max/argmax of them
+    undefined): a TypeError saying what to reduce instead."""
+    if dtypes.is_complex(x.dtype):
+        raise TypeError(f"complex numbers ({x.dtype}) have no order, so no {name}; reduce "
+                        "jnp.abs(x) or jnp.real(x) instead")
+
+
 def _arg_aval(x, *, axis):
+    _ordered(x, "argmax/argmin")
     if not 0 <= axis < x.ndim:
         raise ShapeError(f"axis {axis} is out of bounds for an array of dimension {x.ndim}")
     if x.shape[axis] == 0:

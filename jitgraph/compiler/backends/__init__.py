@@ -19,7 +19,8 @@ class CpuTarget:
     """Numba ``@njit`` kernels, a Python or compiled driver, NumPy arrays."""
     name = "cpu"
     aliases = ()
-    capabilities = Capabilities(dynamic_shapes=True, approx_functions=True, numba_cpu=True)
+    capabilities = Capabilities(dynamic_shapes=True, approx_functions=True, numba_cpu=True,
+                                complex_numbers=True)
     options_type = CpuOptions
 
     def check_usable(self, what: str) -> None:

@@ -30,20 +30,20 @@ from typing import Callable
 
 import numpy as np
 
-from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eval_graph
-from .batching import batch_eval, move_batch_axis
-from .core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, register
-from .errors import ShapeError
-from .ops.elementwise import add_p, exp_p, log_p, mul_p, select_p, stop_gradient_p, sub_p
-from .ops.indexing import gather_p
-from .ops.layout import reshape_p
-from .ops.linalg import matmul_p
-from .ops.reductions import reduce_max_p, reduce_sum_p
-from .passes import optimize
-from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, match, op,
+from .. import numpy as jnp
+from ..autodiff import build_jvp, build_vjp, eval_graph
+from ..batching import batch_eval, move_batch_axis
+from ..core import PRIMITIVES, Aval, Graph, Node, Primitive, Var, aval_of, register
+from ..errors import ShapeError
+from ..ops.elementwise import add_p, exp_p, log_p, mul_p, select_p, stop_gradient_p, sub_p
+from ..ops.indexing import gather_p
+from ..ops.layout import reshape_p
+from ..ops.linalg import matmul_p
+from ..ops.reductions import reduce_max_p, reduce_sum_p
+from ..passes import optimize
+from ..rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, match, op,
                       register_fused_op, var)
-from .transforms import trace_flat
+from ..transforms import trace_flat
 
 eq_p = PRIMITIVES["eq"]
 
@@ -521,7 +521,7 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of a ``linear_ce`` node: ``kernels/linear_ce.py``'s chunked forward."""
-    from .kernels.linear_ce import forward
+    from ..kernels.linear_ce import forward
 
     def call(h, w, labels):
         loss, lse = np.empty(h.shape[0], h.dtype), np.empty(h.shape[0], h.dtype)
@@ -532,7 +532,7 @@ def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
 
 def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of a ``linear_ce_bwd`` node."""
-    from .kernels.linear_ce import backward
+    from ..kernels.linear_ce import backward
 
     def call(h, w, labels, lse, ct):
         dh, dw = np.empty(h.shape, h.dtype), np.empty(w.shape, w.dtype)
@@ -543,7 +543,7 @@ def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
 
 def _host_train(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of a ``linear_ce_train`` node: losses and gradients in one sweep."""
-    from .kernels.linear_ce import train
+    from ..kernels.linear_ce import train
 
     def call(h, w, labels, ct):
         n = h.shape[0]

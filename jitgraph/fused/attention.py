@@ -36,21 +36,21 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Callable
 
-from . import dtypes
-from . import numpy as jnp
-from .autodiff import build_jvp, build_vjp, eval_graph
-from .batching import move_batch_axis
-from .core import Aval, Graph, Node, Primitive, Var, aval_of, bind, register
-from .errors import ShapeError
-from .ops.elementwise import (add_p, convert_p, div_p, exp_p, mul_p, select_p, stop_gradient_p,
+from .. import dtypes
+from .. import numpy as jnp
+from ..autodiff import build_jvp, build_vjp, eval_graph
+from ..batching import move_batch_axis
+from ..core import Aval, Graph, Node, Primitive, Var, aval_of, bind, register
+from ..errors import ShapeError
+from ..ops.elementwise import (add_p, convert_p, div_p, exp_p, mul_p, select_p, stop_gradient_p,
                               sub_p)
-from .ops.layout import reshape_p, transpose_p
-from .ops.linalg import matmul_p
-from .ops.reductions import reduce_max_p, reduce_sum_p
-from .passes import optimize
-from .rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, is_swap, match,
+from ..ops.layout import reshape_p, transpose_p
+from ..ops.linalg import matmul_p
+from ..ops.reductions import reduce_max_p, reduce_sum_p
+from ..passes import optimize
+from ..rewrite import (FusedOp, GraphIndex, Rebuilder, Rule, host_threads, is_swap, match,
                       maybe, op, register_fused_op, var)
-from .transforms import trace_flat
+from ..transforms import trace_flat
 
 CAUSAL_FILL = -1e4      # a cut score at most this low has probability 0 in float32 and 64
 
@@ -594,7 +594,7 @@ class _ExtraOperands:
 
 def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of an ``attention`` node: ``kernels/attention.py``'s tiled forward."""
-    from .kernels.attention import attention_forward
+    from ..kernels.attention import attention_forward
     p = node.params
 
     operands = _ExtraOperands()
@@ -615,7 +615,7 @@ def _host_forward(node: Node, one_blas_thread: Callable) -> Callable:
 
 def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
     """The host step of an ``attention_bwd`` node: ``kernels/attention.py``'s backward."""
-    from .kernels.attention import attention_backward
+    from ..kernels.attention import attention_backward
     p = node.params
 
     operands = _ExtraOperands()
@@ -641,7 +641,7 @@ class _CudaAttention:
     prepared ``kernels.cuda_attention.Attention`` per call site, called on the flat buffers."""
 
     def fits(self, node: Node) -> bool:
-        from .kernels.cuda_attention import max_dim
+        from ..kernels.cuda_attention import max_dim
         q, k, v = node.inputs[:3]
         return max(q.aval.shape[-1], v.aval.shape[-1]) <= max_dim(q.aval.dtype)
 
@@ -672,7 +672,7 @@ class _CudaAttention:
 def _cuda_prepared(driver, *spec):
     """One call site's fused attention, prepared once (``D.attention(*spec)`` in generated
     CUDA code)."""
-    from .kernels.cuda_attention import Attention
+    from ..kernels.cuda_attention import Attention
     return Attention(driver, *spec)
 
 
