@@ -186,6 +186,18 @@ class Syntax:
         """``value`` written to a flat array at ``offset``."""
         return f"{self.index(array, offset)} = {value}"
 
+    def for_range(self, var: str, *bounds) -> str:
+        """The head of a loop of ``var`` over ``range(*bounds)`` (its statements ``indent``ed)."""
+        return f"for {var} in range({', '.join(map(str, bounds))}):"
+
+    def combine(self, monoid: str, a: str, b: str) -> str:
+        """Two partial results of a reduction combined (``sum``, ``prod``, ``max``, ``min``)."""
+        if monoid == "sum":
+            return self.bare("plus", a, b)
+        if monoid == "prod":
+            return self.bare("times", a, b)
+        return self.call("maximum" if monoid == "max" else "minimum", a, b)
+
     def if_(self, cond: str) -> str:
         """The head of a block run where ``cond`` holds (its statements ``indent``ed)."""
         return f"if {cond}:"

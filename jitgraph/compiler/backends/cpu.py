@@ -85,7 +85,7 @@ def _accumulator_name(k: LoopKernel, j: int) -> str:
     return f"{k.name}_acc{j}"
 
 
-def loop_header(var: str, size, parallel: bool, pad: str) -> list[str]:
+def loop_header(syntax: Syntax, var: str, size, parallel: bool, pad: str) -> list[str]:
     """``for var in range(size):``, or a ``prange`` loop whose index is rebound as int64.
 
     Numba types a ``prange`` index as unsigned (uint64), and uint64 with any signed operand
@@ -95,9 +95,23 @@ def loop_header(var: str, size, parallel: bool, pad: str) -> list[str]:
     LLVM the copy is not negative, so Numba's negative-index wraparound on every access folds
     away and the loop still vectorizes (without it, measured here: 1.6x slower at 2^24)."""
     if not parallel:
-        return [pad + f"for {var} in range({size}):"]
+        return [pad + syntax.for_range(var, size)]
     return [pad + f"for {var}_u in prange({size}):",
             pad + f"    {var} = np.int64({var}_u) & 0x7FFFFFFFFFFFFFFF"]
+
+
+def _kernel_head(params: Sequence[str]) -> str:
+    """A kernel's ``def`` line. Its name is the ``{NAME}`` field, which ``finish_module`` fills
+    once with the hash of the kernel's structure: a kernel is generated without a name, so
+    the text that is hashed is the text that is generated."""
+    return f"def {{NAME}}({', '.join(params)}):"
+
+
+def _call_field(kernel: str) -> str:
+    """The field through which the driver calls ``kernel`` (a step's name) until
+    ``finish_module`` knows the kernel's hashed name: it is the whole call target, so it is
+    filled by a plain replacement."""
+    return f"{{CALL {kernel}}}"
 
 
 def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) -> str:
@@ -184,13 +198,13 @@ class CpuCodegen:
             params += self._accumulator_params(k)
         params += [name for name, _, _ in self.symbols]
         lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.python_driver),
-                 f"def {k.name}_{{H}}({', '.join(params)}):"]
+                 _kernel_head(params)]
         if d.column:
             return "\n".join(lines + self._column_body(k)), params
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
-            lines += loop_header(v, d, outer_par and i == 0, "    " * ind)
+            lines += loop_header(self.ctx, v, d, outer_par and i == 0, "    " * ind)
             ind += 1
         if not o_loop_vars and not any(s.reductions or s.lines or s.stores for s in body.stages):
             lines.append("    pass")
@@ -207,7 +221,7 @@ class CpuCodegen:
             r_loop_vars = [(v, d) for v, d in zip(body.r_vars, r_shape) if d != 1]
             ind2 = ind
             for i, (v, d) in enumerate(r_loop_vars):
-                lines += loop_header(v, d, inner_par and i == 0, "    " * ind2)
+                lines += loop_header(self.ctx, v, d, inner_par and i == 0, "    " * ind2)
                 ind2 += 1
             pad2 = "    " * ind2
             lines += [pad2 + l for l in st.lines]
@@ -271,11 +285,11 @@ class CpuCodegen:
                 out.append(f"    {acc} = {plan.array_name(n.out)}")
             else:                        # into scratch the driver passes
                 out.append(f"    {acc} = {_accumulator_name(k, j)}")
-            out.append(f"    for z in range({o_size}):")
+            out.append("    " + self.ctx.for_range("z", o_size))
             out.append(f"        {acc}[z] = {init_value(self.ctx, monoid, dt)}")
         ind = 1
         for v, d in r_loops + o_loops:
-            out.append("    " * ind + f"for {v} in range({d}):")
+            out.append("    " * ind + self.ctx.for_range(v, d))
             ind += 1
         pad = "    " * ind
         out += [pad + l for l in loop_st.lines]
@@ -295,7 +309,7 @@ class CpuCodegen:
             sc = build_body(plan, k, pos, self.ctx, acc_reads="_x").stages[1]
             ind = 1
             for v, d in o_loops:
-                out.append("    " * ind + f"for {v} in range({d}):")
+                out.append("    " * ind + self.ctx.for_range(v, d))
                 ind += 1
             pad = "    " * ind
             accs = [acc for (_, acc, _, _) in loop_st.reductions]
@@ -313,10 +327,11 @@ class CpuCodegen:
         params = sp.params + [name for name, _, _ in self.symbols]
         out = self.plan.array_name(n.out)
         lines = [_decorator(False, self.fastmath, False, self.python_driver),
-                 f"def {s.name}_{{H}}({', '.join(params)}):",
-                 f"    for z in range({max(n.out.aval.size, 0)}):", f"        {out}[z] = 0"]
+                 _kernel_head(params),
+                 "    " + self.ctx.for_range("z", max(n.out.aval.size, 0)),
+                 "        " + self.ctx.store(out, "z", "0")]
         for depth, (v, d) in enumerate(zip(sp.loop_vars, sp.loop_sizes), 1):
-            lines.append("    " * depth + f"for {v} in range({d}):")
+            lines.append("    " * depth + self.ctx.for_range(v, d))
         pad = "    " * (len(sp.loop_vars) + 1)
         lines += [pad + line for line in sp.index_lines]
         lines.append(pad + f"{out}[{sp.target}] += {sp.source}")
@@ -327,7 +342,7 @@ class CpuCodegen:
         """Steps whose kernels are the same function up to their argument names (two layers of
         one size, or any two layers once sizes are runtime arguments) share one function: Numba
         compiles it once."""
-        key = _canonical(src, s.name, params)
+        key = _canonical(src, params)
         shared = self._by_structure.get(key)
         if shared is None:
             shared = self._by_structure[key] = KernelSource(s.name, src, [], tuple(params),
@@ -338,7 +353,7 @@ class CpuCodegen:
                                          shared.arg_types))
 
     def kernel_call(self, s, params: list) -> list[str]:
-        return [f"{self._callee[s.name]}_{{H}}({', '.join(params)})"]
+        return [f"{_call_field(self._callee[s.name])}({', '.join(params)})"]
 
     def module(self, body: list[str], memory: MemoryPlan) -> ModuleText:
         """The module source template, its kernels, the driver name template and the buffer
@@ -476,11 +491,11 @@ def finish_module(template: str, kernels: list[KernelSource], driver: str) -> Fi
     for ks in kernels:
         if ks.name not in final:
             kind = ks.name.split("_")[1]
-            canon = _canonical(ks.source, ks.name, ks.params)
+            canon = _canonical(ks.source, ks.params)
             name = f"{kind}_{hashlib.sha256(canon.encode()).hexdigest()[:12]}"
             final[ks.name] = KernelSource(name, canon.replace("{NAME}", name), [],
                                           arg_types=ks.arg_types)
-            driver_chunk = re.sub(rf"\b{re.escape(ks.name)}_{{H}}\(", name + "(", driver_chunk)
+            driver_chunk = driver_chunk.replace(_call_field(ks.name), name)
         ks.name, ks.source = final[ks.name].name, final[ks.name].source
     h = hashlib.sha256(driver_chunk.encode()).hexdigest()[:12]
     driver_chunk = driver_chunk.replace("{H}", h)
@@ -494,8 +509,11 @@ def finish_module(template: str, kernels: list[KernelSource], driver: str) -> Fi
     return FinishedProgram(text, driver_source, driver.replace("{H}", h), modules)
 
 
-def _canonical(src: str, name: str, params) -> str:
-    """A kernel's source with its name a placeholder and its parameters ``a0, a1, ...``."""
-    table = {name + "_{H}": "{NAME}", **{p: f"a{i}" for i, p in enumerate(params)}}
+def _canonical(src: str, params) -> str:
+    """A kernel's source (its name the ``{NAME}`` field already) with its parameters
+    ``a0, a1, ...``."""
+    table = {p: f"a{i}" for i, p in enumerate(params)}
+    if not table:
+        return src
     pattern = re.compile(r"(?<![\w{])(" + "|".join(map(re.escape, table)) + r")(?!\w)")
     return pattern.sub(lambda m: table[m.group(1)], src)

@@ -139,14 +139,6 @@ def _close_block(lines: list[str], pad: str) -> None:
         lines.append(pad + "pass")
 
 
-def _combine(monoid: str, a: str, b: str) -> str:
-    if monoid == "sum":
-        return f"{a} + {b}"
-    if monoid == "prod":
-        return f"{a} * {b}"
-    return f"{'maximum' if monoid == 'max' else 'minimum'}({a}, {b})"
-
-
 class CudaCodegen:
     """Generates the CUDA module of one plan; the memory plan (buffer reuse, donation) is the
     one both backends share (``memory.py``). ``profile``: the driver appends
@@ -228,8 +220,8 @@ class CudaCodegen:
         n_main = (n // group) * group if assigned is not None and u > 1 else 0
         if n_main:
             p2 = "        "
-            lines.append(f"    for base in range({_BX} * {group} + {_TX}, {n_main}, "
-                         f"{_NBX} * {group}):")
+            lines.append("    " + self.ctx.for_range("base", f"{_BX} * {group} + {_TX}", n_main,
+                                                   f"{_NBX} * {group}"))
             copies = self._copies(k)
             for j, cb in enumerate(copies):
                 lines.append(p2 + f"lin_u{j} = base" + (f" + {j * t}" if j else ""))
@@ -241,7 +233,7 @@ class CudaCodegen:
             _close_block(lines, p2)
         if n_main < n or not n_main:
             start = f"{n_main} + cuda.grid(1)" if n_main else "cuda.grid(1)"
-            lines.append(f"    for lin in range({start}, {n}, cuda.gridsize(1)):")
+            lines.append("    " + self.ctx.for_range("lin", start, n, "cuda.gridsize(1)"))
             lines += ["        " + l for l in dec]
             lines += ["        " + l for l in st.lines]
             lines += ["        " + l for l in stores]
@@ -270,7 +262,7 @@ class CudaCodegen:
             if monoid.startswith("arg"):
                 out += arg_update_lines(self.ctx, acc, val, monoid, index, pad)
             else:
-                out.append(pad + f"{acc} = {_combine(monoid, acc, val)}")
+                out.append(pad + f"{acc} = {self.ctx.combine(monoid, acc, val)}")
         return out
 
     def _block_reduce(self, st, t: int, pad: str) -> list[str]:
@@ -299,14 +291,14 @@ class CudaCodegen:
                                   "(_v2 != _v2 and (_v1 == _v1 or _i2 < _i1))):",
                             pad + f"        {sm}[tid] = _v2", pad + f"        {sm}_i[tid] = _i2"]
                 else:
-                    out.append(pad + f"    {sm}[tid] = {_combine(monoid, f'{sm}[tid]', f'{sm}[tid + {s}]')}")
+                    out.append(pad + f"    {sm}[tid] = {self.ctx.combine(monoid, f'{sm}[tid]', f'{sm}[tid + {s}]')}")
                 out.append(pad + "cuda.syncthreads()")
                 s //= 2
             if warp:
                 out.append(pad + "if tid < 32:")
                 out.append(pad + f"    _w = {sm}[tid]")
                 for off in (16, 8, 4, 2, 1):
-                    out.append(pad + f"    _w = {_combine(monoid, '_w', f'cuda.shfl_down_sync(0xffffffff, _w, {off})')}")
+                    out.append(pad + f"    _w = {self.ctx.combine(monoid, '_w', f'cuda.shfl_down_sync(0xffffffff, _w, {off})')}")
                 out.append(pad + "    if tid == 0:")
                 out.append(pad + f"        {sm}[0] = _w")
                 out.append(pad + "cuda.syncthreads()")
@@ -343,7 +335,7 @@ class CudaCodegen:
             dt = np.dtype(n.inputs[0].aval.dtype).name
             if self.shuffle and not arg and dt in _SHUFFLE_DTYPES:
                 for off in (16, 8, 4, 2, 1):
-                    out.append(pad + f"{acc} = {_combine(monoid, acc, f'cuda.shfl_down_sync(0xffffffff, {acc}, {off})')}")
+                    out.append(pad + f"{acc} = {self.ctx.combine(monoid, acc, f'cuda.shfl_down_sync(0xffffffff, {acc}, {off})')}")
                 out.append(pad + f"{acc} = cuda.shfl_sync(0xffffffff, {acc}, 0)")
                 continue
             if arg:
@@ -365,7 +357,7 @@ class CudaCodegen:
                             pad + f"        {sm}[ty, lane] = _v2",
                             pad + f"        {sm}_i[ty, lane] = _i2"]
                 else:
-                    out.append(pad + f"    {sm}[ty, lane] = {_combine(monoid, f'{sm}[ty, lane]', f'{sm}[ty, lane + {s}]')}")
+                    out.append(pad + f"    {sm}[ty, lane] = {self.ctx.combine(monoid, f'{sm}[ty, lane]', f'{sm}[ty, lane + {s}]')}")
                 out.append(pad + "cuda.syncthreads()")
                 s //= 2
             out.append(pad + f"{acc} = {sm}_i[ty, 0]" if arg else pad + f"{acc} = {sm}[ty, 0]")
@@ -423,7 +415,7 @@ class CudaCodegen:
                        + f"({span}) // {group} * {group}")
             si = next(i for i, s in enumerate(body.stages) if s is st)
             copies = [(cb, cb.stages[si]) for cb in self._copies(k)]
-            out.append(pad + f"for rb in range({start}, main_end, {group}):")
+            out.append(pad + self.ctx.for_range("rb", start, "main_end", group))
             for j, (cb, cst) in enumerate(copies):
                 out.append(inner + f"rl_u{j} = rb" + (f" + {j * stride}" if j else ""))
                 out += _decompose(self.ctx, f"rl_u{j}", cb.r_vars, k.inner_shape, inner,
@@ -436,7 +428,7 @@ class CudaCodegen:
                           inner)
             _close_block(out, inner)
             tail_start = f"main_end + {offset}"
-        out.append(pad + f"for rl in range({tail_start}, {stop}, {stride}):")
+        out.append(pad + self.ctx.for_range("rl", tail_start, stop, stride))
         out += [inner + l for l in dec + st.lines + accs]
         out += stored(stores, inner)
         _close_block(out, inner)
@@ -576,7 +568,7 @@ class CudaCodegen:
                 lines.append(f"    sm_{acc} = cuda.shared.array(({rows}, {ws}), np.{dt.name})")
                 if arg:
                     lines.append(f"    sm_{acc}_i = cuda.shared.array(({rows}, {ws}), np.int64)")
-        lines.append(f"    for ob0 in range({_BX} * {rows}, {o_size}, {_NBX} * {rows}):")
+        lines.append("    " + self.ctx.for_range("ob0", f"{_BX} * {rows}", o_size, f"{_NBX} * {rows}"))
         pad = "        "
         lines.append(pad + f"live = ob0 + ty < {o_size}")
         lines.append(pad + f"ob = min(ob0 + ty, {o_size - 1})")
@@ -631,7 +623,7 @@ class CudaCodegen:
         lines = self._kernel_head(kern, params)
         lines.append(f"    tid = {_TX}")
         lines += self._shared(k, t, "    ")
-        lines.append(f"    for ob in range({_BX}, {o_size}, {_NBX}):")
+        lines.append("    " + self.ctx.for_range("ob", _BX, o_size, _NBX))
         lines += _decompose(self.ctx, "ob", body.o_vars, k.outer_shape, "        ")
         pad = "        "
         stages, done = body.stages, set()
@@ -700,11 +692,11 @@ class CudaCodegen:
             lines.append(f"    sm_{acc} = cuda.shared.array(({ry}, 33), np.{dt.name})")
         col_blocks = -(-o_size // 32)
         if parts == 1:
-            lines.append(f"    for cb in range({_BX} * 32, {o_size}, {_NBX} * 32):")
+            lines.append("    " + self.ctx.for_range("cb", f"{_BX} * 32", o_size, f"{_NBX} * 32"))
             lines.append(pad + "ob = cb + tx")
             rng = f"range(ty, {r_size}, {ry})"
         else:
-            lines.append(f"    for tile in range({_BX}, {col_blocks * parts}, {_NBX}):")
+            lines.append("    " + self.ctx.for_range("tile", _BX, col_blocks * parts, _NBX))
             lines.append(pad + f"ob = (tile // {parts}) * 32 + tx")
             lines.append(pad + f"lo = (tile % {parts}) * {chunk}")
             rng = f"range(lo + ty, min(lo + {chunk}, {r_size}), {ry})"
@@ -725,7 +717,7 @@ class CudaCodegen:
             s = ry // 2
             while s >= 1:
                 lines += [pad + f"if ty < {s}:",
-                          pad + f"    {sm}[ty, tx] = {_combine(monoid, f'{sm}[ty, tx]', f'{sm}[ty + {s}, tx]')}",
+                          pad + f"    {sm}[ty, tx] = {self.ctx.combine(monoid, f'{sm}[ty, tx]', f'{sm}[ty + {s}, tx]')}",
                           pad + "cuda.syncthreads()"]
                 s //= 2
             lines += [pad + f"{acc} = {sm}[0, tx]", pad + "cuda.syncthreads()"]
@@ -737,12 +729,12 @@ class CudaCodegen:
             t2 = threads_for(o_size)
             k2 = f"{k.name}_final_{{H}}"
             lines += ["", ""] + self._kernel_head(k2, params)
-            lines.append(f"    for ob in range(cuda.grid(1), {o_size}, cuda.gridsize(1)):")
+            lines.append("    " + self.ctx.for_range("ob", "cuda.grid(1)", o_size, "cuda.gridsize(1)"))
             lines += _decompose(self.ctx, "ob", body.o_vars, k.outer_shape, pad)
             lines += self._init_accs(loop, pad)
-            lines.append(pad + f"for c in range({parts}):")
+            lines.append(pad + self.ctx.for_range("c", parts))
             for p, (n, acc, _, monoid) in zip(pnames, loop.reductions):
-                lines.append(pad + f"    {acc} = {_combine(monoid, acc, f'{p}[c * {o_size} + ob]')}")
+                lines.append(pad + f"    {acc} = {self.ctx.combine(monoid, acc, f'{p}[c * {o_size} + ob]')}")
             for (n, acc, _, _) in loop.reductions:
                 if n.out in self.plan.needed:
                     lines.append(pad + result_store(self.ctx, self.plan, n.out, k, acc))
@@ -814,7 +806,7 @@ class CudaCodegen:
         lines = self._kernel_head(k1, params)
         lines.append(f"    tid = {_TX}")
         lines += self._shared(k, t, "    ")
-        lines.append(f"    for bb in range({_BX}, {o_size * chunks}, {_NBX}):")
+        lines.append("    " + self.ctx.for_range("bb", _BX, o_size * chunks, _NBX))
         lines.append(pad + f"ob = bb // {chunks}")
         lines.append(pad + f"lo = (bb % {chunks}) * {chunk}")
         lines += _decompose(self.ctx, "ob", body.o_vars, k.outer_shape, pad)
@@ -829,12 +821,12 @@ class CudaCodegen:
         lines += ["", ""] + self._kernel_head(k2, params)
         lines.append(f"    tid = {_TX}")
         lines += self._shared(k, t2, "    ")
-        lines.append(f"    for ob in range({_BX}, {o_size}, {_NBX}):")
+        lines.append("    " + self.ctx.for_range("ob", _BX, o_size, _NBX))
         lines += _decompose(self.ctx, "ob", body.o_vars, k.outer_shape, pad)
         lines += self._init_accs(loop, pad)
-        lines.append(pad + f"for c in range(tid, {chunks}, {t2}):")
+        lines.append(pad + self.ctx.for_range("c", "tid", chunks, t2))
         for p, (n, acc, _, monoid) in zip(parts, loop.reductions):
-            lines.append(pad + f"    {acc} = {_combine(monoid, acc, f'{p}[ob * {chunks} + c]')}")
+            lines.append(pad + f"    {acc} = {self.ctx.combine(monoid, acc, f'{p}[ob * {chunks} + c]')}")
         lines += self._block_reduce(loop, t2, pad)
         lines += self._reduction_stores(loop, k, pad)
         for st in body.stages[1:]:
@@ -852,7 +844,7 @@ class CudaCodegen:
         total = int(np.prod(tuple(sp.loop_sizes), dtype=np.int64))
         kern = f"{s.name}_kernel_{{H}}"
         lines = self._kernel_head(kern, params)
-        lines.append(f"    for lin in range(cuda.grid(1), {total}, cuda.gridsize(1)):")
+        lines.append("    " + self.ctx.for_range("lin", "cuda.grid(1)", total, "cuda.gridsize(1)"))
         pad = "        "
         lines += _decompose(self.ctx, "lin", sp.loop_vars, sp.loop_sizes, pad)
         lines += [pad + line for line in sp.index_lines]
