@@ -1,8 +1,9 @@
 """What the Array API standard's conformance suite (``data-apis/array-api-tests``) found wrong
 in ``jitgraph.numpy``, kept as tests of this project so the fixes hold without the suite: dtype
 equality with non-dtypes, the standard's parameter names (``clip``, ``reshape``),
-``count_nonzero``, ``arange(n, step=)``, ``tensordot`` over empty axes and ``vecdot``'s dtype;
-eager and under jit, against NumPy. How to run the suite itself: docs/guides/semantics.md."""
+``count_nonzero``, ``arange(n, step=)``, ``tensordot`` over empty axes, ``vecdot``'s dtype,
+the ``bitwise_*`` signatures, descending ``argsort`` of integers, complex ``expm1`` on the real
+axis; eager and under jit, against NumPy. How to run the suite itself: docs/guides/semantics.md."""
 from __future__ import annotations
 
 import inspect
@@ -216,3 +217,46 @@ def test_an_axis_out_of_bounds_is_an_index_error(call):
     assert isinstance(info.value, AxisError) and isinstance(info.value, ShapeError)
     with pytest.raises(IndexError, match="out of bounds"):
         jitgraph.jit(lambda v: jnp.expand_dims(v, 3))(np.ones((2, 2)))
+
+
+def test_bitwise_signatures_are_the_standards():
+    # the suite reads the signature: binary bitwise_* take (x1, x2, /), bitwise_invert (x, /)
+    for name in ("and", "or", "xor", "left_shift", "right_shift"):
+        f = getattr(jnp, f"bitwise_{name}")
+        assert _positional_names(f) == ["x1", "x2"] and f.__name__ == f"bitwise_{name}"
+    assert _positional_names(jnp.bitwise_invert) == ["x"]
+    a, b = np.array([6, -3, 12], np.int16), np.array([5, 1, 2], np.int16)
+    for name, ref in (("and", np.bitwise_and), ("left_shift", np.left_shift)):
+        got = getattr(jnp, f"bitwise_{name}")(jnp.asarray(a), jnp.asarray(b))
+        np.testing.assert_array_equal(np.asarray(got), ref(a, b))
+
+
+@pytest.mark.parametrize("values", [np.array([206, 0, 5, 206, 255, 0], np.uint8),
+                                    np.array([-128, 127, 0, -128, 5, 127], np.int8),
+                                    np.array([True, False, True, False])])
+def test_descending_argsort_of_integers_is_stable(values):
+    # descending used to sort -x, which wraps 0 of unsigned dtypes and INT_MIN to themselves
+    want = np.argsort(~values, kind="stable")     # ~ reverses the order of ints and bools
+    x = jnp.asarray(values)
+    np.testing.assert_array_equal(np.asarray(jnp.argsort(x, descending=True)), want)
+    np.testing.assert_array_equal(
+        np.asarray(jitgraph.jit(lambda v: jnp.argsort(v, descending=True))(x)), want)
+    np.testing.assert_array_equal(np.asarray(jnp.sort(x, descending=True)), values[want])
+
+
+def test_complex_expm1_on_the_real_axis_keeps_its_zero():
+    # the standard: expm1(+inf + 0j) = +inf + 0j, expm1(NaN + 0j) = NaN + 0j (NumPy: NaN imag)
+    z = np.array([complex(np.inf, 0.0), complex(np.nan, 0.0), complex(1.0, -0.0), 0j,
+                  complex(-np.inf, 0.0), 0.5 + 0.25j], np.complex128)
+    want_re = np.array([np.inf, np.nan, np.expm1(1.0), 0.0, -1.0, np.expm1(z[5]).real])
+    want_im = np.array([0.0, 0.0, -0.0, 0.0, 0.0, np.expm1(z[5]).imag])
+    for got in (jnp.expm1(jnp.asarray(z)), jitgraph.jit(jnp.expm1)(jnp.asarray(z))):
+        got = np.asarray(got)
+        np.testing.assert_allclose(got.real, want_re, rtol=1e-15)
+        np.testing.assert_array_equal(got.imag, want_im)
+        np.testing.assert_array_equal(np.signbit(got.imag), np.signbit(want_im))
+    # off the axis and for reals, the primitive's own values and derivative
+    t = jnp.asarray([0.5, 1.0])
+    g = jitgraph.grad(lambda t: jnp.real(jnp.expm1(t + 0.3j)).sum())(t)
+    want = np.real(np.exp(np.array([0.5, 1.0]) + 0.3j))
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-13)

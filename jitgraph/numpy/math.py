@@ -24,7 +24,20 @@ negative = _unary("neg", float_only=False)
 exp = _unary("exp")
 log = _unary("log")
 log1p = _unary("log1p")
-expm1 = _unary("expm1")
+_expm1 = _unary("expm1")
+
+
+def expm1(x):
+    """Elementwise ``exp(x) - 1``, accurate near 0. On the real axis (imaginary part ±0) a
+    complex ``x`` gives ``expm1(real(x))`` with that zero, the standard's special cases, where
+    NumPy's complex ``expm1`` gives ``inf+nanj`` for ``inf+0j`` and ``nan+nanj`` for ``nan+0j``."""
+    (x,) = _promote(x, float_only=True)
+    out = _expm1(x)
+    if not dtypes.is_complex(aval_of(x).dtype):
+        return out
+    on_axis = astype(_expm1(real(x)), aval_of(x).dtype)      # its imaginary part is +0
+    im = imag(x)
+    return where(equal(im, 0), where(signbit(im), conjugate(on_axis), on_axis), out)
 sin = _unary("sin")
 cos = _unary("cos")
 tan = _unary("tan")
@@ -126,28 +139,37 @@ def logical_not(x):
     return bind(_P.logical_not, _as_bool(x))
 
 
-def _bitwise(pname: str, kinds: str, logical: str = ""):
+def _bitwise(pname: str, kinds: str, logical: str = "", binary: bool = True):
     """The standard's ``bitwise_*`` function of primitive ``pname``: operands promoted, then
     of the dtype kinds ``kinds`` or refused; on bools the ``logical`` primitive (the same
-    values) when there is one."""
+    values) when there is one. Its signature is the standard's, ``(x1, x2, /)`` or ``(x, /)``,
+    which the standard's suite and ``inspect`` read."""
     what = "integer or bool" if "b" in kinds else "integer"
 
-    def fn(*xs):
+    def fn(x1, x2, /):
+        return apply(x1, x2)
+
+    def unary_fn(x, /):
+        return apply(x)
+
+    def apply(*xs):
         xs = _promote(*xs)
         d = aval_of(xs[0]).dtype
         if dtypes.kind(d) not in kinds:
-            raise TypeError(f"jnp.{fn.__name__}: needs {what} operands, got "
+            raise TypeError(f"jnp.{pname}: needs {what} operands, got "
                             f"{', '.join(str(aval_of(x).dtype) for x in xs)}; for floats "
                             f"use jnp.logical_* or comparisons, or .astype an integer dtype")
         return bind(getattr(_P, logical if logical and d == dtypes.bool_ else pname), *xs)
-    fn.__name__ = pname
+    if not binary:
+        fn = unary_fn
+    fn.__name__ = fn.__qualname__ = pname
     return fn
 
 
 bitwise_and = _bitwise("bitwise_and", "biu", "logical_and")
 bitwise_or = _bitwise("bitwise_or", "biu", "logical_or")
 bitwise_xor = _bitwise("bitwise_xor", "biu", "ne")
-bitwise_invert = _bitwise("bitwise_invert", "biu", "logical_not")
+bitwise_invert = _bitwise("bitwise_invert", "biu", "logical_not", binary=False)
 bitwise_left_shift = _bitwise("bitwise_left_shift", "iu")
 bitwise_right_shift = _bitwise("bitwise_right_shift", "iu")
 bitwise_and.__doc__ = "Elementwise ``x & y`` of integers or bools (bits; truth of bools)."

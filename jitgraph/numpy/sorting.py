@@ -9,11 +9,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import dtypes
 from ..core import aval_of, bind
 from ._base import _P, _axis1, _concrete, _operand, _promote, astype, int64, _locate_module
 from .indexing import take_along_axis
 from .manipulation import moveaxis, ravel, reshape
-from .math import less, less_equal
+from .math import bitwise_invert, less, less_equal, negative
 from .reductions import sum
 
 
@@ -23,9 +24,8 @@ def argsort(x, axis=-1, kind=None, order=None, stable=True, descending=False):
     if axis is None:
         x, axis = ravel(x), 0
     ax = _axis1(x, axis, "argsort")
-    if descending:
-        from .math import negative
-        x = negative(x)
+    if descending:      # an order-reversing map: ~x for integers and bools (-x wraps
+        x = negative(x) if dtypes.kind(aval_of(x).dtype) in "fc" else bitwise_invert(x)  # 0, MIN
     r = bind(_P.argsort, moveaxis(x, ax, -1))
     return moveaxis(r, -1, ax)
 
