@@ -409,6 +409,23 @@ class _ArrayResults:
         self.unflatten = lambda leaves: build(list(map(view, leaves, types)))
 
 
+def _infer_statics(signature: inspect.Signature, argnums: tuple, argnames: tuple
+                   ) -> tuple[tuple, tuple]:
+    """Static arguments named one way are static the other way too, as in JAX: a name in
+    ``static_argnames`` is static when passed by position, and a position in
+    ``static_argnums`` when passed by keyword (positional-or-keyword parameters only)."""
+    params = [p.name for p in signature.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    named = [p.name for p in signature.parameters.values()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if argnames:
+        argnums = tuple(sorted(set(argnums) | {params.index(n) for n in argnames
+                                                if n in params and n in named}))
+    elif argnums:
+        argnames = tuple(params[i] for i in argnums if i < len(params) and params[i] in named)
+    return argnums, argnames
+
+
 class JitFunction:
     """A jitted function; call it like the original. See ``jit``."""
 
@@ -450,6 +467,13 @@ class JitFunction:
             self._signature = inspect.signature(fun)
         except (TypeError, ValueError):
             self._signature = None
+        self._static_keyword: dict = {}      # static position -> its parameter's name
+        if self._signature is not None and not (static_argnums and static_argnames):
+            self.static_argnums, self.static_argnames = _infer_statics(
+                self._signature, self.static_argnums, self.static_argnames)
+            names = list(self._signature.parameters)
+            self._static_keyword = {i: names[i] for i in self.static_argnums
+                                    if i < len(names) and names[i] in self.static_argnames}
         _ALL.add(self)
 
     # ---------------------------------------------------------------- calling
@@ -541,6 +565,8 @@ class JitFunction:
         statics = []
         for i in self.static_argnums:
             if i >= len(args):
+                if self._static_keyword.get(i) in kwargs:    # given by name: a static argname
+                    continue
                 raise TypeError(f"jit({self.__name__}): static_argnums={i} but only {len(args)} "
                                 "positional arguments were given")
             statics.append(("arg", i, args[i]))

@@ -567,3 +567,30 @@ def test_garbage_collector_is_off_while_compiling_and_restored_after():
     f = jitgraph.jit(lambda x: jnp.sum(jnp.exp(x) * 3.0))
     assert float(f(np.arange(3.0))) == pytest.approx(3 * np.exp(np.arange(3.0)).sum())
     assert gc.isenabled()
+
+
+def test_static_argnames_and_argnums_name_each_other_as_in_jax():
+    """A static argument may be passed either way: a name in ``static_argnames`` given by
+    position is static (JAX's ``jit(vmap(pca), static_argnames=['n_components'])`` called
+    with the argument by position), and so is a position in ``static_argnums`` given by
+    keyword; each static value is traced once."""
+    traced = []
+
+    def head(x, n, *, scale=1.0):
+        traced.append(n)
+        return x[:n] * scale
+
+    x = np.arange(5.0)
+    by_name = jitgraph.jit(head, static_argnames=["n"])
+    np.testing.assert_array_equal(by_name(x, 2), [0.0, 1.0])
+    np.testing.assert_array_equal(by_name(x, n=3), [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(by_name(x, 2), [0.0, 1.0])
+    assert traced == [2, 3]
+    by_position = jitgraph.jit(head, static_argnums=1)
+    np.testing.assert_array_equal(by_position(x, n=2), [0.0, 1.0])
+    np.testing.assert_array_equal(by_position(x, 4), [0.0, 1.0, 2.0, 3.0])
+    assert traced == [2, 3, 2, 4]
+    both = jitgraph.jit(head, static_argnames=("n", "scale"))
+    np.testing.assert_array_equal(both(x, 2, scale=2.0), [0.0, 2.0])
+    with pytest.raises(TypeError, match="static_argnums=1 but only 1 positional"):
+        jitgraph.jit(head, static_argnums=1)(x)
