@@ -46,7 +46,8 @@ def test_split_names_every_stage_and_counts_kernels(monkeypatch, capfd):
     x, w1, w2, w3 = (rng.standard_normal((5, 5)) for _ in range(4))
     capfd.readouterr()
     g = jitgraph.jit(jitgraph.grad(layers, argnums=(1, 2, 3)))
-    got = g(x, w1, w2, w3)
+    with compile_phases.recording() as recorded:    # the unrounded seconds of each stage
+        got = g(x, w1, w2, w3)
     h1 = np.tanh(x @ w1)
     h2 = np.tanh(h1 @ w2)
     dz2 = np.ones((5, 5)) @ w3.T * (1.0 - h2 ** 2)
@@ -55,7 +56,9 @@ def test_split_names_every_stage_and_counts_kernels(monkeypatch, capfd):
     (s,) = _splits(err)
     assert list(s["phases"]) == list(compile_phases.PHASES)
     assert all(v >= 0.0 for v in s["phases"].values())
-    assert s["phases"]["autodiff"] > 0.0 and s["phases"]["trace"] > 0.0
+    # the line rounds to milliseconds (a small graph's autodiff can print 0.000s): that each
+    # stage ran is read from the recording around the call
+    assert recorded["autodiff"] > 0.0 and recorded["trace"] > 0.0
     assert s["steps"] == s["distinct"] + s["shared"] and s["shared"] >= 1
     assert s["memory"] + s["disk"] + s["new"] == s["distinct"]
     # a fresh cache directory: every distinct kernel is new and compiled here, once
