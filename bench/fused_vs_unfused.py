@@ -75,12 +75,7 @@ def attention_rows(grid: dict, reps: dict) -> list[dict]:
         step = jitgraph.grad(loss, argnums=(0, 1, 2))
         tf, tu, check = _compare(step, (q, k, v), jitgraph.attention.always_fused,
                                  jitgraph.attention.unfused, reps)
-        rows.append(dict(op="attention", **c, fused_ms=tf.median * 1e3,
-                         unfused_ms=tu.median * 1e3, ratio=tf.median / tu.median,
-                         check=check, other_load=tf.other_load))
-        est = _estimate(rows[-1])
-        rows[-1].update(model=est.wins, model_ratio=est.ratio)
-        _print_row(rows[-1], _KEYS["attention"])
+        rows.append(_row("attention", c, tf, tu, check))
     return rows
 
 
@@ -98,13 +93,19 @@ def linear_ce_rows(grid: dict, reps: dict) -> list[dict]:
                                        argnums=(0, 1))
         tf, tu, check = _compare(step, (h, w, y), jitgraph.linear_ce.always_fused,
                                  jitgraph.linear_ce.unfused, reps)
-        rows.append(dict(op="linear_ce", **c, fused_ms=tf.median * 1e3,
-                         unfused_ms=tu.median * 1e3, ratio=tf.median / tu.median,
-                         check=check, other_load=tf.other_load))
-        est = _estimate(rows[-1])
-        rows[-1].update(model=est.wins, model_ratio=est.ratio)
-        _print_row(rows[-1], _KEYS["linear_ce"])
+        rows.append(_row("linear_ce", c, tf, tu, check))
     return rows
+
+
+def _row(op: str, case: dict, fused, unfused, check: str) -> dict:
+    """One shape's result: both timings, their ratio, the check, and what the cost model
+    decides there (printed as it comes)."""
+    row = dict(op=op, **case, fused_ms=fused.median * 1e3, unfused_ms=unfused.median * 1e3,
+               ratio=fused.median / unfused.median, check=check, other_load=fused.other_load)
+    est = _estimate(row)
+    row.update(model=est.wins, model_ratio=est.ratio)
+    _print_row(row, _KEYS[op])
+    return row
 
 
 def _print_row(r: dict, keys: tuple) -> None:

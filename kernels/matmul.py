@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
-from numba import njit
+from numba import njit, prange
 
 
 @njit(cache=True, error_model="numpy")
@@ -63,11 +63,13 @@ def _gemm_operands(a, b, c) -> bool:
             and c.dtype in (types.float32, types.float64) and a.dtype == b.dtype == c.dtype)
 
 
-def _call_gemm(context, builder, dtype, alpha, beta, a_op, b_op, m, n, k, c_data) -> None:
-    """Emit c = alpha * op(a) @ op(b) + beta * c for a row-major ``c`` (m x n) as one Fortran
-    ``?gemm`` call on its column-major transpose, C^T = op(B)^T op(A)^T (``kernels/blas.py``:
-    resolved by symbol name, 64-bit integers). ``a_op``/``b_op``: each operand's transpose
-    character, leading dimension and data pointer; ``alpha``/``beta`` of ``dtype``."""
+def _call_gemm(context, builder, dtype, alpha, beta, a_op, b_op, m, n, k, c_data,
+               ldc=None) -> None:
+    """Emit c = alpha * op(a) @ op(b) + beta * c for a row-major ``c`` (m x n, rows ``ldc``
+    apart, ``n`` by default) as one Fortran ``?gemm`` call on its column-major transpose,
+    C^T = op(B)^T op(A)^T (``kernels/blas.py``: resolved by symbol name, 64-bit integers).
+    ``a_op``/``b_op``: each operand's transpose character, leading dimension and data pointer;
+    ``alpha``/``beta`` of ``dtype``."""
     ptr = context.get_value_type(dtype).as_pointer()
     p_i64 = ir.IntType(64).as_pointer()
     fnty = ir.FunctionType(ir.VoidType(), [_CHAR.as_pointer()] * 2 + [p_i64] * 3
@@ -80,7 +82,7 @@ def _call_gemm(context, builder, dtype, alpha, beta, a_op, b_op, m, n, k, c_data
     (ta, lda, da), (tb, ldb, db) = a_op, b_op
     builder.call(fn, (ref(tb), ref(ta), ref(n), ref(m), ref(k), ref(alpha),
                       builder.bitcast(db, ptr), ref(ldb), builder.bitcast(da, ptr), ref(lda),
-                      ref(beta), builder.bitcast(c_data, ptr), ref(n)))
+                      ref(beta), builder.bitcast(c_data, ptr), ref(n if ldc is None else ldc)))
 
 
 @intrinsic
@@ -200,3 +202,78 @@ def gemm(alpha, a, b, beta, c):
     if max(m, k, c.shape[1]) > _INT32_MAX:
         raise ValueError(_TOO_LARGE)
     _xxgemm(alpha, a, b, beta, c)
+
+
+# ---------------------------------------------------------------------------- one thread pool
+@intrinsic
+def _xxgemm_block(typingctx, alpha, a, ta, b, tb, beta, c, r0, r1, c0, c1):
+    """Rows ``r0:r1`` and columns ``c0:c1`` of ``blas_gemm``'s product, one ``?gemm`` call on
+    pointers into the operands as stored (leading dimensions are the stored rows): the tile one
+    thread of ``par_gemm`` computes, with BLAS itself on one thread."""
+    if not (_gemm_operands(a, b, c) and a.layout == b.layout == "C"
+            and all(isinstance(t, (types.Integer, types.Boolean)) for t in (ta, tb))
+            and all(isinstance(t, types.Integer) for t in (r0, r1, c0, c1))):
+        return None
+    dtype = c.dtype
+    sig = types.void(alpha, a, ta, b, tb, beta, c, r0, r1, c0, c1)
+
+    def codegen(context, builder, sig, args):
+        alpha_v, a_v, ta_v, b_v, tb_v, beta_v, c_v = args[:7]
+        a_arr, b_arr, c_arr = (context.make_array(t)(context, builder, v) for t, v in
+                               zip((sig.args[1], sig.args[3], sig.args[6]), (a_v, b_v, c_v)))
+        row0, row1, col0, col1 = (context.cast(builder, v, t, types.int64)
+                                  for v, t in zip(args[7:], sig.args[7:]))
+        t_a = context.cast(builder, ta_v, sig.args[2], types.boolean)
+        t_b = context.cast(builder, tb_v, sig.args[4], types.boolean)
+        a_rows, a_cols = cgutils.unpack_tuple(builder, a_arr.shape)
+        b_rows, b_cols = cgutils.unpack_tuple(builder, b_arr.shape)
+        c_cols = cgutils.unpack_tuple(builder, c_arr.shape)[1]
+
+        def trans(flag):
+            return builder.select(flag, ir.Constant(_CHAR, ord("T")), ir.Constant(_CHAR, ord("N")))
+        # op(a)'s rows row0..: whole stored rows, or stored columns (then the next row of
+        # op(a) is the next element); op(b)'s columns col0..: the mirror image
+        a_data = builder.gep(a_arr.data, [builder.select(t_a, row0, builder.mul(row0, a_cols))])
+        b_data = builder.gep(b_arr.data, [builder.select(t_b, builder.mul(col0, b_cols), col0)])
+        c_data = builder.gep(c_arr.data, [builder.add(builder.mul(row0, c_cols), col0)])
+        _call_gemm(context, builder, dtype,
+                   context.cast(builder, alpha_v, sig.args[0], dtype),
+                   context.cast(builder, beta_v, sig.args[5], dtype),
+                   (trans(t_a), a_cols, a_data), (trans(t_b), b_cols, b_data),
+                   builder.sub(row1, row0), builder.sub(col1, col0),
+                   builder.select(t_a, a_rows, a_cols), c_data, ldc=c_cols)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
+def par_gemm(alpha, a, ta, b, tb, beta, c, threads):
+    """``blas_gemm`` split over Numba's threads, each a band of rows (or of columns, where the
+    product is wider than tall) computed by a one-thread BLAS call: products, generated loops
+    and hand-written kernels then share one thread pool (the program runs with BLAS on one
+    thread, ``compiler/host.py``'s ``one_blas_thread``), instead of BLAS's own workers
+    spinning beside Numba's after every call. ``threads``: ``numba.get_num_threads()`` of the
+    caller (read inside, the compiled function would hold an address and not be cached)."""
+    m, n = c.shape
+    k = a.shape[0] if ta else a.shape[1]
+    parts = min(threads, max(m, n))
+    if parts < 2 or k == 0 or max(m, k, n) > _INT32_MAX:
+        blas_gemm(alpha, a, ta, b, tb, beta, c)
+        return
+    by_rows = m >= n
+    size = m if by_rows else n
+    for p in prange(parts):
+        lo, hi = p * size // parts, (p + 1) * size // parts
+        if by_rows:
+            _xxgemm_block(alpha, a, ta, b, tb, beta, c, lo, hi, 0, n)
+        else:
+            _xxgemm_block(alpha, a, ta, b, tb, beta, c, 0, m, lo, hi)
+
+
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
+def par_batched_gemm(alpha, a, ta, b, tb, beta, c):
+    """A batch of ``blas_gemm`` products (3-D C-contiguous operands as stored, one product per
+    leading index) spread over Numba's threads, one one-thread BLAS call each: a batched
+    attention product in one call, not a Python loop of small BLAS calls."""
+    for i in prange(c.shape[0]):
+        blas_gemm(alpha, a[i], ta, b[i], tb, beta, c[i])

@@ -83,19 +83,19 @@ def programs():
 
 
 PINS = {
-    "cpu/mlp_step": "ceb59f863da9131ba1f3747dfe6c855e77ce1f928373b6d8d801b55df0372c4f",
+    "cpu/mlp_step": "3719ba48e16065b7b5be318dbea51c0de3bccaf0a05ef51c15c248081ae0a19d",
     "cuda/mlp_step": "55def57d5f20478338ecb094c0f390406d3489be73e632261c7e142f29850528",
-    "cpu/softmax_xent": "9aab18e3e2e70daf0f0c9d501e00001b0bc9691c62e599f5dd481fd24dda000b",
+    "cpu/softmax_xent": "10ca581d48b469a2e1ca1740600b742d88345d6bb91d326603f646afddf597af",
     "cuda/softmax_xent": "917a5c19c8c7d689cf7c1a7880e2790e18202f88faf80a5bce1ae5f121e0bccc",
-    "cpu/elementwise_grad": "a48e122a8466595cb7fc76e761bed49c24dc519f8a59fd379ed00b8934837e19",
+    "cpu/elementwise_grad": "0af1d23aff087015f8887abd555ef89e075096bce6ff31f3da3f41bb4edefd35",
     "cuda/elementwise_grad": "598704181df245fbc9085e11ba20521eefef8c15033656822bb2f39ee6784eb9",
-    "cpu/column_sums": "e38c0e8f58f2617f6ec4f16167c3b998f4ab5c112cace57a1b881ed602a96b05",
+    "cpu/column_sums": "50d3c2342baa98868531629506f12d07400204205a72e6eb40a4ff53c000ef17",
     "cuda/column_sums": "b5e975119331822ec050dc8b8f140f971a6c50f09d35a54939e41b24fd1607ae",
-    "cpu/cumulative": "3a15002883b561b71c1b93aee5901ada56c80a40ede3ad3bc8db0174aebff8ac",
+    "cpu/cumulative": "2c1013a939a21740ae80ac6285620c8bac0e3c5f0fb946e773da841159ebeee7",
     "cuda/cumulative": "9fc8bc768fb18c4750cf0691769a6d03b21e5cfba50276028d6ee29e7263de0c",
-    "cpu/long_rows": "3dfac202bb97c0231a5adbd406f007b28b4737471ce49d5751e24d64be075952",
+    "cpu/long_rows": "8584ac87712db5938aa80cb1ab8f1dc98f94f099ea4ae1057350e385f278c395",
     "cuda/long_rows": "f99a5530e0b62f741b7d6183c2c9d254f97c9a9c9fa8cd1bec89aab7041368c8",
-    "cpu/sgd_vjp": "088cc6f4acd03e290d3caffdb4e5fb188e9aeac30705cdb47fc5429ada266c59",
+    "cpu/sgd_vjp": "e82cba4f22e394b062aa14d8dddf694df6e2082b14c177231f2aa24c6096a5e0",
     "cuda/sgd_vjp": "4d84e94aa5019f8416d6248aa0787209a6b531cf81567308bbe9d1814a3a02e5"
 }
 

@@ -21,8 +21,9 @@ testing the old regime:
   axes (column order, serial, and threaded);
 * rows of at least ``LONG_ROW`` columns (softmax, log-softmax, logsumexp, cross-entropy,
   layernorm), with few rows (serial) and with many (threaded);
-* programs with matrix products (BLAS) whose loop kernels cross the higher threshold that
-  products impose, integer products (the loop product), value and gradient;
+* programs with matrix products (BLAS on one thread, the loop kernels threaded from the same
+  threshold), products on both sides of ``PARALLEL_MIN_PRODUCT`` (split over threads by rows,
+  by columns, by batch; one call), integer products (the loop product), value and gradient;
 * scans shorter and longer than ``COMPILED_LOOP_MIN_LENGTH`` (Python loop, compiled loop);
 * dynamic-shape programs at parallel sizes, against a fixed-size compile of the same function.
 
@@ -447,18 +448,64 @@ def test_long_rows(rows):
 
 # ------------------------------------------------------------------ products
 def test_products_program_crosses_the_blas_threshold():
-    """An MLP layer whose elementwise kernels exceed PARALLEL_MIN_WORK_WITH_BLAS: products
-    through BLAS, loop kernels threaded; and one just below it, serial."""
-    for n, threaded in ((2 * T.PARALLEL_MIN_WORK_WITH_BLAS, True),
-                        (T.PARALLEL_MIN_WORK_WITH_BLAS // 2, False)):
-        b, h = 1024, n // 1024
+    """A program with products runs with BLAS on one thread and threads its loop kernels from
+    PARALLEL_MIN_WORK, as a program without any does (one thread pool, Numba's)."""
+    for n, threaded in ((2 * T.PARALLEL_MIN_WORK, True), (T.PARALLEL_MIN_WORK // 2, False)):
+        b, h = 256, n // 256
         x, w, bias = rn(b, 64, dtype=F32), rn(64, h, dtype=F32) * 0.1, rn(h, dtype=F32)
         f = lambda x, w, bias: jnp.tanh(x @ w + bias) * 2.0                              # noqa: E731
         lowered = check_value_and_grad(f, (x, w, bias), (0, 1, 2),
                                        tol={np.dtype(F32): (2e-5, 2e-5)})
-        assert "blas_gemm" in lowered.source or "matmul_blas" in lowered.source
-        big = [k for k in loop_kernels(lowered) if parallel(k.source)]
-        assert bool(big) == threaded
+        assert "gemm" in lowered.source
+        assert any(parallel(k.source) for k in loop_kernels(lowered)) == threaded
+
+
+@pytest.mark.parametrize("a_shape, b_shape, split", [
+    ((1024, 64), (64, 16), "par_gemm"),              # tall: a band of rows per thread
+    ((4, 256), (256, 512), "par_gemm"),              # wide: a band of columns per thread
+    ((8, 64, 32), (8, 32, 64), "par_batched_gemm"),  # a batch: one product per thread
+    ((16, 32), (32, 64), "blas_gemm"),               # below PARALLEL_MIN_PRODUCT: one call
+])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_products_split_over_threads(a_shape, b_shape, split, dtype):
+    """Products of at least PARALLEL_MIN_PRODUCT multiply-adds are split over Numba's threads
+    (value, and the gradient's products with transposed operands, against the reference)."""
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    batch = int(np.prod(a_shape[:-2]))
+    assert (batch * m * k * n >= T.PARALLEL_MIN_PRODUCT) == (split != "blas_gemm")
+    a, b = rn(*a_shape, dtype=dtype), rn(*b_shape, dtype=dtype)
+    f = lambda a, b: jnp.sin(a @ b)                                                  # noqa: E731
+    lowered = check_value_and_grad(f, (a, b), (0, 1),
+                                   tol={**table.FWD_TOL, np.dtype(F32): (1e-4, 1e-4)})
+    assert f"{split}(" in lowered.source
+    if split != "blas_gemm":
+        assert "blas_gemm(" not in lowered.source
+
+
+def test_sgd_update_split_over_threads():
+    """A train step's fused weight update ``W - lr * x.T @ g`` (a product with alpha and beta,
+    in place in the donated weights) as a split product: the numbers of the unsplit one."""
+    rng = np.random.default_rng(5)
+    params = {"w": rng.standard_normal((64, 256)).astype(F32) * 0.1,
+              "v": rng.standard_normal((256, 8)).astype(F32) * 0.1}
+    x = rng.standard_normal((1024, 64)).astype(F32)
+    y = rng.standard_normal((1024, 8)).astype(F32)
+
+    def loss(p, x, y):
+        return jnp.mean((jnp.tanh(x @ p["w"]) @ p["v"] - y) ** 2)
+    lr = 0.05
+    opt = jitgraph.optim.sgd(lr)
+    step = jitgraph.train_step(loss, opt)
+    state = opt.init(params)
+    assert "par_gemm(" in step.lower(params, state, x, y).show("source")
+    expect = {k: v.astype(F64) for k, v in params.items()}
+    got = params
+    for _ in range(3):
+        g = jitgraph.grad(loss)({k: v.astype(F64) for k, v in expect.items()}, x, y)
+        expect = {k: expect[k] - lr * np.asarray(g[k]) for k in expect}
+        got, state, _ = step(got, state, x, y)
+    for key in params:
+        np.testing.assert_allclose(np.asarray(got[key]), expect[key], rtol=1e-4, atol=1e-5)
 
 
 def test_integer_products_at_size():
@@ -522,6 +569,7 @@ def test_thresholds_are_the_ones_in_use():
     from jitgraph.compiler.backends import cpu as codegen_cpu, cuda as codegen_cuda
     assert codegen_cpu.PARALLEL_MIN_WORK is T.PARALLEL_MIN_WORK
     assert codegen_cpu.PARALLEL_MIN_WORK_WITH_BLAS is T.PARALLEL_MIN_WORK_WITH_BLAS
+    assert codegen_cpu.PARALLEL_MIN_PRODUCT is T.PARALLEL_MIN_PRODUCT
     assert loops.COMPILED_LOOP_MIN_LENGTH is T.COMPILED_LOOP_MIN_LENGTH
     assert codegen_cuda.SPLIT_MIN_INNER is T.SPLIT_MIN_INNER
     assert math.log2(T.PARALLEL_MIN_WORK).is_integer()

@@ -11,8 +11,13 @@ from __future__ import annotations
 # larger kernel gets a ``prange`` loop over its outermost dim (or over its reduced dim when it
 # has a single output, a full reduction).
 PARALLEL_MIN_WORK = 1 << 16
-# With matmuls in the program, BLAS threads own the cores: its idle workers spin after each
-# call and starve Numba's workers (measured here, 2 cores: the MLP train step took 32 ms with
+# A product of at least this many multiply-adds, in a program whose driver runs in Python, is
+# split over Numba's threads (``kernels/matmul.py``'s ``par_gemm``: a band of rows or columns per
+# thread, one one-thread BLAS call each; a batch, one product per thread): BLAS, generated loops
+# and hand-written kernels share Numba's one pool. Smaller products run on one thread.
+PARALLEL_MIN_PRODUCT = 1 << 18
+# With matmuls in a compiled driver (a loop body), BLAS threads own the cores: its idle
+# workers spin after each call and starve Numba's workers (measured here, 2 cores: the MLP train step took 32 ms with
 # parallel loop kernels instead of 2 ms with serial ones). Loop kernels then stay serial
 # unless they are very large.
 PARALLEL_MIN_WORK_WITH_BLAS = 1 << 22

@@ -24,8 +24,8 @@ from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, colum
                            result_store, step_ops, store_lines, subgraph_comment,
                            with_narrow_import)
 from ..memory import Buffers, MemoryPlan
-from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_WORK, PARALLEL_MIN_WORK_WITH_BLAS,
-                          SMALL_PROGRAM_STEPS)
+from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_PRODUCT, PARALLEL_MIN_WORK,
+                          PARALLEL_MIN_WORK_WITH_BLAS, SMALL_PROGRAM_STEPS)
 from ..syntax import Syntax
 from .base import ModuleText
 
@@ -65,7 +65,9 @@ from numba import njit, prange
 from jitgraph.kernels.scalar import (maximum, minimum, maximum_step, minimum_step, sign, floor,
     erf, logistic, power, clamp_index)
 ''' + import_lines("jitgraph.kernels.fastmath", approximations()) + '''\
-from jitgraph.kernels.matmul import blas_gemm, gemm, matmul_blas, matmul_loop
+from jitgraph.kernels.matmul import (blas_gemm, gemm, matmul_blas, matmul_loop, par_gemm,
+    par_batched_gemm)
+from numba import get_num_threads
 '''
 # (the approximations' import comes from the records, ``Lowering.approx``: a primitive given
 # one is imported with no edit here; tests/test_lowering_records.py checks the rest)
@@ -130,6 +132,8 @@ class CpuBuffers(Buffers):
     """The memory plan's buffers, and the BLAS helpers the driver calls (``(name, types)``,
     what ``compile_pool`` compiles ahead)."""
     blas_calls: list = field(default_factory=list)
+    # products split over Numba's threads: the program runs with BLAS on one thread
+    one_pool: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,12 @@ class CpuCodegen:
         self.profile = profile
         # compiled_driver: a loop body, whose driver a compiled loop calls (control flow)
         self.python_driver = self.host or not (small or compiled_driver) or profile
-        self.parallel_min = PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK
+        # one thread pool: a driver in Python that calls products runs with BLAS on one thread
+        # and splits its large products over Numba's threads, as its loops are; a compiled
+        # driver (a loop body) calls BLAS as it is, and its loops stay serial unless very large
+        self._one_pool = has_blas and self.python_driver
+        self.parallel_min = (PARALLEL_MIN_WORK_WITH_BLAS if has_blas and not self._one_pool
+                             else PARALLEL_MIN_WORK)
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None
         self.made_decisions: list[LoopDecision] = []
@@ -180,6 +189,11 @@ class CpuCodegen:
         o_size = int(np.prod(k.outer_shape, dtype=np.int64))
         work = int(np.prod(k.shape, dtype=np.int64))
         has_arg = has_arg_reduction(k)
+        if self._one_pool and column_order(k, False, has_arg):
+            # a leading-axis reduction (a bias gradient) beside products: serial in column order
+            # reads memory contiguously; threads over its outputs read each with a stride (the
+            # GPT step's MLP bias gradient, 512 outputs: 7x slower)
+            return LoopDecision(False, False, True)
         outer_par = work >= self.parallel_min and o_size >= PARALLEL_MIN_OUTER
         inner_par = work >= self.parallel_min and o_size == 1 and not has_arg and bool(k.inner_shape)
         return LoopDecision(outer_par, inner_par,
@@ -360,7 +374,8 @@ class CpuCodegen:
         info; the templates hold ``{H}`` where ``finish_module`` puts the hash of the finished
         source."""
         plan, g = self.plan, self.plan.graph
-        info = memory.info = memory.info.extended(CpuBuffers, blas_calls=sorted(self._blas_calls))
+        info = memory.info = memory.info.extended(CpuBuffers, blas_calls=sorted(self._blas_calls),
+                                                   one_pool=self._one_pool)
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
         driver_name = "program_{H}"
@@ -443,16 +458,30 @@ class CpuCodegen:
                 flag if self.python_driver else f"np.int64({flag})"
         (a, ta), (b, tb) = stored(s.a), stored(s.b)
         dt = s.node.out.aval.dtype.name
-        self._blas_calls.add(("blas_gemm", ("float", f"{dt}/2C", "size", f"{dt}/2C", "size",
-                                            "float", f"{dt}/2C")))
+        k = s.a[2][-2] if s.a[1] else s.a[2][-1]
+        # one thread pool: a large product (the driver in Python) is split over Numba's
+        # threads, one one-thread BLAS call each (see kernels/matmul.py's par_gemm)
+        threaded = self._one_pool and batch * m * nn * k >= PARALLEL_MIN_PRODUCT
+        nd = 3 if batch > 1 else 2
+        fn = ("par_batched_gemm" if batch > 1 else "par_gemm") if threaded else "blas_gemm"
+        arg_types = ("float", f"{dt}/{nd}C", "size", f"{dt}/{nd}C", "size", "float",
+                     f"{dt}/{nd}C") + (("size",) if fn == "par_gemm" else ())
+        if threaded or batch == 1:
+            self._blas_calls.add((fn, arg_types))
+        else:
+            self._blas_calls.add(("blas_gemm", ("float", f"{dt}/2C", "size", f"{dt}/2C", "size",
+                                                "float", f"{dt}/2C")))
+        threads = ", get_num_threads()" if fn == "par_gemm" else ""
         ep = s.epilogue
         if ep is not None:
             o, lines, beta = self._epilogue_target(ep, in_place)
-            return lines + [f"blas_gemm({float(ep.alpha)!r}, {a}, {ta}, {b}, {tb}, "
-                            f"{float(beta)!r}, {o}.reshape(({m}, {nn})))"]
+            return lines + [f"{fn}({float(ep.alpha)!r}, {a}, {ta}, {b}, {tb}, "
+                            f"{float(beta)!r}, {o}.reshape(({m}, {nn})){threads})"]
         o = self.plan.array_name(s.node.out)
         if batch == 1:
-            return [f"blas_gemm(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({m}, {nn})))"]
+            return [f"{fn}(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({m}, {nn})){threads})"]
+        if threaded:
+            return [f"{fn}(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({batch}, {m}, {nn})))"]
         return [f"for bi in range({batch}):",
                 f"    blas_gemm(1.0, {a}[bi], {ta}, {b}[bi], {tb}, 0.0, "
                 f"{o}.reshape(({batch}, {m}, {nn}))[bi])"]

@@ -21,7 +21,7 @@ from ...dtypes import as_stored, is_narrow, storage
 from .. import compile_pool, native, numba_patches
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
-from ..host import host_impl
+from ..host import host_impl, one_blas_thread
 from ..memory import Buffers
 from ..settings import compile_settings, disk_cache, fingerprint
 from ..state import STATE
@@ -81,6 +81,7 @@ class CpuProgram:
                                   for v in gen.plan.const_args)
         self.donated = info.donated
         self.blas_calls = tuple(info.blas_calls)   # what compile_pool precompiles
+        self.one_pool = bool(getattr(info, "one_pool", False))  # BLAS on one thread per call
         self.was_on_disk = was_on_disk
         self.module = module
         self.kernel_modules = list(kernel_modules)
@@ -106,7 +107,7 @@ class CpuProgram:
         straight-line Python (the per-call overhead of a cached ``jit`` call is this function)."""
         ns: dict = {"ndarray": np.ndarray, "Array": Array, "empty": np.empty, "conv": _conv,
                     "pools": self._scratch_pools, "pool": self._scratch_pools.setdefault((), []),
-                    "driver": self.driver, "unflatten": out_tree.unflatten,
+                    "driver": self._pooled(self.driver), "unflatten": out_tree.unflatten,
                     "overlaps": _overlaps}
         if self.bundle_path is not None:
             ns["driver"] = self._driver_then_export
@@ -127,6 +128,19 @@ class CpuProgram:
         run.source = self.runner_template
         return run
 
+    def _pooled(self, driver: Callable) -> Callable:
+        """The driver as the runner calls it: where the program splits its products over
+        Numba's threads (``one_pool``), inside ``one_blas_thread`` so that BLAS starts no
+        threads of its own beside Numba's (set and restored per call, a few microseconds: the
+        caller's own NumPy products keep their threads)."""
+        if not self.one_pool:
+            return driver
+
+        def pooled(*args):
+            with one_blas_thread():
+                driver(*args)
+        return pooled
+
     def _driver_then_export(self, *args) -> None:
         """The driver's first call, then the native bundle written on a background thread
         (see ``native.py``); the runners then call the driver directly."""
@@ -134,7 +148,7 @@ class CpuProgram:
         if self.bundle_path is None:
             return
         for ns in self._runner_namespaces:
-            ns["driver"] = self.driver
+            ns["driver"] = self._pooled(self.driver)
         self._runner_namespaces.clear()
         _export_in_background(self)
         self.bundle_path = None
