@@ -539,7 +539,44 @@ def runtime_symbols() -> dict[str, int]:
     return symbols
 
 
+#: GNU OpenMP's spin before an idle thread sleeps, where the user set neither GOMP_SPINCOUNT nor
+#: OMP_WAIT_POLICY: its default (300,000 spins, about a millisecond) made a training step's
+#: threads spin at every barrier, so that on a machine with one busy process per core the GPT
+#: benchmark's tiny step took 514 ms instead of 20 (measured, 2-core Xeon); 1,000 spins: 38-47
+#: ms busy, and the quiet step within noise of the default's.
+OPENMP_SPIN_COUNT = "1000"
+
+
+@contextlib.contextmanager
+def _short_openmp_spin():
+    """``GOMP_SPINCOUNT`` set for the moment the threading layer loads (GNU OpenMP reads its
+    environment once, when it loads), then taken out again: child processes (a PyTorch or JAX
+    run beside, whose OpenMP reads the same variable) inherit the environment as it was."""
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        yield
+        return
+    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+    try:
+        yield
+    finally:
+        os.environ.pop("GOMP_SPINCOUNT", None)
+
+
+def start_threads() -> None:
+    """Start Numba's threading layer now (once per process), with ``_short_openmp_spin``: before
+    any compiled driver or kernel starts it by itself."""
+    if not STATE.patches.get("threads_started"):
+        threading_layer()
+        STATE.patches["threads_started"] = True
+
+
 def threading_layer() -> Any | None:
+    """``_threading_layer`` with ``_short_openmp_spin``."""
+    with _short_openmp_spin():
+        return _threading_layer()
+
+
+def _threading_layer() -> Any | None:
     """The extension of Numba's threading layer, its threads started as Numba starts them:
     Numba's own (``numba.get_num_threads`` starts it) where Numba is imported; else the one
     ``NUMBA_THREADING_LAYER`` names, else Numba's own order: TBB (the one layer that is

@@ -243,6 +243,7 @@ def load(gen, options, t0: float, compile_again: Callable | None = None) -> CpuP
     ``allow_native`` (its ``CpuOptions``): where this process has not imported Numba, run the
     program from its native bundle (``native.py``) when the disk cache has one; otherwise
     write one after the program's first call."""
+    numba_patches.start_threads()   # before a parallel kernel's compile starts them by itself
     fin = finish_module(gen.module.source, gen.module.kernels, gen.module.driver_name)
     key = fingerprint()
     cache = disk_cache()
