@@ -91,12 +91,24 @@ _values: dict[str, Any] = {}
 _listeners: list[Callable[[], None]] = []
 _INTERNED: dict[tuple, tuple] = {}
 TRACE_STATE: tuple = ()
+_PROCESS_MARKS: tuple = ()      # ``mark_process``: facts of this process that programs depend on
 
 
 def _set_trace_state() -> None:
     global TRACE_STATE
-    t = tuple(_values[n] for n in _TRACED)
+    t = tuple(_values[n] for n in _TRACED) + _PROCESS_MARKS
     TRACE_STATE = _INTERNED.setdefault(t, t)     # equal states are the same object
+
+
+def mark_process(mark: str) -> None:
+    """Add ``mark`` to ``TRACE_STATE`` for the rest of this process: every ``jit`` function
+    then keeps its programs aside and compiles anew at its next call. The compiler marks a
+    child forked from a process whose GNU OpenMP threads ran (``"serial"``: OpenMP cannot
+    run in it again, so its programs are compiled without threads)."""
+    global _PROCESS_MARKS
+    if mark not in _PROCESS_MARKS:
+        _PROCESS_MARKS += (mark,)
+        _set_trace_state()
 
 
 def _load_environment() -> None:

@@ -566,8 +566,25 @@ def start_threads() -> None:
     """Start Numba's threading layer now (once per process), with ``_short_openmp_spin``: before
     any compiled driver or kernel starts it by itself."""
     if not STATE.patches.get("threads_started"):
-        threading_layer()
+        layer = threading_layer()
         STATE.patches["threads_started"] = True
+        if layer is not None and layer.__name__.rsplit(".", 1)[-1] == "omppool" and \
+                hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forked_from_openmp)
+
+
+def _forked_from_openmp() -> None:
+    """In a child forked after GNU OpenMP's threads started (a data loader's worker): OpenMP
+    terminates the process at its next parallel loop, so from here on programs are compiled
+    and run without threads (``serial_kernels``; every jit function compiles again, once)."""
+    from .. import config
+    STATE.patches["serial_kernels"] = True
+    config.mark_process("serial")
+
+
+def serial_kernels() -> bool:
+    """Whether this process must run no parallel kernel (see ``_forked_from_openmp``)."""
+    return bool(STATE.patches.get("serial_kernels"))
 
 
 def threading_layer() -> Any | None:

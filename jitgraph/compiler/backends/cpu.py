@@ -17,6 +17,7 @@ import numpy as np
 
 from ...core import approximations, returns_input_type, scalar_function
 from ...dtypes import storage
+from .. import numba_patches
 from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
@@ -169,8 +170,10 @@ class CpuCodegen:
         # one thread pool: a driver in Python that calls products runs with BLAS on one thread
         # and splits its large products over Numba's threads, as its loops are; a compiled
         # driver (a loop body) calls BLAS as it is, and its loops stay serial unless very large
-        self._one_pool = has_blas and self.python_driver
-        self.parallel_min = (PARALLEL_MIN_WORK_WITH_BLAS if has_blas and not self._one_pool
+        serial = numba_patches.serial_kernels()     # a child forked after OpenMP ran
+        self._one_pool = has_blas and self.python_driver and not serial
+        self.parallel_min = (float("inf") if serial else
+                             PARALLEL_MIN_WORK_WITH_BLAS if has_blas and not self._one_pool
                              else PARALLEL_MIN_WORK)
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None

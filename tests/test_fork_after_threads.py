@@ -1,0 +1,58 @@
+"""A process forked after its parallel kernels ran (a data loader's workers forked from a
+training process) runs jitgraph programs, old and new, with the right numbers.
+
+GNU OpenMP, Numba's threading layer where TBB is not installed, terminates a forked child at
+its first parallel loop once the parent's threads ran; jitgraph compiles a forked child's
+programs without threads instead (``numba_patches.serial_kernels``). Run in a fresh process,
+so that this test's own earlier compiles do not decide which layer runs.
+"""
+import json
+import subprocess
+import sys
+
+SCRIPT = r'''
+import json, os, sys
+import numpy as np
+import jitgraph
+import jitgraph.numpy as jnp
+from jitgraph.compiler import numba_patches
+
+rng = np.random.default_rng(0)
+a = rng.standard_normal((512, 256)).astype(np.float32)
+b = rng.standard_normal((256, 512)).astype(np.float32) * 0.1
+old = jitgraph.jit(lambda a, b: jnp.tanh(a @ b) * 2.0)
+assert "par_gemm(" in old.lower(a, b).source     # products and loops on Numba's threads
+first = np.asarray(old(a, b))
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    new = jitgraph.jit(lambda a, b: jnp.sin(a @ b) + jnp.sum(a))
+    out = {"old": float(np.abs(np.asarray(old(a, b)) - np.tanh(a @ b) * 2.0).max()),
+           "new": float(np.abs(np.asarray(new(a, b)) - (np.sin(a @ b) + a.sum())).max()),
+           "serial": numba_patches.serial_kernels(),
+           "prange": "prange(" in new.lower(a, b).source}
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+data = b""
+while chunk := os.read(r, 65536):
+    data += chunk
+_, status = os.waitpid(pid, 0)
+import numba
+print(json.dumps({"status": status, "child": json.loads(data or b"null"),
+                  "layer": numba.threading_layer(),
+                  "parent": float(np.abs(first - np.tanh(a @ b) * 2.0).max())}))
+'''
+
+
+def test_forked_child_runs_programs_after_parallel_kernels():
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["status"] == 0 and res["child"] is not None, (res, proc.stderr[-3000:])
+    assert res["parent"] < 1e-4
+    assert res["child"]["old"] < 1e-4 and res["child"]["new"] < 1e-3, res
+    if res["layer"] == "omp":       # TBB is fork-safe: the child keeps its threads there
+        assert res["child"]["serial"] and not res["child"]["prange"], res
