@@ -508,6 +508,33 @@ def test_sgd_update_split_over_threads():
         np.testing.assert_allclose(np.asarray(got[key]), expect[key], rtol=1e-4, atol=1e-5)
 
 
+def test_threads_share_the_one_blas_thread_block():
+    """Programs splitting products over Numba's threads, called from four Python threads at
+    once: right numbers, and BLAS's own thread counts as they were afterwards (each call sets
+    one BLAS thread; overlapping calls must not leave it there)."""
+    import threading
+    from threadpoolctl import threadpool_info
+    a, b = rn(512, 256, dtype=F32), rn(256, 512, dtype=F32) * 0.05
+    f = jitgraph.jit(lambda a, b: jnp.tanh(a @ b) * 2.0)
+    want = np.tanh(a.astype(F64) @ b.astype(F64)) * 2.0
+    assert "par_gemm(" in f.lower(a, b).source
+    counts = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    errors = []
+
+    def work():
+        for _ in range(30):
+            err = float(np.abs(np.asarray(f(a, b)) - want).max())
+            if err > 1e-4:
+                errors.append(err)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"] == counts
+
+
 def test_integer_products_at_size():
     """Integer products have no BLAS: the loop product, at a size past the threshold."""
     a = _rng.integers(-5, 6, (512, 256))

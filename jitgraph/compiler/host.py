@@ -8,6 +8,7 @@ nothing of the compiler).
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable
 
 from ..core import Node, run_impl
@@ -62,17 +63,30 @@ def one_blas_thread():
 class _OneBlasThread:
     """BLAS on one thread for a block, then back to what each library had: threadpoolctl's
     own setters and getters, not its ``limit`` (which gathers every library's full
-    description on entry: 60-90 us a call from a program's driver here, against 2 us)."""
-    __slots__ = ("libs", "saved")
+    description on entry: 60-90 us a call from a program's driver here, against 2 us).
+    Counted across threads: the first block in sets one thread, the last one out restores the
+    saved counts (two threads' programs overlapping must not leave BLAS on one thread)."""
+    __slots__ = ("libs",)
+    _lock = threading.Lock()
+    _depth = 0
+    _saved: list = []
 
     def __init__(self, libs):
         self.libs = libs
 
     def __enter__(self):
-        self.saved = [lib.get_num_threads() for lib in self.libs]
-        for lib in self.libs:
-            lib.set_num_threads(1)
+        cls = _OneBlasThread
+        with cls._lock:
+            if cls._depth == 0:
+                cls._saved = [lib.get_num_threads() for lib in self.libs]
+                for lib in self.libs:
+                    lib.set_num_threads(1)
+            cls._depth += 1
 
     def __exit__(self, *exc):
-        for lib, n in zip(self.libs, self.saved):
-            lib.set_num_threads(n)
+        cls = _OneBlasThread
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                for lib, n in zip(self.libs, cls._saved):
+                    lib.set_num_threads(n)
