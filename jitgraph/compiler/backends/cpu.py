@@ -172,6 +172,10 @@ class CpuCodegen:
         # driver (a loop body) calls BLAS as it is, and its loops stay serial unless very large
         serial = numba_patches.serial_kernels()     # a child forked after OpenMP ran
         self._one_pool = has_blas and self.python_driver and not serial
+        # a product went to par_gemm / par_batched_gemm: the driver runs with BLAS on one
+        # thread (smaller products run on one BLAS thread anyway: OpenBLAS threads a product
+        # from 4 * 65536 multiply-adds, PARALLEL_MIN_PRODUCT)
+        self._split_products = False
         self.parallel_min = (float("inf") if serial else
                              PARALLEL_MIN_WORK_WITH_BLAS if has_blas and not self._one_pool
                              else PARALLEL_MIN_WORK)
@@ -378,7 +382,7 @@ class CpuCodegen:
         source."""
         plan, g = self.plan, self.plan.graph
         info = memory.info = memory.info.extended(CpuBuffers, blas_calls=sorted(self._blas_calls),
-                                                   one_pool=self._one_pool)
+                                                   one_pool=self._split_products)
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
         driver_name = "program_{H}"
@@ -465,6 +469,7 @@ class CpuCodegen:
         # one thread pool: a large product (the driver in Python) is split over Numba's
         # threads, one one-thread BLAS call each (see kernels/matmul.py's par_gemm)
         threaded = self._one_pool and batch * m * nn * k >= PARALLEL_MIN_PRODUCT
+        self._split_products |= threaded
         nd = 3 if batch > 1 else 2
         fn = ("par_batched_gemm" if batch > 1 else "par_gemm") if threaded else "blas_gemm"
         arg_types = ("float", f"{dt}/{nd}C", "size", f"{dt}/{nd}C", "size", "float",
