@@ -246,17 +246,29 @@ def _xxgemm_block(typingctx, alpha, a, ta, b, tb, beta, c, r0, r1, c0, c1):
     return sig, codegen
 
 
+@intrinsic
+def _threads(typingctx):
+    """Numba's thread count for the calling thread, read as its parallel loops read it: a call
+    of the ``get_num_threads`` symbol its threading layer registers (``numba.get_num_threads``
+    compiles to an address, which keeps a function out of Numba's cache and a driver that
+    calls it from Python out of a native bundle)."""
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(cgutils.intp_t, []),
+                                            "get_num_threads")
+        return builder.call(fn, [])
+    return types.intp(), codegen
+
+
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy")
-def par_gemm(alpha, a, ta, b, tb, beta, c, threads):
+def par_gemm(alpha, a, ta, b, tb, beta, c):
     """``blas_gemm`` split over Numba's threads, each a band of rows (or of columns, where the
     product is wider than tall) computed by a one-thread BLAS call: products, generated loops
     and hand-written kernels then share one thread pool (the program runs with BLAS on one
     thread, ``compiler/host.py``'s ``one_blas_thread``), instead of BLAS's own workers
-    spinning beside Numba's after every call. ``threads``: ``numba.get_num_threads()`` of the
-    caller (read inside, the compiled function would hold an address and not be cached)."""
+    spinning beside Numba's after every call."""
     m, n = c.shape
     k = a.shape[0] if ta else a.shape[1]
-    parts = min(threads, max(m, n))
+    parts = min(_threads(), max(m, n))
     if parts < 2 or k == 0 or max(m, k, n) > _INT32_MAX:
         blas_gemm(alpha, a, ta, b, tb, beta, c)
         return

@@ -68,7 +68,6 @@ from jitgraph.kernels.scalar import (maximum, minimum, maximum_step, minimum_ste
 ''' + import_lines("jitgraph.kernels.fastmath", approximations()) + '''\
 from jitgraph.kernels.matmul import (blas_gemm, gemm, matmul_blas, matmul_loop, par_gemm,
     par_batched_gemm)
-from numba import get_num_threads
 '''
 # (the approximations' import comes from the records, ``Lowering.approx``: a primitive given
 # one is imported with no edit here; tests/test_lowering_records.py checks the rest)
@@ -473,21 +472,20 @@ class CpuCodegen:
         nd = 3 if batch > 1 else 2
         fn = ("par_batched_gemm" if batch > 1 else "par_gemm") if threaded else "blas_gemm"
         arg_types = ("float", f"{dt}/{nd}C", "size", f"{dt}/{nd}C", "size", "float",
-                     f"{dt}/{nd}C") + (("size",) if fn == "par_gemm" else ())
+                     f"{dt}/{nd}C")
         if threaded or batch == 1:
             self._blas_calls.add((fn, arg_types))
         else:
             self._blas_calls.add(("blas_gemm", ("float", f"{dt}/2C", "size", f"{dt}/2C", "size",
                                                 "float", f"{dt}/2C")))
-        threads = ", get_num_threads()" if fn == "par_gemm" else ""
         ep = s.epilogue
         if ep is not None:
             o, lines, beta = self._epilogue_target(ep, in_place)
             return lines + [f"{fn}({float(ep.alpha)!r}, {a}, {ta}, {b}, {tb}, "
-                            f"{float(beta)!r}, {o}.reshape(({m}, {nn})){threads})"]
+                            f"{float(beta)!r}, {o}.reshape(({m}, {nn})))"]
         o = self.plan.array_name(s.node.out)
         if batch == 1:
-            return [f"{fn}(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({m}, {nn})){threads})"]
+            return [f"{fn}(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({m}, {nn})))"]
         if threaded:
             return [f"{fn}(1.0, {a}, {ta}, {b}, {tb}, 0.0, {o}.reshape(({batch}, {m}, {nn})))"]
         return [f"for bi in range({batch}):",
