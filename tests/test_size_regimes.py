@@ -448,9 +448,10 @@ def test_long_rows(rows):
 
 # ------------------------------------------------------------------ products
 def test_products_program_crosses_the_blas_threshold():
-    """A program with products runs with BLAS on one thread and threads its loop kernels from
-    PARALLEL_MIN_WORK, as a program without any does (one thread pool, Numba's)."""
-    for n, threaded in ((2 * T.PARALLEL_MIN_WORK, True), (T.PARALLEL_MIN_WORK // 2, False)):
+    """A program with products threads its loop kernels from PARALLEL_MIN_WORK_BESIDE_PRODUCTS
+    (on Numba's threads, as its split products: one thread pool)."""
+    for n, threaded in ((2 * T.PARALLEL_MIN_WORK_BESIDE_PRODUCTS, True),
+                        (T.PARALLEL_MIN_WORK_BESIDE_PRODUCTS // 2, False)):
         b, h = 256, n // 256
         x, w, bias = rn(b, 64, dtype=F32), rn(64, h, dtype=F32) * 0.1, rn(h, dtype=F32)
         f = lambda x, w, bias: jnp.tanh(x @ w + bias) * 2.0                              # noqa: E731
@@ -597,6 +598,7 @@ def test_thresholds_are_the_ones_in_use():
     assert codegen_cpu.PARALLEL_MIN_WORK is T.PARALLEL_MIN_WORK
     assert codegen_cpu.PARALLEL_MIN_WORK_WITH_BLAS is T.PARALLEL_MIN_WORK_WITH_BLAS
     assert codegen_cpu.PARALLEL_MIN_PRODUCT is T.PARALLEL_MIN_PRODUCT
+    assert codegen_cpu.PARALLEL_MIN_WORK_BESIDE_PRODUCTS is T.PARALLEL_MIN_WORK_BESIDE_PRODUCTS
     assert loops.COMPILED_LOOP_MIN_LENGTH is T.COMPILED_LOOP_MIN_LENGTH
     assert codegen_cuda.SPLIT_MIN_INNER is T.SPLIT_MIN_INNER
     assert math.log2(T.PARALLEL_MIN_WORK).is_integer()

@@ -16,6 +16,11 @@ PARALLEL_MIN_WORK = 1 << 16
 # thread, one one-thread BLAS call each; a batch, one product per thread): BLAS, generated loops
 # and hand-written kernels share Numba's one pool. Smaller products run on one thread.
 PARALLEL_MIN_PRODUCT = 1 << 18
+# Loop kernels of a program with products (whose driver runs in Python) are threaded from
+# this many elements: below it a loop takes tens of microseconds, and threading it saves less
+# than a tenth of that per call while its compile grows by about 0.3 s (the W1 MLP step's two
+# 128 x 512 loops: the same step time either way, half a second more cold compile threaded).
+PARALLEL_MIN_WORK_BESIDE_PRODUCTS = 1 << 17
 # With matmuls in a compiled driver (a loop body), BLAS threads own the cores: its idle
 # workers spin after each call and starve Numba's workers (measured here, 2 cores: the MLP train step took 32 ms with
 # parallel loop kernels instead of 2 ms with serial ones). Loop kernels then stay serial

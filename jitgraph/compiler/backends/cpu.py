@@ -26,7 +26,8 @@ from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, colum
                            with_narrow_import)
 from ..memory import Buffers, MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_PRODUCT, PARALLEL_MIN_WORK,
-                          PARALLEL_MIN_WORK_WITH_BLAS, SMALL_PROGRAM_STEPS)
+                          PARALLEL_MIN_WORK_BESIDE_PRODUCTS, PARALLEL_MIN_WORK_WITH_BLAS,
+                          SMALL_PROGRAM_STEPS)
 from ..syntax import Syntax
 from .base import ModuleText
 
@@ -176,8 +177,8 @@ class CpuCodegen:
         # from 4 * 65536 multiply-adds, PARALLEL_MIN_PRODUCT)
         self._split_products = False
         self.parallel_min = (float("inf") if serial else
-                             PARALLEL_MIN_WORK_WITH_BLAS if has_blas and not self._one_pool
-                             else PARALLEL_MIN_WORK)
+                             PARALLEL_MIN_WORK_BESIDE_PRODUCTS if self._one_pool else
+                             PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK)
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None
         self.made_decisions: list[LoopDecision] = []
