@@ -56,3 +56,25 @@ def test_forked_child_runs_programs_after_parallel_kernels():
     assert res["child"]["old"] < 1e-4 and res["child"]["new"] < 1e-3, res
     if res["layer"] == "omppool":   # TBB is fork-safe: the child keeps its threads there
         assert res["child"]["serial"] and not res["child"]["prange"], res
+
+
+def test_machine_busy_reads_runnable_threads(monkeypatch):
+    """OpenMP's short spin is chosen where other threads are runnable (``procs_running`` above
+    one in most reads of /proc/stat), and not where the file cannot be read."""
+    import io
+    from jitgraph.compiler import numba_patches
+
+    def fake(running):
+        def opener(path, mode="r"):
+            assert path == "/proc/stat"
+            return io.BytesIO(b"cpu  1 2 3\nprocs_running %d\nprocs_blocked 0\n" % running)
+        return opener
+    monkeypatch.setattr(numba_patches, "open", fake(3), raising=False)
+    assert numba_patches.machine_busy()
+    monkeypatch.setattr(numba_patches, "open", fake(1), raising=False)
+    assert not numba_patches.machine_busy()
+
+    def broken(path, mode="r"):
+        raise OSError("no /proc here")
+    monkeypatch.setattr(numba_patches, "open", broken, raising=False)
+    assert not numba_patches.machine_busy()

@@ -539,23 +539,44 @@ def runtime_symbols() -> dict[str, int]:
     return symbols
 
 
-#: GNU OpenMP's spin before an idle thread sleeps, where the user set neither GOMP_SPINCOUNT nor
-#: OMP_WAIT_POLICY: its default (300,000 spins, about a millisecond) made a training step's
-#: threads spin at every barrier, so that on a machine with one busy process per core the GPT
-#: benchmark's tiny step took 514 ms instead of 20 (measured, 2-core Xeon); 1,000 spins: 38-47
-#: ms busy, and the quiet step within noise of the default's.
-OPENMP_SPIN_COUNT = "1000"
+#: GNU OpenMP's spin before an idle thread sleeps, on a machine whose cores other processes are
+#: using when the threads start (``machine_busy``), where the user set neither GOMP_SPINCOUNT
+#: nor OMP_WAIT_POLICY. Its default (300,000 spins, about a millisecond) made a training step's
+#: threads spin at every barrier while the thread they waited for had no core: with one busy
+#: process per core the GPT benchmark's tiny step took 514-528 ms instead of 20 (2-core Xeon);
+#: with 1,000 spins, 38-94 ms. On a quiet machine the default is kept: there the short spin
+#: cost the same step 1.3-1.7x (each barrier a sleep and a wake-up).
+OPENMP_SPIN_COUNT_BUSY = "1000"
+
+
+def machine_busy(samples: int = 16) -> bool:
+    """Whether other processes are running on this machine now: the median count of runnable
+    threads (``procs_running`` of /proc/stat, this one included) over ``samples`` reads (about
+    0.3 ms) is above one. False where /proc/stat cannot be read."""
+    counts = []
+    try:
+        for _ in range(samples):
+            with open("/proc/stat", "rb") as f:
+                for line in f:
+                    if line.startswith(b"procs_running"):
+                        counts.append(int(line.split()[1]))
+                        break
+    except (OSError, ValueError):
+        return False
+    return bool(counts) and sorted(counts)[len(counts) // 2] > 1
 
 
 @contextlib.contextmanager
 def _short_openmp_spin():
     """``GOMP_SPINCOUNT`` set for the moment the threading layer loads (GNU OpenMP reads its
-    environment once, when it loads), then taken out again: child processes (a PyTorch or JAX
-    run beside, whose OpenMP reads the same variable) inherit the environment as it was."""
-    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+    environment once, when it loads) where ``machine_busy``, then taken out again: child
+    processes (a PyTorch or JAX run beside, whose OpenMP reads the same variable) inherit the
+    environment as it was."""
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ or not machine_busy():
         yield
         return
-    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+    os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT_BUSY
+    STATE.patches["openmp_spin"] = OPENMP_SPIN_COUNT_BUSY
     try:
         yield
     finally:
