@@ -55,7 +55,14 @@ def _compare(step, args, fused_ctx, unfused_ctx, reps: dict) -> tuple:
     ref = np.asarray(jitgraph.tree_leaves(want)[-1])
     check = check_close("unfused", jitgraph.tree_leaves(got)[-1], ref,
                         atol=1e-4 * float(np.abs(ref).max()) + 1e-6)
-    t = timeit_interleaved({"fused": lambda: f(*args), "unfused": lambda: u(*args)}, **reps)
+    def fused():            # each called inside its context: jit keeps a program per override
+        with fused_ctx():   # state, and outside both it would run the cost model's choice
+            return f(*args)
+
+    def unfused():
+        with unfused_ctx():
+            return u(*args)
+    t = timeit_interleaved({"fused": fused, "unfused": unfused}, **reps)
     return t["fused"], t["unfused"], check
 
 

@@ -12,6 +12,7 @@ import jitgraph as jg
 import jitgraph.nn as nn
 import jitgraph.numpy as jnp
 from jitgraph import attention, linear_ce
+from jitgraph.rewrite import host_threads
 
 RNG = np.random.default_rng(0)
 
@@ -67,7 +68,10 @@ def test_more_threads_add_the_fused_sweeps_thread_starts():
     one = attention.cost_estimate(32, 16, 16, 16, 16, True)
     two = attention.cost_estimate(32, 16, 16, 16, 16, True, threads=2)
     assert two.fused_us - one.fused_us == pytest.approx(2 * attention.FUSED_US["dispatch"])
-    assert two.unfused_us == one.unfused_us
+    # the unfused program's products and score loops run on every thread (one pool), its
+    # call's fixed work on one
+    call = attention.UNFUSED_US["call"]
+    assert two.unfused_us - call == pytest.approx((one.unfused_us - call) / 2)
     assert attention.cost_terms(1, 128, 128, 64, 64, False, threads=2)[0]["dispatch"] == 0
     # two batches over four key blocks: the backward takes three sweeps, the forward one
     assert attention.cost_terms(2, 512, 512, 64, 64, True, threads=2)[0]["dispatch"] == 4
@@ -108,11 +112,14 @@ def test_rejected_attention_keeps_the_unfused_graph_with_the_same_numbers():
         np.testing.assert_allclose(f, r, rtol=1e-9, atol=1e-12)
 
 
-def test_accepted_attention_is_fused_with_the_same_numbers():
+def test_accepted_attention_is_fused_with_the_same_numbers(monkeypatch):
     t, d = 512, 16
     q, k, v = (RNG.standard_normal((1, 1, t, d)) for _ in range(3))
     mask = np.tril(np.ones((t, t), bool))
-    assert attention.cost_estimate(1, t, t, d, d, True, itemsize=8).wins
+    # on the CPU the unfused program wins below 256 MiB of scores (too large here): the
+    # margin raised, the model accepts this shape by itself
+    monkeypatch.setattr(attention, "MARGIN", 1e9)
+    assert attention.cost_estimate(1, t, t, d, d, True, itemsize=8, threads=host_threads()).wins
     step = jg.value_and_grad(_att_loss(mask), argnums=(0, 1, 2))
     assert {"attention", "attention_bwd"} <= _prims(jg.make_graph(step)(q, k, v))
     val, grads = jg.jit(step)(q, k, v)

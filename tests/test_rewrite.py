@@ -145,7 +145,7 @@ def test_disabled_is_per_context_and_nests():
     assert fused.enabled
 
 
-def test_disabled_in_one_thread_leaves_another_enabled():
+def test_disabled_in_one_thread_leaves_another_enabled(model_fuses_attention):
     """``unfused()`` is a context variable: a thread inside it does not turn fusion off for a
     thread rewriting beside it, and the setting ends with the block."""
     att = FUSED_OPS["attention"]
@@ -178,9 +178,17 @@ def test_disabled_in_one_thread_leaves_another_enabled():
     assert att.enabled
 
 
+@pytest.fixture
+def model_fuses_attention(monkeypatch):
+    """The attention cost model's margin raised so that it fuses the small shapes below by
+    itself (no forcing, so a thread of its own, in a fresh context, fuses them too): on the
+    CPU the unfused program now wins below 256 MiB of scores, too large for these tests."""
+    from jitgraph.fused import attention
+    monkeypatch.setattr(attention, "MARGIN", 1e9)
+
+
 def _attention_graph():
-    """Attention of 64 short heads: a shape where the cost model fuses it (no forcing, so a
-    thread of its own, in a fresh context, fuses it too)."""
+    """Attention of 64 short heads (fused where ``model_fuses_attention`` is in use)."""
     def att(q, k, v):
         s = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * 0.5
         e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
@@ -189,7 +197,7 @@ def _attention_graph():
     return graph(att, q, q, q), q
 
 
-def test_rewritten_runs_the_registered_records_unless_disabled():
+def test_rewritten_runs_the_registered_records_unless_disabled(model_fuses_attention):
     assert [f.name for f in fused_ops()][:2] == ["attention", "linear_ce"]
     g, q = _attention_graph()
     att_p = FUSED_OPS["attention"].primitives[0]
@@ -228,7 +236,7 @@ def test_the_driver_offers_what_records_declare():
     assert not hasattr(d, "no_such_kernel") and not hasattr(d, "_private")
 
 
-def test_jit_traces_again_where_a_fused_op_is_disabled_or_forced():
+def test_jit_traces_again_where_a_fused_op_is_disabled_or_forced(model_fuses_attention):
     """A jit function keeps one program per set of fused ops disabled or forced in the calling
     context: inside ``unfused()`` a function compiled with attention fused runs the unfused
     program (traced once), and outside it the fused program is served again without a trace,

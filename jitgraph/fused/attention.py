@@ -531,8 +531,14 @@ def cost_estimate(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
                   masked: bool = False, itemsize: int = 4, threads: int = 1) -> Cost:
     """The cost model at one shape (``cost_terms`` priced by ``FUSED_US`` and ``UNFUSED_US``)."""
     fused, unfused = cost_terms(batches, tq, tk, d, dv, causal, masked, itemsize, threads)
+    # the unfused program's batched products and score loops run on every thread (one pool:
+    # ``par_batched_gemm`` and threaded loops), its call's fixed work on one; the fit is of
+    # one-thread runs. Measured after that change (bench/fused_vs_unfused.py --quick, 2-core
+    # Xeon): the fused step 1.4-7.6x the unfused one at all eight shapes, where the
+    # one-thread prices had fused B*H 8, T 128, head size 16 (2.3x slower)
+    work = sum(UNFUSED_US[k] * n for k, n in unfused.items() if k != "call")
     return Cost(sum(FUSED_US[k] * n for k, n in fused.items()),
-                sum(UNFUSED_US[k] * n for k, n in unfused.items()),
+                UNFUSED_US["call"] * unfused["call"] + work / max(1, threads),
                 batches * tq * tk * itemsize)
 
 
