@@ -576,7 +576,6 @@ def _short_openmp_spin():
         yield
         return
     os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT_BUSY
-    STATE.patches["openmp_spin"] = OPENMP_SPIN_COUNT_BUSY
     try:
         yield
     finally:

@@ -22,9 +22,9 @@ PARALLEL_MIN_PRODUCT = 1 << 18
 # 128 x 512 loops: the same step time either way, half a second more cold compile threaded).
 PARALLEL_MIN_WORK_BESIDE_PRODUCTS = 1 << 17
 # With matmuls in a compiled driver (a loop body), BLAS threads own the cores: its idle
-# workers spin after each call and starve Numba's workers (measured here, 2 cores: the MLP train step took 32 ms with
-# parallel loop kernels instead of 2 ms with serial ones). Loop kernels then stay serial
-# unless they are very large.
+# workers spin after each call and starve Numba's workers (measured here, 2 cores: the MLP
+# train step took 32 ms with parallel loop kernels instead of 2 ms with serial ones). Loop
+# kernels then stay serial unless they are very large.
 PARALLEL_MIN_WORK_WITH_BLAS = 1 << 22
 # Outputs a kernel needs before its outer loop is threaded (fewer rows than this: serial, or
 # the reduced loop is threaded when there is one output).

@@ -134,7 +134,7 @@ class CpuBuffers(Buffers):
     what ``compile_pool`` compiles ahead)."""
     blas_calls: list = field(default_factory=list)
     # products split over Numba's threads: the program runs with BLAS on one thread
-    one_pool: bool = False
+    split_products: bool = False
 
 
 @dataclass(frozen=True)
@@ -382,7 +382,7 @@ class CpuCodegen:
         source."""
         plan, g = self.plan, self.plan.graph
         info = memory.info = memory.info.extended(CpuBuffers, blas_calls=sorted(self._blas_calls),
-                                                   one_pool=self._split_products)
+                                                   split_products=self._split_products)
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
         driver_name = "program_{H}"
@@ -470,15 +470,9 @@ class CpuCodegen:
         # threads, one one-thread BLAS call each (see kernels/matmul.py's par_gemm)
         threaded = self._one_pool and batch * m * nn * k >= PARALLEL_MIN_PRODUCT
         self._split_products |= threaded
-        nd = 3 if batch > 1 else 2
         fn = ("par_batched_gemm" if batch > 1 else "par_gemm") if threaded else "blas_gemm"
-        arg_types = ("float", f"{dt}/{nd}C", "size", f"{dt}/{nd}C", "size", "float",
-                     f"{dt}/{nd}C")
-        if threaded or batch == 1:
-            self._blas_calls.add((fn, arg_types))
-        else:
-            self._blas_calls.add(("blas_gemm", ("float", f"{dt}/2C", "size", f"{dt}/2C", "size",
-                                                "float", f"{dt}/2C")))
+        arr = f"{dt}/{3 if threaded and batch > 1 else 2}C"    # unsplit batches: 2-D slices
+        self._blas_calls.add((fn, ("float", arr, "size", arr, "size", "float", arr)))
         ep = s.epilogue
         if ep is not None:
             o, lines, beta = self._epilogue_target(ep, in_place)

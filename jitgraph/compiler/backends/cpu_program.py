@@ -81,7 +81,7 @@ class CpuProgram:
                                   for v in gen.plan.const_args)
         self.donated = info.donated
         self.blas_calls = tuple(info.blas_calls)   # what compile_pool precompiles
-        self.one_pool = bool(getattr(info, "one_pool", False))  # BLAS on one thread per call
+        self.split_products = info.split_products   # BLAS on one thread per call
         self.was_on_disk = was_on_disk
         self.module = module
         self.kernel_modules = list(kernel_modules)
@@ -130,10 +130,10 @@ class CpuProgram:
 
     def _pooled(self, driver: Callable) -> Callable:
         """The driver as the runner calls it: where the program splits its products over
-        Numba's threads (``one_pool``), inside ``one_blas_thread`` so that BLAS starts no
+        Numba's threads (``split_products``), inside ``one_blas_thread`` so that BLAS starts no
         threads of its own beside Numba's (set and restored per call, a few microseconds: the
         caller's own NumPy products keep their threads)."""
-        if not self.one_pool:
+        if not self.split_products:
             return driver
 
         def pooled(*args):
@@ -243,8 +243,9 @@ def load(gen, options, t0: float, compile_again: Callable | None = None) -> CpuP
     ``allow_native`` (its ``CpuOptions``): where this process has not imported Numba, run the
     program from its native bundle (``native.py``) when the disk cache has one; otherwise
     write one after the program's first call."""
-    numba_patches.start_threads()   # before a parallel kernel's compile starts them by itself
     fin = finish_module(gen.module.source, gen.module.kernels, gen.module.driver_name)
+    if gen.module.info.split_products or "prange(" in fin.source:
+        numba_patches.start_threads()   # before a parallel kernel's compile starts them itself
     key = fingerprint()
     cache = disk_cache()
     bundle = None
