@@ -36,12 +36,16 @@ from jitgraph.nn import initializers as init
 from example_utils import Progress, compile_on_first_call, compiling, done
 
 VOCAB = 256                          # bytes
-# stdlib modules whose source is the training text (read from disk, so nothing is downloaded)
-TEXT_MODULES = ("argparse", "textwrap", "string", "this")
+# stdlib modules whose source is the training text (read from disk, so nothing is downloaded):
+# about 1 MB of Python, documentation strings and comments
+TEXT_MODULES = ("argparse", "textwrap", "string", "typing", "dataclasses", "functools",
+                "inspect", "enum", "pathlib", "collections", "contextlib", "heapq", "fractions",
+                "statistics", "difflib", "pprint", "calendar", "logging", "ast", "random")
+VAL_SHARE = 0.1                       # the last tenth of each module is held out
 
 
-def load_text(modules=TEXT_MODULES) -> bytes:
-    """The source files of a few standard-library modules, concatenated, as bytes."""
+def load_text(modules=TEXT_MODULES) -> list[bytes]:
+    """The source files of standard-library modules, as bytes, one per module installed."""
     parts = []
     for name in modules:
         spec = importlib.util.find_spec(name)
@@ -50,7 +54,17 @@ def load_text(modules=TEXT_MODULES) -> bytes:
                 parts.append(f.read())
     if not parts:
         raise RuntimeError(f"none of the modules {modules} has its .py source installed")
-    return b"\n".join(parts)
+    return parts
+
+
+def split_text(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) bytes as int64 token ids: the last ``VAL_SHARE`` of each module
+    held out, so validation reads the same kind of text as training."""
+    cut = [int(len(p) * (1 - VAL_SHARE)) for p in parts]
+    train = b"\n".join(p[:c] for p, c in zip(parts, cut))
+    val = b"\n".join(p[c:] for p, c in zip(parts, cut))
+    return (np.frombuffer(train, np.uint8).astype(np.int64),
+            np.frombuffer(val, np.uint8).astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -139,9 +153,8 @@ def batches(data: np.ndarray, batch: int, context: int, rng):
 def train(cfg: GPTConfig, steps: int, batch: int, lr: float = 3e-3, weight_decay: float = 0.1,
           seed: int = 0) -> dict:
     """Train ``steps`` AdamW steps; returns the losses, the model, the first batch and timings."""
-    data = np.frombuffer(load_text(), np.uint8).astype(np.int64)
-    split = int(0.9 * len(data))
-    train_data, val_data = data[:split], data[split:]
+    train_data, val_data = split_text(load_text())
+    data = np.concatenate([train_data, val_data])
     model = GPT(cfg, jr.key(seed))
     opt = optim.adamw(optim.warmup_cosine_decay(lr, max(steps // 10, 1), steps),
                       weight_decay=weight_decay)
@@ -191,6 +204,9 @@ def run(argv=None) -> dict:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--temperature", type=float, default=0.8,
+                    help="sampling temperature (1: the model's distribution; lower: likelier "
+                         "bytes)")
     ap.add_argument("--eval-batches", type=int, default=None,
                     help="validation batches (0: none; validation compiles a program of its own)")
     args = ap.parse_args(argv)
@@ -240,7 +256,8 @@ def run(argv=None) -> dict:
         with Progress(n_sample, desc="sampling", unit="byte") as bar:
             for _ in range(n_sample):
                 logits = np.asarray(forward(r["model"], np.array([ctx[-cfg.context:]])))[0]
-                p = np.exp(logits.astype(np.float64) - logits.max())
+                z = logits.astype(np.float64) / max(args.temperature, 1e-6)
+                p = np.exp(z - z.max())
                 ctx.append(int(srng.choice(VOCAB, p=p / p.sum())))
                 out.append(ctx[-1])
                 bar.update()

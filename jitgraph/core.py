@@ -228,15 +228,18 @@ class Lowering:
     """The same for int64 operands (not true division, whose result is a float)."""
     flops: int = 1
     """Arithmetic operations per output element a profile counts (none for a cast)."""
+    masked: bool = False
+    """INDEX_MAP: the rule returns ``(in_idx, condition)``; the element is read where the
+    condition holds, else it is 0 (padding, a transposed window)."""
 
     @classmethod
     def scalar(cls, rule: Callable, **fields: Any) -> "Lowering":
         return cls(SCALAR, rule, **fields)
 
     @classmethod
-    def index_map(cls, rule: Callable) -> "Lowering":
+    def index_map(cls, rule: Callable, masked: bool = False) -> "Lowering":
         """Layout ops move elements: no arithmetic to recompute, so no cost."""
-        return cls(INDEX_MAP, rule, cost=0, flops=0)
+        return cls(INDEX_MAP, rule, cost=0, flops=0, masked=masked)
 
     @classmethod
     def of(cls, codegen: Any, kind: str) -> "Lowering":

@@ -706,6 +706,63 @@ def _np_pad(g):
     return z
 
 
+_WIN1 = dict(axes=(1,), taps=(2,), strides=(2,), dilation=(2,))
+_WIN2 = dict(axes=(1, 2), taps=(3, 4), strides=(1, 2), dilation=(2, 1))
+
+
+def _np_windows(x, axes, taps, strides, dilation, sizes, transpose=False):
+    """Element by element: window o, tap t of axis a reads position o * s + t * r."""
+    shape = list(x.shape)
+    for a, n in zip(axes, sizes):
+        shape[a] = n
+    out = np.zeros(shape, x.dtype)
+    small, big = (x, out) if transpose else (out, x)
+    for i in np.ndindex(*small.shape):
+        j = list(i)
+        for a, t, s, r in zip(axes, taps, strides, dilation):
+            j[a] = i[a] * s + i[t] * r
+        if transpose:
+            big[tuple(j)] = small[i]
+        else:
+            small[i] = big[tuple(j)]
+    return out
+
+
+case("prim windows", lambda x: _P["windows"](x, sizes=(2,), **_WIN1), rn(2, 7, 3, 2),
+     expect=lambda x: _np_windows(x, sizes=(2,), **_WIN1))
+case("prim windows_transpose", lambda g: _P["windows_transpose"](g, sizes=(7,), **_WIN1),
+     rn(2, 2, 3, 2), expect=lambda g: _np_windows(g, sizes=(7,), transpose=True, **_WIN1))
+case("prim windows[2d]", lambda x: _P["windows"](x, sizes=(3, 3), **_WIN2) ** 2,
+     rn(1, 5, 6, 2, 2, 1), expect=lambda x: _np_windows(x, sizes=(3, 3), **_WIN2) ** 2)
+case("prim windows_transpose[2d]",
+     lambda g: _P["windows_transpose"](g, sizes=(6, 7), **_WIN2) ** 2, rn(1, 3, 3, 2, 2, 1),
+     expect=lambda g: _np_windows(g, sizes=(6, 7), transpose=True, **_WIN2) ** 2)
+
+
+def _np_conv(x, w, strides, pads, rdil, groups):
+    """Direct NCHW / OIHW cross-correlation, one output element at a time."""
+    x = np.pad(x, [(0, 0), (0, 0)] + list(pads))
+    n, c, h, wd = x.shape
+    o, per, kh, kw = w.shape
+    (sh, sw), (rh, rw) = strides, rdil
+    ho, wo = (h - (kh - 1) * rh - 1) // sh + 1, (wd - (kw - 1) * rw - 1) // sw + 1
+    out = np.zeros((n, o, ho, wo))
+    for b, f, i, j in np.ndindex(n, o, ho, wo):
+        g = f // (o // groups)
+        win = x[b, g * per:(g + 1) * per, i * sh:i * sh + (kh - 1) * rh + 1:rh,
+                j * sw:j * sw + (kw - 1) * rw + 1:rw]
+        out[b, f, i, j] = np.sum(win * w[f])
+    return out
+
+
+case("lax conv_general_dilated[stride dilation groups]",
+     lambda x, w: jitgraph.lax.conv_general_dilated(x, w, (2, 1), ((1, 0), (1, 2)),
+                                                    rhs_dilation=(1, 2),
+                                                    feature_group_count=2),
+     rn(2, 4, 5, 4), rn(4, 2, 2, 3), argnums=(0, 1),
+     expect=lambda x, w: _np_conv(x, w, (2, 1), ((1, 0), (1, 2)), (1, 2), 2))
+
+
 case("prim scatter_add", lambda g, i: _P["scatter_add"](g, i, shape=(3, 2)), rn(4, 2),
      np.array([0, 2, 0, -1]), expect=lambda g, i: _np_scatter(g, i))
 

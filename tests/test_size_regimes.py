@@ -138,6 +138,11 @@ def _index_map_cases(n: int):
         ("transpose", lambda x: x.T * 2.0 + jnp.transpose(x.reshape(r, 8, 8), (2, 0, 1)).reshape(c, r),
          (x,), 0),
         ("reshape", lambda a: a.reshape(-1, 32)[:, ::-1].reshape(-1) * 2.0 + a, (a,), 0),
+        ("windows max dilated", lambda x: lax.reduce_window(
+            x, -np.inf, lax.max, (3, 3), (1, 1), "SAME", window_dilation=(2, 1)) * 2.0,
+         (x,), 0),
+        ("windows sum strided", lambda x: lax.reduce_window(
+            x, 0.0, lax.add, (2, 3), (2, 2), ((0, 1), (1, 1))) - 1.0, (x,), 0),
     ]
 
 

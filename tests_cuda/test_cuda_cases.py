@@ -27,7 +27,7 @@ FORWARD = [
     "var[axis=-1]", "argmax[axis=None]", "argmin[axis=0]", "argmax[ties]", "sum[bool]",
     "sum[size0 all]", "max[0d]", "reshape", "transpose[perm]", "concatenate[axis1]", "flip[axis]",
     "broadcast_to", "index[slice step]", "index[neg step]", "index[2d array]", "take_along_axis",
-    "prim pad_slice", "prim scatter_add", "prim scatter_add[2 idx]", "prim gather[clamp]",
+    "prim pad_slice", "prim windows[2d]", "prim windows_transpose[2d]", "prim scatter_add", "prim scatter_add[2 idx]", "prim gather[clamp]",
     "matmul[2d@2d]", "matmul[batched]", "matmul[int]", "matmul[f32]", "matmul[size0 k]",
     "einsum[ba,bc->ca]", "log_softmax[f32]", "softmax[axis0 f64]", "logsumexp[-inf row]",
     "cross entropy", "one_hot", "composite[mlp]", "composite[layernorm f32]",
@@ -38,7 +38,8 @@ FORWARD = [
 ]
 GRADS = ["tanh[f32_2x3]", "exp[f64_2x3]", "max[axis=0,keepdims=False]", "index[2d array]",
          "take_along_axis", "matmul[2d@2d]", "log_softmax[f32]", "cross entropy",
-         "composite[mlp]", "composite[layernorm f32]"]
+         "composite[mlp]", "composite[layernorm f32]",
+         "lax conv_general_dilated[stride dilation groups]"]
 
 _BY_NAME = {c.name: c for c in CASES}
 TOL = {np.dtype(np.float32): (2e-5, 2e-6), np.dtype(np.float64): (1e-10, 1e-12)}

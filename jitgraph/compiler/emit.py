@@ -227,16 +227,16 @@ class Emitter:
                 expr = self.ctx.select(self.ctx.bare("less", idx[axis], self.ctx.number(hi)),
                                        val, expr)
             return self._new(expr)
-        if name == "pad_slice":
+        if node.prim.lowering.masked:
             in_idx, cond = node.prim.lowering.rule(self.ctx, list(idx), x[0].aval, out,
                                                      **node.params)
-            in_idx = [self.ctx.clip(e, d) if e not in idx else e
-                      for e, d in zip(in_idx, x[0].aval.shape)]
             if x[0].aval.size == 0:
                 return self.ctx.literal(0, out.dtype)
+            if cond is None:        # every read in bounds
+                return self.value(x[0], in_idx)
+            in_idx = [e if e == o and d == n else self.ctx.clip(e, d)  # (discarded reads too)
+                      for e, o, d, n in zip(in_idx, idx, x[0].aval.shape, out.shape)]
             val = self.value(x[0], in_idx)
-            if cond is None:
-                return val
             return self._new(self.ctx.select(cond, val, self.ctx.literal(0, out.dtype)))
         in_idx = node.prim.lowering.rule(self.ctx, list(idx), x[0].aval, out, **node.params)
         return self.value(x[0], in_idx)

@@ -1,8 +1,10 @@
 """Layer computations as pure functions of arrays (the ``Module`` classes call these).
 
-Convolution is im2col + one matmul: the patch matrix is built by index arithmetic in one fused
-kernel and the product goes to BLAS, which is the fastest path the compiler has (its loop
-kernels do not tile). Pooling is an elementwise max/sum over shifted strided views, which fuses.
+Convolution is im2col + one matmul (``lax.conv_general_dilated``): the patch matrix is one
+``windows`` op, built by index arithmetic in one fused kernel, and the product goes to BLAS,
+which is the fastest path the compiler has (its loop kernels do not tile). Pooling is a
+reduction over windows (``lax_windows.window_reduce``): a reshape where windows tile the
+image. Neither grows with the window's size.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from .. import dtypes
 from .. import numpy as jnp
 from ..core import aval_of
 from ..errors import ShapeError
+from ..numpy import windows as lax_windows
 from ._args import check_layout as _check_layout, pair as _pair
 from .activations import softmax
 
@@ -63,17 +66,6 @@ def _padding(padding, kernel: tuple[int, int], stride: tuple[int, int], hw: tupl
     return ph, pw
 
 
-def _windows(x, kernel, stride):
-    """The kh*kw strided views x[:, i::sh, j::sw, :] of an NHWC array, each (N, Ho, Wo, C)."""
-    n, h, w, c = aval_of(x).shape
-    (kh, kw), (sh, sw) = kernel, stride
-    ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
-    if ho <= 0 or wo <= 0:
-        raise ShapeError(f"window {kernel} does not fit the (padded) input {h}x{w}")
-    return [x[:, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw, :]
-            for i in range(kh) for j in range(kw)], (ho, wo)
-
-
 def conv2d(x, w, b=None, stride=1, padding=0, layout: str = "NHWC"):
     """2-d convolution (cross-correlation, as every framework). ``w`` is (kh, kw, in, out) for
     NHWC and (out, in, kh, kw) for NCHW (PyTorch's layout); ``b`` is (out,)."""
@@ -91,18 +83,17 @@ def conv2d(x, w, b=None, stride=1, padding=0, layout: str = "NHWC"):
                          f"(input {xa.shape} in {layout}, kernel {wa.shape})")
     stride = _pair(stride, "stride")
     ph, pw = _padding(padding, (kh, kw), stride, xa.shape[1:3])
-    x = pad2d(x, ph, pw)
-    views, (ho, wo) = _windows(x, (kh, kw), stride)
-    patches = jnp.concatenate(views, axis=3) if len(views) > 1 else views[0]
-    n = xa.shape[0]
-    out = jnp.reshape(jnp.reshape(patches, (n * ho * wo, kh * kw * cin))
-                      @ jnp.reshape(w, (kh * kw * cin, cout)), (n, ho, wo, cout))
+    h, w_ = xa.shape[1] + sum(ph), xa.shape[2] + sum(pw)
+    if h < kh or w_ < kw:
+        raise ShapeError(f"conv2d: window {(kh, kw)} does not fit the (padded) input {h}x{w_}")
+    out = lax_windows.conv_general_dilated(x, w, stride, [ph, pw],
+                                           dimension_numbers=("NHWC", "HWIO", "NHWC"))
     if b is not None:
         out = out + b
     return jnp.transpose(out, (0, 3, 1, 2)) if layout == "NCHW" else out
 
 
-def _pool(x, kernel, stride, padding, layout, combine, pad_value, fn):
+def _pool(x, kernel, stride, padding, layout, monoid, pad_value, fn):
     _check_layout(layout, fn)
     x = jnp.asarray(x)
     if aval_of(x).ndim != 4:
@@ -113,22 +104,24 @@ def _pool(x, kernel, stride, padding, layout, combine, pad_value, fn):
     stride = kernel if stride is None else _pair(stride, "stride")
     ph, pw = _padding(padding, kernel, stride, aval_of(x).shape[1:3])
     x = pad2d(x, ph, pw, pad_value)
-    views, _ = _windows(x, kernel, stride)
-    out = views[0]
-    for v in views[1:]:
-        out = combine(out, v)
-    return out if layout == "NHWC" else jnp.transpose(out, (0, 3, 1, 2)), len(views)
+    h, w = aval_of(x).shape[1:3]
+    if h < kernel[0] or w < kernel[1]:
+        raise ShapeError(f"{fn}: window {kernel} does not fit the (padded) input {h}x{w}")
+    out = lax_windows.window_reduce(x, monoid, (1,) + kernel + (1,), (1,) + stride + (1,),
+                                    (1, 1, 1, 1), fn)
+    return (out if layout == "NHWC" else jnp.transpose(out, (0, 3, 1, 2)),
+            kernel[0] * kernel[1])
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, layout: str = "NHWC"):
     """Max over windows (padding counts as -inf)."""
-    out, _ = _pool(x, kernel_size, stride, padding, layout, jnp.maximum, -np.inf, "max_pool2d")
+    out, _ = _pool(x, kernel_size, stride, padding, layout, "max", -np.inf, "max_pool2d")
     return out
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, layout: str = "NHWC"):
     """Mean over windows (padding counts as zeros, as PyTorch's count_include_pad=True)."""
-    out, n = _pool(x, kernel_size, stride, padding, layout, jnp.add, 0.0, "avg_pool2d")
+    out, n = _pool(x, kernel_size, stride, padding, layout, "sum", 0.0, "avg_pool2d")
     return out / n
 
 

@@ -17,12 +17,13 @@ from typing import Callable
 import numpy as np
 
 from .. import dtypes
-from ..core import Tracer, aval_of
+from ..core import Tracer, aval_of, bind
 from ..errors import ShapeError
-from ._base import _locate_module, _operand, _promote, asarray, astype
+from ._base import _P, _locate_module, _operand, _promote, asarray, astype
 from .lax_ops import dilate, pad_or_crop, rev
-from .manipulation import concatenate, reshape, swapaxes, transpose
+from .manipulation import broadcast_to, concatenate, reshape, swapaxes, transpose
 from .products import Precision, matmul
+from .reductions import max as _max, min as _min, prod as _prod, sum as _sum
 
 __all__ = ["ConvDimensionNumbers", "conv", "conv_dimension_numbers", "conv_general_dilated",
            "conv_general_permutations", "conv_general_shape_tuple", "conv_shape_tuple",
@@ -178,17 +179,67 @@ def _ints(v, n: int, name: str, fn: str) -> tuple[int, ...]:
     return v
 
 
-def _views(x, first_axis: int, window, strides, dilation, fn: str):
-    """The strided views of ``x`` (already dilated and padded) that each window offset
-    reads, over the dims from ``first_axis`` on, in C order of the offsets; and the output
-    sizes."""
-    shp = aval_of(x).shape
+def _window_counts(shp, first_axis: int, window, strides, dilation, fn: str) -> list[int]:
+    """How many windows fit along each dim of ``shp`` (already dilated and padded) from
+    ``first_axis`` on."""
     dims = range(first_axis, first_axis + len(window))
     out = [(shp[d] - (k - 1) * r - 1) // s + 1 for d, k, s, r in zip(dims, window, strides,
                                                                           dilation)]
     if any(o <= 0 for o in out):
         raise ShapeError(f"{fn}: the window {tuple(window)} (dilation {tuple(dilation)}) does "
                          f"not fit the padded operand {shp}")
+    return out
+
+
+def patches(x, window, strides, dilation, counts):
+    """im2col: ``x`` (N, spatial..., C), already padded, as (N, counts..., window..., C), the
+    elements of each window along its own tap axes: one ``windows`` op, whose index
+    expression does not grow with the window (its gradient: ``windows_transpose`` and a sum
+    over the taps)."""
+    shp = aval_of(x).shape
+    nsp = len(window)
+    x = reshape(x, shp[:-1] + (1,) * nsp + shp[-1:])
+    x = broadcast_to(x, shp[:-1] + tuple(window) + shp[-1:])
+    return bind(_P.windows, x, axes=tuple(range(1, nsp + 1)),
+                taps=tuple(range(nsp + 1, 2 * nsp + 1)), strides=tuple(strides),
+                dilation=tuple(dilation), sizes=tuple(int(o) for o in counts))
+
+
+def window_reduce(x, monoid: str, window, strides, dilation, fn: str):
+    """``x`` (already dilated and padded) reduced with ``monoid`` ("sum", "max", "min" or
+    "prod") over each window, one window size, stride and dilation per dim. Windows that tile
+    their dims (stride = size, no dilation: most pooling) are a reshape and a reduction, whose
+    gradient is elementwise; other windows are a ``windows`` op reduced over its tap axes. The
+    kernels and their gradients do not grow with the window."""
+    shp = aval_of(x).shape
+    out = _window_counts(shp, 0, window, strides, dilation, fn)
+    dims = [d for d, (k, s) in enumerate(zip(window, strides)) if k > 1 or s > 1]
+    reduce = {"sum": _sum, "max": _max, "min": _min, "prod": _prod}[monoid]
+    kw = {"dtype": aval_of(x).dtype} if monoid in ("sum", "prod") else {}
+    if all(window[d] == strides[d] and dilation[d] == 1 for d in dims):
+        x = x[tuple(slice(0, out[d] * window[d]) for d in range(len(shp)))]
+        split = []
+        for d, n in enumerate(out):
+            split += [n, window[d]] if d in dims else [n]
+        x = reshape(x, tuple(split))
+        taps = [d + dims.index(d) + 1 for d in dims]
+        return reduce(x, axis=tuple(taps), **kw)
+    nd = len(shp)
+    x = reshape(x, shp + (1,) * len(dims))
+    x = broadcast_to(x, shp + tuple(window[d] for d in dims))
+    x = bind(_P.windows, x, axes=tuple(dims), taps=tuple(range(nd, nd + len(dims))),
+             strides=tuple(strides[d] for d in dims),
+             dilation=tuple(dilation[d] for d in dims), sizes=tuple(out[d] for d in dims))
+    return reduce(x, axis=tuple(range(nd, nd + len(dims))), **kw)
+
+
+def _views(x, first_axis: int, window, strides, dilation, fn: str):
+    """The strided views of ``x`` (already dilated and padded) that each window offset
+    reads, over the dims from ``first_axis`` on, in C order of the offsets; and the output
+    sizes."""
+    shp = aval_of(x).shape
+    dims = range(first_axis, first_axis + len(window))
+    out = _window_counts(shp, first_axis, window, strides, dilation, fn)
     views = []
     for offs in itertools.product(*[range(k) for k in window]):
         key = [slice(None)] * len(shp)
@@ -242,16 +293,16 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
             raise ValueError(f"{fn}: padding must be a string or one (low, high) pair per "
                              f"spatial dim ({nsp}), got {padding!r}")
     x = pad_or_crop(x, [(0, 0)] + list(pads) + [(0, 0)])
-    views, out = _views(x, 1, window, strides, rdil, fn)
-    n, k = xs[0], len(views)
+    out = _window_counts(aval_of(x).shape, 1, window, strides, rdil, fn)
+    n, k = xs[0], int(np.prod(window, dtype=np.int64))
     rows = n * int(np.prod(out, dtype=np.int64))
     per = cin // groups
     results = []
     for g in range(groups):
-        vg = views if groups == 1 else [v[..., g * per:(g + 1) * per] for v in views]
-        patches = concatenate(vg, axis=-1) if k > 1 else vg[0]
+        xg = x if groups == 1 else x[..., g * per:(g + 1) * per]
+        cols = patches(xg, window, strides, rdil, out)
         wg = w if groups == 1 else w[..., (cout // groups) * g:(cout // groups) * (g + 1)]
-        results.append(matmul(reshape(patches, (rows, k * per)),
+        results.append(matmul(reshape(cols, (rows, k * per)),
                               reshape(wg, (k * per, cout // groups))))
     y = concatenate(results, axis=-1) if groups > 1 else results[0]
     y = reshape(y, (n,) + tuple(out) + (cout,))
@@ -346,20 +397,29 @@ def reduce_window(operand, init_value, computation: Callable, window_dimensions,
             raise ValueError(f"{fn}: one (low, high) padding pair per dim ({nd}), got "
                              f"{padding!r}")
     x = pad_or_crop(x, pads, fill)
-    views, _ = _views(x, 0, window, strides, wdil, fn)
-    acc = views[0]
-    for v in views[1:]:
-        acc = computation(acc, v)
+    monoid = _MONOIDS.get(_identity(computation))
+    if monoid is not None:
+        acc = window_reduce(x, monoid, window, strides, wdil, fn)
+    else:       # a reducer of the user's own: folded over one strided view per tap
+        views, _ = _views(x, 0, window, strides, wdil, fn)
+        acc = views[0]
+        for v in views[1:]:
+            acc = computation(acc, v)
     if ident is None or isinstance(init, Tracer) or float(init) != ident:
         acc = computation(acc, init)
     return acc
 
 
+#: the reduction of each known reducer, by its identity (``_identity``)
+_MONOIDS = {0.0: "sum", -np.inf: "max", np.inf: "min", 1.0: "prod"}
+
+
 def _identity(computation: Callable) -> float | None:
     """The value that leaves ``computation``'s result unchanged, for the reducers lax names
     (0 for sums, -inf for maxima, +inf for minima, 1 for products); None for others."""
-    from . import math as _m
-    known = {_m.add: 0.0, _m.maximum: -np.inf, _m.minimum: np.inf, _m.multiply: 1.0}
+    from . import lax_ops as _lax, math as _m
+    known = {_m.add: 0.0, _m.maximum: -np.inf, _m.minimum: np.inf, _m.multiply: 1.0,
+             _lax.add: 0.0, _lax.max: -np.inf, _lax.min: np.inf, _lax.mul: 1.0}
     for f, ident in known.items():
         if computation is f:
             return ident

@@ -3,7 +3,9 @@
 Code-generation record: ``Lowering.index_map(index_map)`` with ``index_map(ctx, out_idx, in_aval,
 out_aval, **params) -> in_idx`` (lists of index expressions, written with the backend's syntax
 table ``ctx``), so fusion can turn the op into index arithmetic inside a kernel instead of a
-copy. ``pad_slice`` and ``concatenate`` also need a condition (see their rules).
+copy. ``pad_slice`` and ``concatenate`` also need a condition (see their rules): a masked
+index map (``Lowering.index_map(rule, masked=True)``, as ``ops.windows``'s transpose) returns
+``(in_idx, condition)`` and reads 0 where the condition fails.
 """
 from __future__ import annotations
 
@@ -15,13 +17,13 @@ from ..errors import ShapeError
 from .binders import transpose, unbroadcast
 
 
-def _layout(name, aval, impl, vjp, index_map, jvp=None):
+def _layout(name, aval, impl, vjp, index_map, jvp=None, masked=False):
     """Layout ops are linear: their JVP is the op itself applied to the tangent."""
     if jvp is None:
         def jvp(ts, out, *xs, **params):
             return None if ts[0] is None else bind_same(ts[0], **params)
     p = register(Primitive(name, kind="layout", abstract_eval=aval, impl=impl, vjp=vjp,
-                           jvp=jvp, codegen=Lowering.index_map(index_map)))
+                           jvp=jvp, codegen=Lowering.index_map(index_map, masked)))
 
     def bind_same(t, **params):
         return p(t, **params)
@@ -215,6 +217,11 @@ def pad_slice_index_map(ctx, out_idx, in_aval, out_aval, *, shape, slices):
             idx.append(e)
             continue
         lo, end = ctx.number(start), ctx.number(start + step * n)
+        if step == 1:    # start <= e < end
+            idx.append(ctx.op("minus", e, lo) if start else e)
+            conds.append(ctx.group(ctx.bare("and", ctx.bare("greater_equal", e, lo),
+                                            ctx.bare("less", e, end))))
+            continue
         idx.append(ctx.op("floor_divide", ctx.op("minus", e, lo), ctx.number(step)))
         if step > 0:     # start <= e < end, on the step's grid
             parts = [ctx.bare("greater_equal", e, lo), ctx.bare("less", e, end),
@@ -232,7 +239,8 @@ def pad_slice_index_map(ctx, out_idx, in_aval, out_aval, *, shape, slices):
 
 pad_slice_p = _layout(
     "pad_slice", _pad_aval, _pad_impl,
-    lambda g, out, x, *, shape, slices: (slice_p(g, slices=slices),), pad_slice_index_map)
+    lambda g, out, x, *, shape, slices: (slice_p(g, slices=slices),), pad_slice_index_map,
+    masked=True)
 
 
 # ---------------------------------------------------------------- concatenate
