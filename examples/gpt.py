@@ -2,14 +2,14 @@
 GELU MLP, tied or untied output layer, AdamW) trained on bytes of Python's own standard
 library source, the "GPT" version of char_transformer.py.
 
-    python examples/gpt.py                 # 4 layers, d=128, 4 heads, context 128, 300 steps
-                                           # (about 2 minutes on a 2-core machine)
+    python examples/gpt.py                 # 4 layers, d=128, 4 heads, context 128, 1,500
+                                           # steps (about 2 minutes on a 2-core machine)
     python examples/gpt.py --smoke         # a tiny model for a few steps, for CI
     python examples/gpt.py --untied        # a separate output matrix instead of the embedding's
     python examples/gpt.py --attention library   # nn.dot_product_attention instead of the
                                                  # explicit softmax(q @ k.T / sqrt(d) + mask) @ v
 
-It says when it compiles the training step (about 25 s at the defaults on a 2-core machine;
+It says when it compiles the training step (about 15 s at the defaults on a 2-core machine;
 with the step in the disk cache, under a second) and how long that took, then shows the
 training's progress with tokens/s and the ETA (a bar on a terminal, plain lines elsewhere).
 Reports the training step's tokens per second, the validation loss next to the text's unigram
@@ -215,7 +215,7 @@ def run(argv=None) -> dict:
                     dim=args.dim or (32 if small else 128), heads=args.heads or (2 if small else 4),
                     layers=args.layers or (2 if small else 4), tied=not args.untied,
                     attention=args.attention)
-    steps = args.steps or (12 if small else 300)
+    steps = args.steps or (12 if small else 1500)
     batch = args.batch or (4 if small else 16)
     print(f"model: GPT, {cfg.layers} layers, dim {cfg.dim}, {cfg.heads} heads, context "
           f"{cfg.context}, vocabulary {cfg.vocab} (bytes), {'tied' if cfg.tied else 'untied'} "
