@@ -189,3 +189,51 @@ def test_nn_conv2d_and_pools_compiled(stride, padding):
                       "jit(conv2d + pools)", table.FWD_TOL)
     g = jitgraph.grad(lambda *a: jnp.sum(f(*a) ** 2), argnums=(0, 1, 2))
     table.assert_same(jitgraph.jit(g)(x, w, b), g(x, w, b), "jit(grad)", table.GRAD_TOL)
+
+
+def first_max_pool_grad(x, window, strides, pads, ct):
+    """The gradient of a max over windows, each window's cotangent to its first maximum in
+    row-major order (XLA's select_and_scatter, TensorFlow's and PyTorch's pooling)."""
+    xp = np.pad(x, pads, constant_values=-np.inf)
+    g = np.zeros_like(xp)
+    for idx in np.ndindex(*ct.shape):
+        key = tuple(slice(i * s, i * s + k) for i, s, k in zip(idx, strides, window))
+        win = xp[key]
+        pos = np.unravel_index(np.argmax(win), win.shape)
+        g[tuple(sl.start + p for sl, p in zip(key, pos))] += ct[idx]
+    return g[tuple(slice(lo, lo + n) for (lo, _), n in zip(pads, x.shape))]
+
+
+@pytest.mark.parametrize("window,strides,pads", [((2, 2), (2, 2), ((0, 0), (0, 0))),
+                                                 ((3, 3), (1, 2), ((1, 1), (1, 1))),
+                                                 ((2, 3), (2, 1), ((0, 1), (2, 0)))])
+def test_max_pool_gradient_goes_to_the_first_maximum(window, strides, pads):
+    """Ties (integers drawn from a few values) send the whole cotangent to the window's first
+    maximum, compiled and not; tiling windows (a reshape) and overlapping ones alike."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, (6, 7)).astype(np.float64)
+    y = lax.reduce_window(x, -np.inf, lax.max, window, strides, pads)
+    ct = rng.standard_normal(np.shape(y))
+
+    def f(x):
+        return jnp.sum(lax.reduce_window(x, -np.inf, lax.max, window, strides, pads) * ct)
+    want = first_max_pool_grad(x, window, strides, pads, ct)
+    np.testing.assert_allclose(np.asarray(jitgraph.grad(f)(x)), want, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(jitgraph.jit(jitgraph.grad(f))(x)), want, rtol=1e-12)
+
+
+def test_worked_example_pool_and_relu_gradients():
+    """Exact values: a 2x2 max pool's tie in its first window goes to the first 3; in the
+    second, all zeros, to relu at 0, whose derivative is 0 (PyTorch's and JAX's); NaN passes
+    through the pool and relu."""
+    x = np.array([[1.0, 3.0, 0.0, 0.0], [2.0, 3.0, 0.0, 0.0]])[None, :, :, None]
+    w = np.array([1.0, 2.0])[None, None, :, None]
+
+    def f(x):
+        return jnp.sum(jitgraph.nn.max_pool2d(jitgraph.nn.relu(x), 2) * w)
+    np.testing.assert_array_equal(np.asarray(jitgraph.grad(f)(x))[0, :, :, 0],
+                                  [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    assert float(jitgraph.grad(jitgraph.nn.relu)(0.0)) == 0.0
+    y = jitgraph.nn.max_pool2d(jitgraph.nn.relu(np.array([np.nan, 1.0, 0.0, 5.0]).reshape(
+        1, 2, 2, 1)), 2)
+    assert np.isnan(np.asarray(y)).all()

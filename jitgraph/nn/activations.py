@@ -11,8 +11,10 @@ from ..scipy.special import logsumexp  # noqa: F401  (re-exported)
 
 
 def relu(x):
-    """Elementwise ``max(x, 0)`` (gradient 0 at 0, as PyTorch and JAX)."""
-    return jnp.maximum(x, 0)
+    """Elementwise ``max(x, 0)`` (gradient 0 at 0, as PyTorch and JAX: a select, not
+    ``maximum``, whose gradient splits a tie; NaN stays NaN)."""
+    x = jnp.asarray(x)
+    return jnp.where(x > 0, x, jnp.where(jnp.isnan(x), x, 0))
 
 
 def sigmoid(x):

@@ -23,7 +23,10 @@ from ._base import _P, _locate_module, _operand, _promote, asarray, astype
 from .lax_ops import dilate, pad_or_crop, rev
 from .manipulation import broadcast_to, concatenate, reshape, swapaxes, transpose
 from .products import Precision, matmul
-from .reductions import max as _max, min as _min, prod as _prod, sum as _sum
+from .creation import arange, zeros
+from .math import where
+from .reductions import (argmax as _argmax, argmin as _argmin, max as _max, min as _min,
+                         prod as _prod, sum as _sum)
 
 __all__ = ["ConvDimensionNumbers", "conv", "conv_dimension_numbers", "conv_general_dilated",
            "conv_general_permutations", "conv_general_shape_tuple", "conv_shape_tuple",
@@ -216,6 +219,7 @@ def window_reduce(x, monoid: str, window, strides, dilation, fn: str):
     dims = [d for d, (k, s) in enumerate(zip(window, strides)) if k > 1 or s > 1]
     reduce = {"sum": _sum, "max": _max, "min": _min, "prod": _prod}[monoid]
     kw = {"dtype": aval_of(x).dtype} if monoid in ("sum", "prod") else {}
+    nd = len(shp)
     if all(window[d] == strides[d] and dilation[d] == 1 for d in dims):
         x = x[tuple(slice(0, out[d] * window[d]) for d in range(len(shp)))]
         split = []
@@ -223,14 +227,29 @@ def window_reduce(x, monoid: str, window, strides, dilation, fn: str):
             split += [n, window[d]] if d in dims else [n]
         x = reshape(x, tuple(split))
         taps = [d + dims.index(d) + 1 for d in dims]
-        return reduce(x, axis=tuple(taps), **kw)
-    nd = len(shp)
-    x = reshape(x, shp + (1,) * len(dims))
-    x = broadcast_to(x, shp + tuple(window[d] for d in dims))
-    x = bind(_P.windows, x, axes=tuple(dims), taps=tuple(range(nd, nd + len(dims))),
-             strides=tuple(strides[d] for d in dims),
-             dilation=tuple(dilation[d] for d in dims), sizes=tuple(out[d] for d in dims))
-    return reduce(x, axis=tuple(range(nd, nd + len(dims))), **kw)
+        if monoid in ("sum", "prod"):
+            return reduce(x, axis=tuple(taps), **kw)
+        x = transpose(x, tuple(a for a in range(len(split)) if a not in taps) + tuple(taps))
+    else:
+        x = reshape(x, shp + (1,) * len(dims))
+        x = broadcast_to(x, shp + tuple(window[d] for d in dims))
+        x = bind(_P.windows, x, axes=tuple(dims), taps=tuple(range(nd, nd + len(dims))),
+                 strides=tuple(strides[d] for d in dims),
+                 dilation=tuple(dilation[d] for d in dims), sizes=tuple(out[d] for d in dims))
+        if monoid in ("sum", "prod"):
+            return reduce(x, axis=tuple(range(nd, nd + len(dims))), **kw)
+    return _first_extreme(reshape(x, tuple(out) + (-1,)), monoid)
+
+
+def _first_extreme(x, monoid: str):
+    """The max (min) over the last axis of ``x``, whose gradient goes to the first maximum
+    (minimum) alone, as XLA's ``select_and_scatter``, TensorFlow's and PyTorch's pooling give
+    it: the element picked by ``argmax`` (which also picks a NaN), kept by a select (so a
+    -inf or NaN elsewhere in the window does not leak in)."""
+    pick = (_argmax if monoid == "max" else _argmin)(x, axis=-1, keepdims=True)
+    taps = aval_of(x).shape[-1]
+    chosen = arange(taps) == pick
+    return _sum(where(chosen, x, zeros((), aval_of(x).dtype)), axis=-1, dtype=aval_of(x).dtype)
 
 
 def _views(x, first_axis: int, window, strides, dilation, fn: str):
