@@ -7,14 +7,15 @@ torch.compile (the same model in torch's NCHW layout), same weights, same batch,
 
 ``--kernel 5`` uses 5x5 windows (a convolution's compile time must not grow with its taps).
 Each row reports the median step and the first call (trace + compile + run); the first losses
-must agree with jitgraph's.
+must agree with jitgraph's. ``--busy N`` keeps N processes spinning (one CPU each) throughout.
 
-    python bench/conv_step.py [--batch 64] [--kernel 3] [--quick] [--json out.json]
+    python bench/conv_step.py [--batch 64] [--kernel 3] [--busy N] [--quick] [--json out.json]
 """
 from __future__ import annotations
 
 import common  # noqa: I001  (first: sets thread limits before numpy/torch/jax load)
 
+import contextlib
 import sys
 
 import numpy as np
@@ -100,13 +101,19 @@ def add_row(table, name, step, state, x, y, args, ref=None):
 
 
 def run(args) -> dict:
+    with common.spinning(args.busy) if args.busy else contextlib.nullcontext():
+        return _run(args)
+
+
+def _run(args) -> dict:
     batch, k = args.batch, args.kernel
     rng = np.random.default_rng(1)
     x = rng.random((batch, 28, 28, 1)).astype(np.float32)
     y = rng.integers(0, 10, batch)
     params = make_params(k)
-    table = ResultTable(f"CNN step, {batch} x 28 x 28 x 1, {k}x{k} convolutions, float32, SGD "
-                        "(ms/step)", unit="ms", extra_cols=("first call s", "check"))
+    busy = f", {args.busy} spinning processes beside it" if args.busy else ""
+    table = ResultTable(f"CNN step, {batch} x 28 x 28 x 1, {k}x{k} convolutions, float32, SGD"
+                        f"{busy} (ms/step)", unit="ms", extra_cols=("first call s", "check"))
     ref = []
 
     def jitgraph_row():
@@ -143,6 +150,8 @@ def run(args) -> dict:
 def extra(parser) -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--kernel", type=int, default=3, choices=(3, 5, 7))
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="keep N processes spinning meanwhile (a busy machine)")
 
 
 def main(argv=None) -> dict:

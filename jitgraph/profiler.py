@@ -565,13 +565,17 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
 
 def profile(f: Callable, *args: Any, reps: int = 20, peaks: bool = True,
             **kwargs: Any) -> BenchmarkResult:
-    """``benchmark`` with the per-step table of a ``jit`` function (see ``benchmark``), each
-    step rated against this machine's peaks (measured once, then read from the cache;
-    measured again once when a step runs faster than a stored peak)."""
+    """``benchmark`` with the per-step table of a ``jit`` function or a ``train_step`` (see
+    ``benchmark``), each step rated against this machine's peaks (measured once, then read
+    from the cache; measured again once when a step runs faster than a stored peak)."""
     from .jit import JitFunction
+    from .train import TrainStep
+    if isinstance(f, TrainStep) and isinstance(f._jitted, JitFunction):
+        f = f._jitted               # train_step's program (its arguments are the step's)
     if not isinstance(f, JitFunction):
-        raise TypeError(f"profile: {getattr(f, '__name__', f)!r} is not a jit function; "
-                        "wrap it in jitgraph.jit, or use jitgraph.benchmark to time any callable")
+        raise TypeError(f"profile: {getattr(f, '__name__', f)!r} is not a jit function or a "
+                        "train_step; wrap it in jitgraph.jit, or use jitgraph.benchmark to time "
+                        "any callable")
     return benchmark(f, *args, reps=reps, profile=True, peaks=peaks, **kwargs)
 
 

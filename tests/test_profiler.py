@@ -161,6 +161,20 @@ def test_profile_rates_steps_against_peaks(monkeypatch, tmp_path):
     assert res.peaks["flops_GFs"] == {"float32": 120.0}
 
 
+def test_profile_of_a_train_step_profiles_its_program(monkeypatch, tmp_path):
+    """``profile(train_step(...), params, state, x, y)``: the step's program, one row per
+    kernel, its arguments donated call after call as the step donates them."""
+    monkeypatch.setenv("JITGRAPH_CACHE_DIR", str(tmp_path))
+    import jitgraph.optim as optim
+    opt = optim.sgd(0.1)
+    step = jitgraph.train_step(lambda p, x, y: jnp.mean((x @ p["w"] - y) ** 2), opt)
+    p = {"w": np.ones((8, 2), np.float32)}
+    x, y = np.ones((16, 8), np.float32), np.zeros((16, 2), np.float32)
+    res = jitgraph.profile(step, p, opt.init(p), x, y, reps=2, min_time=0.005, peaks=False)
+    assert any(k.kind == "matmul" for k in res.kernels), res
+    assert res.stats.median > 0 and res.call_s > 0
+
+
 def test_profile_of_a_plain_function_is_a_clear_error():
     with pytest.raises(TypeError, match="not a jit function"):
         jitgraph.profile(lambda x: x, np.ones(2))
