@@ -569,9 +569,9 @@ def profile(f: Callable, *args: Any, reps: int = 20, peaks: bool = True,
     ``benchmark``), each step rated against this machine's peaks (measured once, then read
     from the cache; measured again once when a step runs faster than a stored peak)."""
     from .jit import JitFunction
-    from .train import TrainStep
-    if isinstance(f, TrainStep) and isinstance(f._jitted, JitFunction):
-        f = f._jitted               # train_step's program (its arguments are the step's)
+    inner = getattr(f, "jit_function", None)    # a train_step: its program, with its arguments
+    if not isinstance(f, JitFunction) and isinstance(inner, JitFunction):
+        f = inner
     if not isinstance(f, JitFunction):
         raise TypeError(f"profile: {getattr(f, '__name__', f)!r} is not a jit function or a "
                         "train_step; wrap it in jitgraph.jit, or use jitgraph.benchmark to time "

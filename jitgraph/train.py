@@ -87,6 +87,11 @@ class TrainStep:
         """The compiled program for these arguments: graph, kernels and generated source."""
         return self._jitted.lower(params, opt_state, *batch)
 
+    @property
+    def jit_function(self):
+        """The ``jit`` function that runs the step (``jitgraph.profile`` profiles it)."""
+        return self._jitted
+
 
 def train_step(loss_fn: Callable, optimizer: GradientTransformation, *, has_aux: bool = False,
                donate: bool = True, check_nan: bool = False, distributed: bool = False,
