@@ -12,6 +12,7 @@ from ..core import aval_of
 from ..errors import ShapeError
 from ..nn import activations as _act
 from ..nn import functional as _F
+from ..numpy import windows as lax_windows
 from .graph import Special, Tensor, get_default_graph
 from .namespace import Namespace
 
@@ -90,12 +91,63 @@ def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True
     if w is None or strides is None or padding is None:
         raise TypeError("tf.nn.conv2d needs input, filter, strides and padding")
     _check_format(data_format, "conv2d")
-    if dilations is not None and any(int(d) != 1 for d in np.ravel(dilations)):
-        raise ValueError("tf.nn.conv2d: dilations other than 1 are not served")
     stride = _nhwc_pair(strides, "strides", "conv2d")
+    dilation = (1, 1) if dilations is None else _nhwc_pair(dilations, "dilations", "conv2d")
     pad = _check_padding(padding, "conv2d")
-    return Tensor([input, w], lambda x, k: _F.conv2d(x, k, stride=stride, padding=pad),
-                  "Conv2D", name)
+
+    def conv(x, k):
+        a, kh, kw = _shape_of(x), *_shape_of(k)[:2]
+        eff = ((kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1)
+        pads = _same_pads(eff, stride, a[1:3]) if pad == "SAME" else [(0, 0), (0, 0)]
+        return lax_windows.conv_general_dilated(x, k, stride, pads, rhs_dilation=dilation,
+                                                dimension_numbers=_NHWC)
+    return Tensor([input, w], conv, "Conv2D", name)
+
+
+_NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def conv2d_transpose(value=None, filter=None, output_shape=None, strides=None,
+                     padding: str = "SAME", data_format: str = "NHWC", name: str | None = None,
+                     input=None, filters=None, dilations=None) -> Tensor:
+    """The gradient of ``conv2d`` with respect to its input (a "deconvolution"): ``value``
+    (N, h, w, in) with ``filter`` (kh, kw, out, in) to ``output_shape`` (N, H, W, out), the
+    input shape of the convolution it transposes (several give the same ``h``, so TF asks)."""
+    y = value if value is not None else input
+    w = filter if filter is not None else filters
+    if y is None or w is None or output_shape is None or strides is None:
+        raise TypeError("tf.nn.conv2d_transpose needs value, filter, output_shape and strides")
+    _check_format(data_format, "conv2d_transpose")
+    if dilations is not None and _nhwc_pair(dilations, "dilations", "conv2d_transpose") != (1, 1):
+        raise ValueError("tf.nn.conv2d_transpose: dilations other than 1 are not served")
+    stride = _nhwc_pair(strides, "strides", "conv2d_transpose")
+    pad = _check_padding(padding, "conv2d_transpose")
+    out_shape = tuple(int(d) for d in np.ravel(output_shape))
+    return Tensor([y, w], lambda v, k: transposed_conv2d(v, k, out_shape, stride, pad),
+                  "Conv2DBackpropInput", name)
+
+
+def transposed_conv2d(y, k, out_shape: tuple, stride: tuple, pad: str):
+    """``conv2d_transpose`` as a convolution: ``y`` dilated by the strides, padded so that
+    each output position meets the taps that read it, with the kernel flipped and its channel
+    axes swapped."""
+    n, h, w_, cin = _shape_of(y)
+    kh, kw, cout, kin = _shape_of(k)
+    if len(out_shape) != 4 or out_shape[0] != n or out_shape[3] != cout or kin != cin:
+        raise ShapeError(f"tf.nn.conv2d_transpose: value {(n, h, w_, cin)} and filter "
+                         f"{(kh, kw, cout, kin)} do not fit output_shape {out_shape} (filter "
+                         "is (height, width, output channels, input channels))")
+    pads = []
+    for size, kk, s, big in zip((h, w_), (kh, kw), stride, out_shape[1:3]):
+        want = (big - kk) // s + 1 if pad == "VALID" else -(-big // s)
+        if want != size:
+            raise ShapeError(f"tf.nn.conv2d_transpose: output_shape {out_shape} with strides "
+                             f"{stride} and {pad} padding convolves to {want}, not {size}")
+        lo = max((size - 1) * s + kk - big, 0) // 2 if pad == "SAME" else 0
+        pads.append((kk - 1 - lo, big - (size - 1) * s - 1 + lo))
+    flipped = jnp.transpose(k[::-1, ::-1], (0, 1, 3, 2))
+    return lax_windows.conv_general_dilated(y, flipped, (1, 1), pads, lhs_dilation=stride,
+                                            dimension_numbers=_NHWC)
 
 
 def _pool(fn, op_type, combine):
@@ -197,10 +249,9 @@ nn = Namespace("tf.nn", dict(
     softmax_cross_entropy_with_logits=_xent, softmax_cross_entropy_with_logits_v2=_xent,
     sparse_softmax_cross_entropy_with_logits=_sparse_xent,
     sigmoid_cross_entropy_with_logits=_sigmoid_xent,
-    conv2d=conv2d, max_pool=max_pool, avg_pool=avg_pool, bias_add=bias_add, dropout=dropout,
+    conv2d=conv2d, conv2d_transpose=conv2d_transpose, max_pool=max_pool, avg_pool=avg_pool, bias_add=bias_add, dropout=dropout,
     l2_loss=l2_loss,
 ), not_served={
-    "conv2d_transpose": "transposed convolution has no jitgraph primitive yet",
     "batch_normalization": "not served yet; write it with tf.reduce_mean and arithmetic",
     "moments": "not served yet; write it with tf.reduce_mean",
     "rnn_cell": "RNN cells are not served", "dynamic_rnn": "RNNs are not served",

@@ -193,7 +193,7 @@ def test_string_constants():
 
 def test_names_not_served_say_why():
     for get, name in [(lambda: tf.get_variable, "tf.get_variable"),
-                      (lambda: tf.nn.conv2d_transpose, "tf.nn.conv2d_transpose"),
+                      (lambda: tf.nn.lrn, "tf.nn.lrn"),
                       (lambda: tf.train.import_meta_graph, "tf.train.import_meta_graph"),
                       (lambda: tf.summary.image, "tf.summary.image"),
                       (lambda: tf.no_such_name, "tf.no_such_name")]:
@@ -205,6 +205,92 @@ def test_names_not_served_say_why():
 
 
 # ------------------------------------------------------------------ tf.nn
+def _tf_conv_reference(x, k, stride, dilation, padding):
+    """TF's conv2d from its definition: SAME pads the dilated window's extent, the extra
+    after; one output element at a time."""
+    kh, kw = k.shape[:2]
+    eff = [(kk - 1) * d + 1 for kk, d in zip((kh, kw), dilation)]
+    pads = []
+    for n, e, s in zip(x.shape[1:3], eff, stride):
+        total = max((-(-n // s) - 1) * s + e - n, 0) if padding == "SAME" else 0
+        pads.append((total // 2, total - total // 2))
+    xp = np.pad(x, [(0, 0), *pads, (0, 0)])
+    oh, ow = [(n - e) // s + 1 for n, e, s in zip(xp.shape[1:3], eff, stride)]
+    out = np.zeros((x.shape[0], oh, ow, k.shape[3]))
+    for b, i, j in np.ndindex(x.shape[0], oh, ow):
+        win = xp[b, i * stride[0]:i * stride[0] + eff[0]:dilation[0],
+                 j * stride[1]:j * stride[1] + eff[1]:dilation[1]]
+        out[b, i, j] = np.einsum("hwc,hwco->o", win, k)
+    return out
+
+
+@pytest.mark.parametrize("stride,dilation,padding", [((1, 1), (2, 2), "SAME"),
+                                                     ((2, 1), (1, 3), "SAME"),
+                                                     ((1, 2), (2, 1), "VALID")])
+def test_dilated_conv2d_is_the_definition(stride, dilation, padding):
+    rng = np.random.default_rng(sum(dilation))
+    x, k = rng.standard_normal((2, 9, 8, 3)), rng.standard_normal((3, 2, 3, 4))
+    tf.reset_default_graph()
+    y = tf.nn.conv2d(tf.constant(x), tf.constant(k), strides=[1, *stride, 1], padding=padding,
+                     dilations=[1, *dilation, 1])
+    np.testing.assert_allclose(_run(y), _tf_conv_reference(x, k, stride, dilation, padding),
+                               rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("jit_after_s", [float("inf"), 0.0], ids=["eager", "compiled"])
+@pytest.mark.parametrize("shape,kernel,stride,padding", [((7, 8), 3, 2, "SAME"),
+                                                         ((8, 8), 4, 2, "SAME"),
+                                                         ((9, 6), 2, 3, "VALID")])
+def test_conv2d_transpose_is_the_gradient_of_conv2d(monkeypatch, jit_after_s, shape, kernel,
+                                                    stride, padding):
+    """TensorFlow's definition (Conv2DBackpropInput): the gradient of conv2d with respect to
+    its input, for the output_shape given (7 and 8 both convolve to 4 at stride 2); and the
+    filter's gradient through it."""
+    import jitgraph
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", jit_after_s)
+    rng = np.random.default_rng(kernel)
+    x = rng.standard_normal((2, *shape, 3))
+    k = rng.standard_normal((kernel, kernel, 3, 5))
+    strides = [1, stride, stride, 1]
+
+    def conv(x, k):
+        tf.reset_default_graph()
+        return _run(tf.nn.conv2d(tf.constant(x), tf.constant(k), strides, padding))
+    y = rng.standard_normal(np.shape(conv(x, k)))
+    tf.reset_default_graph()
+    kv = tf.Variable(k)
+    up = tf.nn.conv2d_transpose(tf.constant(y), kv, output_shape=[2, *shape, 3],
+                                strides=strides, padding=padding)
+    loss = tf.reduce_sum(up * tf.constant(x))
+    got, dk = _run([up, tf.gradients(loss, [kv])[0]])
+    # <conv2d_transpose(y, k), x> = <y, conv2d(x, k)>, so its derivative in k is conv2d's
+    flat = lambda kk: np.sum(y * _tf_conv_reference(x, kk, (stride,) * 2, (1, 1), padding))
+    want_dk = jitgraph.grad(lambda kk: jitgraph.numpy.sum(
+        jitgraph.numpy.asarray(y) * jitgraph.lax.conv_general_dilated(
+            x, kk, (stride, stride), [tuple(p) for p in _pads(shape, kernel, stride, padding)],
+            dimension_numbers=("NHWC", "HWIO", "NHWC"))))(k)
+    _, pull = jitgraph.vjp(lambda xx: jitgraph.lax.conv_general_dilated(
+        xx, k, (stride, stride), _pads(shape, kernel, stride, padding),
+        dimension_numbers=("NHWC", "HWIO", "NHWC")), x)
+    np.testing.assert_allclose(got, np.asarray(pull(y)[0]), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dk, np.asarray(want_dk), rtol=1e-10, atol=1e-10)
+    assert np.isclose(np.sum(got * x), flat(k))
+
+
+def _pads(shape, kernel, stride, padding):
+    if padding == "VALID":
+        return [(0, 0), (0, 0)]
+    totals = [max((-(-n // stride) - 1) * stride + kernel - n, 0) for n in shape]
+    return [(t // 2, t - t // 2) for t in totals]
+
+
+def test_conv2d_transpose_checks_its_output_shape():
+    tf.reset_default_graph()
+    y, k = tf.constant(np.ones((1, 4, 4, 2))), tf.constant(np.ones((3, 3, 5, 2)))
+    with pytest.raises(Exception, match="convolves to"):
+        _run(tf.nn.conv2d_transpose(y, k, [1, 10, 8, 5], [1, 2, 2, 1], "SAME"))
+
+
 def prog_nn():
     tf.reset_default_graph()
     x = tf.constant(np.arange(50, dtype=np.float32).reshape(1, 5, 5, 2) / 10)
