@@ -289,8 +289,8 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
         on_disk.append(hit)
         if not hit or _source_only(getattr(m, name)):
             uncompiled += 1
-            if arg_types:
-                new.append((len(src), (m, name, arg_types)))
+            if arg_types:       # (a threaded kernel's body compiles twice: as a gufunc too)
+                new.append((len(src) * (2 if "prange(" in src else 1), (m, name, arg_types)))
         else:
             memory_hits += cache.stats["memory_hits"] > before
     module, hit = cache.load_module(fin.driver_source, key_extra=key)
@@ -302,7 +302,8 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     if len(new) >= compile_pool.MIN_KERNELS:
         # the driver's BLAS helpers first (each costs as much as a large kernel; where Numba's
         # cache has them, this only loads them), then kernels largest first (source length as
-        # the cost), so whoever is free takes the next largest and the processes finish together
+        # the cost, twice for a threaded one), so whoever is free takes the next largest and
+        # the processes finish together
         helpers = [(matmul, name, types) for name, types in gen.module.info.blas_calls]
         wait_for_bundles()
         _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
