@@ -3,10 +3,13 @@
 shape helpers JAX libraries call on their own (``padtype_to_pads``, ``*_shape_tuple``).
 
 A convolution is im2col + one product, in any number of spatial dims: the operand is
-dilated and padded, each kernel offset contributes one strided view, the views are
-concatenated along the channels and multiplied by the kernel reshaped to a matrix (so the
-product goes to BLAS, as ``nn.conv2d`` does). A window reduction folds its reducer over the
-same views. Both are compositions of differentiable jnp operations, under jit and grad alike.
+dilated and padded, one ``windows`` op (``ops/windows.py``) lays each window's elements along
+tap axes, and the patch matrix is multiplied by the kernel reshaped to a matrix (so the
+product goes to BLAS). A window reduction with a known reducer reduces over the same tap axes
+(over a reshape where windows tile the operand), a max or min sending its gradient to the
+first extreme as XLA does; a reducer of the user's own folds over one strided view per tap.
+Both are compositions of differentiable operations, under jit and grad alike, whose kernels
+do not grow with the window.
 """
 from __future__ import annotations
 
