@@ -235,6 +235,53 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name: str | None = N
                    index=len(g.nodes) if seed is None else int(seed), sample=sample)
 
 
+def moments(x, axes, shift=None, name: str | None = None, keep_dims=None,
+            keepdims=None) -> tuple[Tensor, Tensor]:
+    """(mean, variance) of ``x`` over ``axes``: the variance is the mean squared difference
+    from the mean, as TensorFlow computes it (``shift`` is accepted and unused, as in TF 2)."""
+    keep = bool(keep_dims or keepdims)
+    axes = tuple(int(a) for a in np.ravel(axes))
+
+    def variance(v):
+        d = v - jnp.mean(v, axis=axes, keepdims=True)
+        return jnp.mean(d * d, axis=axes, keepdims=keep)
+    mean = Tensor([x], lambda v: jnp.mean(v, axis=axes, keepdims=keep), "Mean",
+                  None if name is None else f"{name}/mean")
+    return mean, Tensor([x], variance, "Variance",
+                        None if name is None else f"{name}/variance")
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon,
+                        name: str | None = None) -> Tensor:
+    """``(x - mean) / sqrt(variance + variance_epsilon) * scale + offset`` (``offset`` and
+    ``scale`` may be None), computed as TensorFlow does: ``x * inv + (offset - mean * inv)``
+    with ``inv = rsqrt(variance + eps) * scale``."""
+    extra = [t for t in (offset, scale) if t is not None]
+
+    def f(v, m, var, *rest):
+        rest = list(rest)
+        o = rest.pop(0) if offset is not None else None
+        sc = rest.pop(0) if scale is not None else None
+        inv = 1.0 / jnp.sqrt(var + variance_epsilon)
+        if sc is not None:
+            inv = inv * sc
+        return v * inv + ((o - m * inv) if o is not None else -m * inv)
+    return Tensor([x, mean, variance, *extra], f, "BatchNorm", name)
+
+
+def embedding_lookup(params, ids, partition_strategy: str = "mod", name: str | None = None,
+                     validate_indices=True, max_norm=None) -> Tensor:
+    """The rows of ``params`` at ``ids`` (one table; a list of one table too)."""
+    if isinstance(params, (list, tuple)):
+        if len(params) != 1:
+            raise ValueError("tf.nn.embedding_lookup: a table sharded over several tensors is "
+                             "not served; concatenate the shards with tf.concat first")
+        params = params[0]
+    if max_norm is not None:
+        raise ValueError("tf.nn.embedding_lookup: max_norm is not served")
+    return Tensor([params, ids], lambda p, i: jnp.take(p, i, axis=0), "GatherV2", name)
+
+
 def l2_loss(t, name: str | None = None) -> Tensor:
     """sum(t ** 2) / 2."""
     return Tensor([t], lambda v: jnp.sum(v * v) / 2, "L2Loss", name)
@@ -250,11 +297,9 @@ nn = Namespace("tf.nn", dict(
     sparse_softmax_cross_entropy_with_logits=_sparse_xent,
     sigmoid_cross_entropy_with_logits=_sigmoid_xent,
     conv2d=conv2d, conv2d_transpose=conv2d_transpose, max_pool=max_pool, avg_pool=avg_pool, bias_add=bias_add, dropout=dropout,
-    l2_loss=l2_loss,
+    l2_loss=l2_loss, moments=moments, batch_normalization=batch_normalization,
+    embedding_lookup=embedding_lookup,
 ), not_served={
-    "batch_normalization": "not served yet; write it with tf.reduce_mean and arithmetic",
-    "moments": "not served yet; write it with tf.reduce_mean",
     "rnn_cell": "RNN cells are not served", "dynamic_rnn": "RNNs are not served",
-    "embedding_lookup": "not served yet; use tf.gather",
     "lrn": "local response normalisation is not served",
 })

@@ -486,3 +486,40 @@ def test_summaries_written_as_event_files(tmp_path, monkeypatch, backend):
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("x")] == [(0, 0.0), (1, 1.0), (2, 2.0)]
     assert acc.Histograms("h")[-1].histogram_value.max == 4.0
+
+
+@pytest.mark.parametrize("jit_after_s", [float("inf"), 0.0], ids=["eager", "compiled"])
+def test_moments_batch_normalization_and_embedding_lookup(monkeypatch, jit_after_s):
+    """TensorFlow's documented formulas: moments' variance is the mean squared difference
+    from the mean; batch_normalization is x * inv + (offset - mean * inv) with
+    inv = rsqrt(variance + eps) * scale; embedding_lookup gathers rows. Gradients through
+    them are the formulas' (float64, against jitgraph.grad of the same NumPy-style code)."""
+    import jitgraph
+    import jitgraph.numpy as jnp
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", jit_after_s)
+    rng = np.random.default_rng(5)
+    xv, sv, ov = rng.standard_normal((4, 3, 5)), rng.random(5) + 0.5, rng.standard_normal(5)
+    table, ids = rng.standard_normal((6, 3)), np.array([[4, 0], [4, 5]])
+    tf.reset_default_graph()
+    x = tf.Variable(xv)
+    mean, var = tf.nn.moments(x, axes=[0, 1])
+    mk, vk = tf.nn.moments(x, axes=[2], keep_dims=True)
+    y = tf.nn.batch_normalization(x, mean, var, tf.constant(ov), tf.constant(sv), 1e-3)
+    y0 = tf.nn.batch_normalization(x, mk, vk, None, None, 1e-3)
+    e = tf.nn.embedding_lookup([tf.constant(table)], tf.constant(ids))
+    loss = tf.reduce_sum(y * y * tf.constant(np.arange(5.0)))
+    got = _run([mean, var, vk, y, y0, e, tf.gradients(loss, [x])[0]])
+    m, v = xv.mean(axis=(0, 1)), ((xv - xv.mean(axis=(0, 1))) ** 2).mean(axis=(0, 1))
+    inv = sv / np.sqrt(v + 1e-3)
+    vk_want = xv.var(axis=2, keepdims=True)
+    want = [m, v, vk_want, xv * inv + (ov - m * inv),
+            (xv - xv.mean(axis=2, keepdims=True)) / np.sqrt(vk_want + 1e-3), table[ids]]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+    def f(xx):
+        mm = jnp.mean(xx, axis=(0, 1))
+        vv = jnp.mean((xx - mm) ** 2, axis=(0, 1))
+        yy = (xx - mm) / jnp.sqrt(vv + 1e-3) * sv + ov
+        return jnp.sum(yy * yy * np.arange(5.0))
+    np.testing.assert_allclose(got[-1], np.asarray(jitgraph.grad(f)(xv)), rtol=1e-9, atol=1e-11)
