@@ -13,6 +13,7 @@ from ..errors import ShapeError
 from ..nn import activations as _act
 from ..nn import functional as _F
 from ..numpy import windows as lax_windows
+from .array_ops import gather
 from .graph import Special, Tensor, get_default_graph
 from .namespace import Namespace
 
@@ -279,7 +280,7 @@ def embedding_lookup(params, ids, partition_strategy: str = "mod", name: str | N
         params = params[0]
     if max_norm is not None:
         raise ValueError("tf.nn.embedding_lookup: max_norm is not served")
-    return Tensor([params, ids], lambda p, i: jnp.take(p, i, axis=0), "GatherV2", name)
+    return gather(params, ids, axis=0, name=name)
 
 
 def l2_loss(t, name: str | None = None) -> Tensor:

@@ -104,9 +104,6 @@ def _pool(x, kernel, stride, padding, layout, monoid, pad_value, fn):
     stride = kernel if stride is None else _pair(stride, "stride")
     ph, pw = _padding(padding, kernel, stride, aval_of(x).shape[1:3])
     x = pad2d(x, ph, pw, pad_value)
-    h, w = aval_of(x).shape[1:3]
-    if h < kernel[0] or w < kernel[1]:
-        raise ShapeError(f"{fn}: window {kernel} does not fit the (padded) input {h}x{w}")
     out = lax_windows.window_reduce(x, monoid, (1,) + kernel + (1,), (1,) + stride + (1,),
                                     (1, 1, 1, 1), fn)
     return (out if layout == "NHWC" else jnp.transpose(out, (0, 3, 1, 2)),

@@ -28,8 +28,7 @@ from .manipulation import broadcast_to, concatenate, reshape, swapaxes, transpos
 from .products import Precision, matmul
 from .creation import arange, zeros
 from .math import where
-from .reductions import (argmax as _argmax, argmin as _argmin, max as _max, min as _min,
-                         prod as _prod, sum as _sum)
+from .reductions import argmax as _argmax, argmin as _argmin, prod as _prod, sum as _sum
 
 __all__ = ["ConvDimensionNumbers", "conv", "conv_dimension_numbers", "conv_general_dilated",
            "conv_general_permutations", "conv_general_shape_tuple", "conv_shape_tuple",
@@ -197,18 +196,18 @@ def _window_counts(shp, first_axis: int, window, strides, dilation, fn: str) -> 
     return out
 
 
-def patches(x, window, strides, dilation, counts):
-    """im2col: ``x`` (N, spatial..., C), already padded, as (N, counts..., window..., C), the
-    elements of each window along its own tap axes: one ``windows`` op, whose index
-    expression does not grow with the window (its gradient: ``windows_transpose`` and a sum
-    over the taps)."""
+def _gather_windows(x, dims, window, strides, dilation, counts, at: int):
+    """``x`` (already dilated and padded) with the elements of each window along dims
+    ``dims`` laid along tap axes inserted at position ``at`` (after every dim of ``dims``):
+    one ``windows`` op, whose index expression does not grow with the window (its gradient:
+    ``windows_transpose`` and the broadcast's sum over the taps). im2col for a convolution."""
     shp = aval_of(x).shape
-    nsp = len(window)
-    x = reshape(x, shp[:-1] + (1,) * nsp + shp[-1:])
-    x = broadcast_to(x, shp[:-1] + tuple(window) + shp[-1:])
-    return bind(_P.windows, x, axes=tuple(range(1, nsp + 1)),
-                taps=tuple(range(nsp + 1, 2 * nsp + 1)), strides=tuple(strides),
-                dilation=tuple(dilation), sizes=tuple(int(o) for o in counts))
+    nt = len(dims)
+    x = reshape(x, shp[:at] + (1,) * nt + shp[at:])
+    x = broadcast_to(x, shp[:at] + tuple(window) + shp[at:])
+    return bind(_P.windows, x, axes=tuple(dims), taps=tuple(range(at, at + nt)),
+                strides=tuple(strides), dilation=tuple(dilation),
+                sizes=tuple(int(o) for o in counts))
 
 
 def window_reduce(x, monoid: str, window, strides, dilation, fn: str):
@@ -220,9 +219,6 @@ def window_reduce(x, monoid: str, window, strides, dilation, fn: str):
     shp = aval_of(x).shape
     out = _window_counts(shp, 0, window, strides, dilation, fn)
     dims = [d for d, (k, s) in enumerate(zip(window, strides)) if k > 1 or s > 1]
-    reduce = {"sum": _sum, "max": _max, "min": _min, "prod": _prod}[monoid]
-    kw = {"dtype": aval_of(x).dtype} if monoid in ("sum", "prod") else {}
-    nd = len(shp)
     if all(window[d] == strides[d] and dilation[d] == 1 for d in dims):
         x = x[tuple(slice(0, out[d] * window[d]) for d in range(len(shp)))]
         split = []
@@ -230,17 +226,16 @@ def window_reduce(x, monoid: str, window, strides, dilation, fn: str):
             split += [n, window[d]] if d in dims else [n]
         x = reshape(x, tuple(split))
         taps = [d + dims.index(d) + 1 for d in dims]
-        if monoid in ("sum", "prod"):
-            return reduce(x, axis=tuple(taps), **kw)
-        x = transpose(x, tuple(a for a in range(len(split)) if a not in taps) + tuple(taps))
     else:
-        x = reshape(x, shp + (1,) * len(dims))
-        x = broadcast_to(x, shp + tuple(window[d] for d in dims))
-        x = bind(_P.windows, x, axes=tuple(dims), taps=tuple(range(nd, nd + len(dims))),
-                 strides=tuple(strides[d] for d in dims),
-                 dilation=tuple(dilation[d] for d in dims), sizes=tuple(out[d] for d in dims))
-        if monoid in ("sum", "prod"):
-            return reduce(x, axis=tuple(range(nd, nd + len(dims))), **kw)
+        x = _gather_windows(x, dims, [window[d] for d in dims], [strides[d] for d in dims],
+                            [dilation[d] for d in dims], [out[d] for d in dims], len(shp))
+        taps = list(range(len(shp), len(shp) + len(dims)))
+    if monoid in ("sum", "prod"):
+        return (_sum if monoid == "sum" else _prod)(x, axis=tuple(taps),
+                                                    dtype=aval_of(x).dtype)
+    order = [a for a in range(aval_of(x).ndim) if a not in taps] + taps
+    if order != sorted(order):
+        x = transpose(x, tuple(order))
     return _first_extreme(reshape(x, tuple(out) + (-1,)), monoid)
 
 
@@ -322,7 +317,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
     results = []
     for g in range(groups):
         xg = x if groups == 1 else x[..., g * per:(g + 1) * per]
-        cols = patches(xg, window, strides, rdil, out)
+        cols = _gather_windows(xg, range(1, nsp + 1), window, strides, rdil, out, nsp + 1)
         wg = w if groups == 1 else w[..., (cout // groups) * g:(cout // groups) * (g + 1)]
         results.append(matmul(reshape(cols, (rows, k * per)),
                               reshape(wg, (k * per, cout // groups))))
