@@ -15,7 +15,7 @@ import json, os, sys
 import numpy as np
 import jitgraph
 import jitgraph.numpy as jnp
-from jitgraph.compiler import numba_patches
+from jitgraph.compiler import numba_patches, threaded
 
 rng = np.random.default_rng(0)
 a = rng.standard_normal((512, 256)).astype(np.float32)
@@ -31,7 +31,7 @@ if pid == 0:
     out = {"old": float(np.abs(np.asarray(old(a, b)) - np.tanh(a @ b) * 2.0).max()),
            "new": float(np.abs(np.asarray(new(a, b)) - (np.sin(a @ b) + a.sum())).max()),
            "serial": numba_patches.serial_kernels(),
-           "prange": "prange(" in new.lower(a, b).source}
+           "prange": threaded.is_threaded(new.lower(a, b).source)}
     os.write(w, json.dumps(out).encode())
     os._exit(0)
 os.close(w)

@@ -83,19 +83,19 @@ def programs():
 
 
 PINS = {
-    "cpu/mlp_step": "1ca2214c86c367aaac0547eb2faaf37b469afb5476d2b69af5970a2e9ddb9da1",
+    "cpu/mlp_step": "cb6bda2ee3c68a463a3ba964c22ea4080f42f542f106309ddb816b8fa0c89dee",
     "cuda/mlp_step": "55def57d5f20478338ecb094c0f390406d3489be73e632261c7e142f29850528",
-    "cpu/softmax_xent": "85c86561f73ded2aa5f539b9831f695925782113f88fc51924e6c45d5b224962",
+    "cpu/softmax_xent": "d644fb38d13262fd285eb8f51c10a60015e847c7ebffbaf7ae61257b42ad0eb6",
     "cuda/softmax_xent": "917a5c19c8c7d689cf7c1a7880e2790e18202f88faf80a5bce1ae5f121e0bccc",
-    "cpu/elementwise_grad": "55aedb215fd00aaf8979dd19bae199a3277a39af2654ce41c9b2fff5be3ee616",
+    "cpu/elementwise_grad": "45dfb9086bc75a8ad2596af2b273a8acdc8171cb2a8dde53632ce2ff62a4ff7b",
     "cuda/elementwise_grad": "598704181df245fbc9085e11ba20521eefef8c15033656822bb2f39ee6784eb9",
-    "cpu/column_sums": "b88e8cb2979652d97587a52a9d672e62d309131e221891cb79c82f54f3f1c69c",
+    "cpu/column_sums": "2057ad3bc0fa75693c09e8842cf4c71fb6c3ef6fc979ec0d695c136d5f911686",
     "cuda/column_sums": "b5e975119331822ec050dc8b8f140f971a6c50f09d35a54939e41b24fd1607ae",
     "cpu/cumulative": "c3a518b7e9b396d6946c8de90c2d41bc5e43bf87d11b31a48f764405b3b21e10",
     "cuda/cumulative": "9fc8bc768fb18c4750cf0691769a6d03b21e5cfba50276028d6ee29e7263de0c",
-    "cpu/long_rows": "2e97e3990e6dac7ea9834003841c4468e6eeffabec988e85232a0523be5e58f8",
+    "cpu/long_rows": "a2625dcaffbd4336b7f060b963b5357853365e3d9f8cd60596e79cdece36534d",
     "cuda/long_rows": "f99a5530e0b62f741b7d6183c2c9d254f97c9a9c9fa8cd1bec89aab7041368c8",
-    "cpu/sgd_vjp": "a0a73302e24c7148489649f18d30fe1ff5ca2afba3e3774fb521e1f3bc2f8727",
+    "cpu/sgd_vjp": "8ea093940a1df8b407caebbc987394ce52e90e3c5207d2c1cd048db8cb242356",
     "cuda/sgd_vjp": "4d84e94aa5019f8416d6248aa0787209a6b531cf81567308bbe9d1814a3a02e5"
 }
 

@@ -151,13 +151,15 @@ def test_the_listed_names_exist_in_the_installed_numba(tmp_path):
         cache = disp._cache
         [cres] = disp.overloads.values()
         from llvmlite.binding import ffi
-        from numba.core import caching
+        from numba.core import caching, cpu, options
         from numba.core.compiler_lock import global_compiler_lock
         owners = {"Dispatcher": disp, "Cache": cache, "IndexDataCacheFile": cache._cache_file,
                   "CodeLibrary": cres.library, "CompileResult": cres, "rtsys": rtsys,
                   "Dispatcher.enable_caching": Dispatcher.enable_caching, "numba": numba,
                   "caching": caching, "CacheImpl": caching.CacheImpl,
-                  "_CompilerLock": global_compiler_lock, "llvmlite.binding.ffi.lib": ffi.lib}
+                  "_CompilerLock": global_compiler_lock, "llvmlite.binding.ffi.lib": ffi.lib,
+                  "CPUTargetOptions": cpu.CPUTargetOptions,
+                  "TargetOptions": options.TargetOptions}
         for row in numba_patches.PRIVATE:
             if row.use == "module":
                 found = [importlib.util.find_spec(f"{row.owner}.{name.strip()}")

@@ -40,7 +40,7 @@ import pytest
 import jitgraph
 import jitgraph.numpy as jnp
 from jitgraph import lax, nn
-from jitgraph.compiler import thresholds as T
+from jitgraph.compiler import threaded, thresholds as T
 from jitgraph.compiler.fusion import LoopKernel, ScatterStep
 from jitgraph.scipy import special as jsp
 from jitgraph.tree import tree_flatten
@@ -60,7 +60,7 @@ def loop_kernels(lowered) -> list:
 
 
 def parallel(src: str) -> bool:
-    return "prange(" in src
+    return threaded.is_threaded(src)
 
 
 def big_kernels(lowered, min_work: int = T.PARALLEL_MIN_WORK) -> list[bool]:

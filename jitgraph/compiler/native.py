@@ -74,7 +74,7 @@ def runtime_kind(a: Any) -> tuple | None:
     return None
 
 
-def _numba_kind(t: Any) -> tuple | None:
+def numba_kind(t: Any) -> tuple | None:
     """The same key from a Numba type (export time)."""
     from numba.core import types
     from numba.np.numpy_support import as_dtype
@@ -122,7 +122,7 @@ def undefined_symbols(obj: bytes) -> list[str] | None:
 
 # ----------------------------------------------------------------------------- export
 
-def _flattened_ok(fnty: Any, kinds: list[tuple]) -> bool:
+def flattened_ok(fnty: Any, kinds: list[tuple]) -> bool:
     """Numba's native function type is (ret*, exc**, args flattened) as this module assumes."""
     params = [str(p) for p in fnty.args]
     if str(fnty.return_type) != "i32" or len(params) < 2:
@@ -145,15 +145,17 @@ def _flattened_ok(fnty: Any, kinds: list[tuple]) -> bool:
 _NPY_C, _NPY_F, _NPY_ALIGNED, _NPY_WRITEABLE = 0x1, 0x2, 0x100, 0x400
 
 
-def _check_ir(i: int, k: tuple) -> list[str]:
+def check_ir(i: int, k: tuple, flags: bool = True) -> list[str]:
     """IR that branches to ``%bad`` unless argument ``i`` is an ndarray of kind ``k``:
-    its class, ndim, dtype number and byte order, layout, writeable and aligned flags."""
+    its class, ndim, dtype number and byte order, layout, and (``flags``) its writeable and
+    aligned flags (a Numba type of its own each; the machine code does not differ)."""
     _, dstr, nd, layout, writeable, aligned = k
     dt = np.dtype(dstr)
-    mask = _NPY_ALIGNED | _NPY_WRITEABLE | (_NPY_C | _NPY_F if layout != "C" else _NPY_C)
-    want = (_NPY_ALIGNED if aligned else 0) | (_NPY_WRITEABLE if writeable else 0)
+    mask = (_NPY_ALIGNED | _NPY_WRITEABLE if flags else 0) | \
+        (_NPY_C | _NPY_F if layout != "C" else _NPY_C)
+    want = (_NPY_ALIGNED if aligned and flags else 0) | (_NPY_WRITEABLE if writeable and flags else 0)
     want |= {"C": _NPY_C, "F": _NPY_F, "A": 0}[layout]
-    o = _OFF
+    o = ARRAY_OFFSETS
     return [
         f"  %ty{i}p = getelementptr i8, ptr %a{i}, i64 8",
         f"  %ty{i} = load ptr, ptr %ty{i}p",
@@ -207,12 +209,12 @@ def _wrapper_ir(index: int, symbol: str, kinds: list[tuple], nogil: bool = False
             call.append(f"{ty} %v{i}")
             continue
         nd = k[2]
-        lines += _check_ir(i, k)
-        lines += [f"  %d{i}p = getelementptr i8, ptr %a{i}, i64 {_OFF['data']}",
+        lines += check_ir(i, k)
+        lines += [f"  %d{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['data']}",
                   f"  %d{i} = load ptr, ptr %d{i}p",
-                  f"  %h{i}p = getelementptr i8, ptr %a{i}, i64 {_OFF['dims']}",
+                  f"  %h{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['dims']}",
                   f"  %h{i} = load ptr, ptr %h{i}p",
-                  f"  %t{i}p = getelementptr i8, ptr %a{i}, i64 {_OFF['strides']}",
+                  f"  %t{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['strides']}",
                   f"  %t{i} = load ptr, ptr %t{i}p"]
         shape, strides = [], []
         for j in range(nd):
@@ -261,7 +263,7 @@ def _wrapper_ir(index: int, symbol: str, kinds: list[tuple], nogil: bool = False
         "}", ""])
 
 
-_IR_GLOBALS = """@jgw_exc = global ptr null, align 8
+IR_GLOBALS = """@jgw_exc = global ptr null, align 8
 @jgw_ndarray = global ptr null, align 8
 @jgw_float = global ptr null, align 8
 @jgw_int = global ptr null, align 8
@@ -278,18 +280,22 @@ declare void @PyEval_RestoreThread(ptr)
 
 
 def export(path: str, callees: dict, driver_def: str | None, machine: dict,
-           signatures: dict | None = None) -> bool:
+           signatures: dict | None = None, extra_ir: str = "",
+           extra_functions: tuple = ()) -> bool:
     """Write the bundle for one program (see the module docstring). ``callees``: name ->
     Numba dispatcher; ``signatures``: name -> the argument types the program calls it with,
     where a shared helper has overloads for other programs too (only those go in the
-    bundle). Returns whether a bundle was written."""
+    bundle); ``extra_ir``: more IR for the wrappers' module (the launchers of threaded
+    kernels, ``threaded.py``: they call the callees' entry points, which the wrappers declare),
+    defining the ``METH_FASTCALL`` functions ``extra_functions`` names as ``(name, symbol)``.
+    Returns whether a bundle was written."""
     import llvmlite.binding as llvm
-    if not numba_patches.fast_paths_enabled() or not _array_offsets_ok():
+    if not numba_patches.fast_paths_enabled() or not array_offsets_ok():
         return False
     objects: list[bytes] = []
     undefined: set[str] = set()
     table: dict[str, list] = {}
-    ir_parts = [_IR_GLOBALS]
+    ir_parts = [IR_GLOBALS]
     n = 0
     for name, disp in callees.items():
         entries = []
@@ -301,11 +307,11 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
             obj = numba_patches.object_code(cres)
             if obj is None or str(cres.signature.return_type) != "none":
                 continue
-            kinds = [_numba_kind(t) for t in cres.signature.args]
+            kinds = [numba_kind(t) for t in cres.signature.args]
             if any(k is None for k in kinds):
                 continue
             fnty, symbol = numba_patches.entry_point(cres)
-            if not _flattened_ok(fnty, kinds):
+            if not flattened_ok(fnty, kinds):
                 continue
             und = undefined_symbols(obj)
             if und is None:
@@ -321,15 +327,16 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
         table[name] = entries
     if not _loadable(undefined):
         return False
-    mod = llvm.parse_assembly("\n".join(ir_parts))
+    mod = llvm.parse_assembly("\n".join(ir_parts + [extra_ir]))
     mod.triple = llvm.get_process_triple()
-    wrappers = _target_machine().emit_object(mod)
+    wrappers = target_machine().emit_object(mod)
     und = undefined_symbols(wrappers)
     if und is None:
         return False
     undefined.update(u for u in und if not u.startswith("_ZN"))   # Numba's: in the objects
     blobs = objects + [wrappers]
     header = {"machine": machine, "driver": driver_def, "callees": table,
+              "extra": [list(f) for f in extra_functions],
               "undefined": sorted(undefined), "sizes": [len(b) for b in blobs]}
     head = json.dumps(header, sort_keys=True).encode()
     payload = struct.pack("<Q", len(head)) + head + b"".join(blobs)
@@ -376,13 +383,13 @@ def parse(data: bytes) -> tuple[dict, list[bytes]] | None:
 
 
 # Where NumPy's array struct (``PyArrayObject_fields``) and dtype struct keep what the
-# wrappers read; checked against a real array by ``_array_offsets_ok`` before any use.
-_OFF = {"data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56, "flags": 64,
+# wrappers read; checked against a real array by ``array_offsets_ok`` before any use.
+ARRAY_OFFSETS = {"data": 16, "nd": 24, "dims": 32, "strides": 40, "descr": 56, "flags": 64,
         "byteorder": 26, "type_num": 28}
 
 
 @functools.lru_cache(maxsize=None)
-def _array_offsets_ok() -> bool:
+def array_offsets_ok() -> bool:
     """NumPy's structs have the fields where the wrappers read them (a standard CPython
     build: 16-byte object header)."""
     if sys.getsizeof(object()) != 16:
@@ -393,22 +400,22 @@ def _array_offsets_ok() -> bool:
     read = lambda t, addr: t.from_address(addr).value  # noqa: E731
     for arr, flags in ((a, _NPY_ALIGNED | _NPY_WRITEABLE), (b, _NPY_ALIGNED | _NPY_F)):
         base = id(arr)
-        dims = read(ctypes.c_void_p, base + _OFF["dims"])
-        strides = read(ctypes.c_void_p, base + _OFF["strides"])
-        descr = read(ctypes.c_void_p, base + _OFF["descr"])
-        if (read(ctypes.c_void_p, base + _OFF["data"]) != arr.__array_interface__["data"][0]
-                or read(ctypes.c_int, base + _OFF["nd"]) != arr.ndim or not dims
+        dims = read(ctypes.c_void_p, base + ARRAY_OFFSETS["dims"])
+        strides = read(ctypes.c_void_p, base + ARRAY_OFFSETS["strides"])
+        descr = read(ctypes.c_void_p, base + ARRAY_OFFSETS["descr"])
+        if (read(ctypes.c_void_p, base + ARRAY_OFFSETS["data"]) != arr.__array_interface__["data"][0]
+                or read(ctypes.c_int, base + ARRAY_OFFSETS["nd"]) != arr.ndim or not dims
                 or not strides or descr != id(arr.dtype)
-                or read(ctypes.c_int, base + _OFF["flags"]) & 0x503 != flags
-                or read(ctypes.c_int, descr + _OFF["type_num"]) != arr.dtype.num
-                or read(ctypes.c_char, descr + _OFF["byteorder"]) != arr.dtype.byteorder.encode()
+                or read(ctypes.c_int, base + ARRAY_OFFSETS["flags"]) & 0x503 != flags
+                or read(ctypes.c_int, descr + ARRAY_OFFSETS["type_num"]) != arr.dtype.num
+                or read(ctypes.c_char, descr + ARRAY_OFFSETS["byteorder"]) != arr.dtype.byteorder.encode()
                 or (ctypes.c_int64 * arr.ndim).from_address(dims)[:] != list(arr.shape)
                 or (ctypes.c_int64 * arr.ndim).from_address(strides)[:] != list(arr.strides)):
             return False
     return True
 
 
-def _target_machine():
+def target_machine():
     import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
@@ -419,7 +426,7 @@ def _target_machine():
                                         jit=True)
 
 
-def _runtime() -> None:
+def register_runtime() -> None:
     """Register the symbols Numba's machine code calls (its runtime, its helpers, CPython's
     None and exception objects) with LLVM, as Numba does when it starts (once)."""
     with _LOCK:
@@ -512,7 +519,7 @@ _PARALLEL_SYMBOLS = {"numba_parallel_for": "parallel_for", "get_num_threads": No
                      "get_sched_size": None}
 
 
-def _parallel_symbols() -> dict[str, int]:
+def parallel_symbols() -> dict[str, int]:
     """Start the threading layer once and register its symbols with LLVM (empty where no
     layer loads: bundles with parallel kernels are then refused)."""
     with _LOCK:
@@ -539,7 +546,7 @@ class _MethodDef(ctypes.Structure):
 _METH_FASTCALL = 0x80
 
 
-def _builtin(name: str, address: int, keep: list) -> Callable | None:
+def builtin(name: str, address: int, keep: list) -> Callable | None:
     """A built-in function object (``PyCFunction_NewEx``) calling a wrapper: a call costs
     what calling ``len`` costs, not what ``ctypes`` costs. Its method definition goes to
     ``STATE.patches["defs"]`` and to *keep* (it must live as long as the function)."""
@@ -563,22 +570,22 @@ def load(data: bytes, machine: dict, fallback: Callable[[str], Any]) -> tuple[di
     if parsed is None or not numba_patches.fast_paths_enabled():
         return None
     header, blobs = parsed
-    if header.get("machine") != machine or not _array_offsets_ok():
+    if header.get("machine") != machine or not array_offsets_ok():
         return None
     import llvmlite.binding as llvm
     try:
-        _runtime()
+        register_runtime()
     except Exception:
         return None
     needs = set(header["undefined"])
-    if needs & set(_PARALLEL_SYMBOLS) and not _parallel_symbols():
+    if needs & set(_PARALLEL_SYMBOLS) and not parallel_symbols():
         return None
     from ..kernels import blas  # type: ignore[attr-defined]
     if needs & set(blas.ROUTINES.values()):
         blas.register()         # bound only for programs with products
     with _LOCK:
         # (creating the engine makes the process's own symbols visible to the lookup)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
         if any(llvm.address_of_symbol(s) is None for s in needs):
             return None         # LLVM would abort the process on an unresolved symbol
         for blob in blobs:
@@ -594,10 +601,15 @@ def load(data: bytes, machine: dict, fallback: Callable[[str], Any]) -> tuple[di
     for name, entries in header["callees"].items():
         overloads = {}
         for e in entries:
-            fn = _builtin(name, engine.get_function_address(e["wrapper"]), keep)
+            fn = builtin(name, engine.get_function_address(e["wrapper"]), keep)
             if fn is None:
                 return None
             overloads[tuple(tuple(k) for k in e["kinds"])] = fn
         functions[name] = _function(name, overloads, lambda name=name: fallback(name),
                                     addr("jgw_status"), addr("jgw_exc"), keep)
+    for name, symbol in header.get("extra", ()):
+        fn = builtin(name, engine.get_function_address(symbol), keep)
+        if fn is None:
+            return None
+        functions[name] = fn
     return functions, header.get("driver")

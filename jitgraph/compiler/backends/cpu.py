@@ -17,7 +17,7 @@ import numpy as np
 
 from ...core import approximations, returns_input_type, scalar_function
 from ...dtypes import storage
-from .. import numba_patches
+from .. import numba_patches, threaded
 from ..emit import scatter_parts
 from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
@@ -124,6 +124,8 @@ def _decorator(parallel: bool, fastmath: bool, reduce: bool, from_python: bool) 
     fm = "True" if fastmath else ("{'reassoc', 'contract'}" if reduce else "False")
     extra = ",\n    no_cfunc_wrapper=True" if from_python else \
         ",\n    no_cpython_wrapper=True, no_cfunc_wrapper=True"
+    if numba_patches.noalias_option():
+        extra += ", _jitgraph_noalias=True"
     return (f"@njit(cache=True, parallel={parallel}, fastmath={fm}, error_model='numpy', "
             f"boundscheck=False, nogil=True{extra})")
 
@@ -176,6 +178,11 @@ class CpuCodegen:
         # thread (smaller products run on one BLAS thread anyway: OpenBLAS threads a product
         # from 4 * 65536 multiply-adds, PARALLEL_MIN_PRODUCT)
         self._split_products = False
+        # threaded loops are serial kernels over a range of rows, run on Numba's threads by a
+        # launcher (``compiler/threaded.py``): half the compile time of a ``prange`` kernel;
+        # a compiled driver (which calls kernels from Numba) keeps ``prange``
+        self._launched = self.python_driver and not serial and threaded.available()
+        self._launched_steps: set = set()
         self.parallel_min = (float("inf") if serial else
                              PARALLEL_MIN_WORK_BESIDE_PRODUCTS if self._one_pool else
                              PARALLEL_MIN_WORK_WITH_BLAS if has_blas else PARALLEL_MIN_WORK)
@@ -218,14 +225,20 @@ class CpuCodegen:
         if d.column:
             params += self._accumulator_params(k)
         params += [name for name, _, _ in self.symbols]
-        lines = [_decorator(outer_par or inner_par, self.fastmath, has_red, self.python_driver),
-                 _kernel_head(params)]
+        launched = outer_par and self._launched and not self.symbols and not d.column
+        lines = [_decorator((outer_par or inner_par) and not launched, self.fastmath, has_red,
+                            self.python_driver),
+                 _kernel_head((["lo", "hi"] if launched else []) + params)]
         if d.column:
             return "\n".join(lines + self._column_body(k)), params
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
-            lines += loop_header(self.ctx, v, d, outer_par and i == 0, "    " * ind)
+            if launched and i == 0:
+                lines += [f"    for {v}_u in range(lo, hi):  {threaded.ROWS_MARK} {d}",
+                          f"        {v} = np.int64({v}_u) & 0x7FFFFFFFFFFFFFFF"]
+            else:
+                lines += loop_header(self.ctx, v, d, outer_par and i == 0, "    " * ind)
             ind += 1
         if not o_loop_vars and not any(s.reductions or s.lines or s.stores for s in body.stages):
             lines.append("    pass")
@@ -365,16 +378,21 @@ class CpuCodegen:
         compiles it once."""
         key = _canonical(src, params)
         shared = self._by_structure.get(key)
+        launched = threaded.rows_of(src) is not None       # its rows come first: lo, hi
+        if launched:
+            self._launched_steps.add(s.name)
         if shared is None:
+            arg_types = ("size", "size") * launched + self._arg_types(params)
             shared = self._by_structure[key] = KernelSource(s.name, src, [], tuple(params),
-                                                            self._arg_types(params))
+                                                            arg_types)
             self.chunks.append(src)
         self._callee[s.name] = shared.name
         self.kernels.append(KernelSource(shared.name, shared.source, step_ops(s), shared.params,
                                          shared.arg_types))
 
     def kernel_call(self, s, params: list) -> list[str]:
-        return [f"{_call_field(self._callee[s.name])}({', '.join(params)})"]
+        prefix = threaded.PREFIX if s.name in self._launched_steps else ""
+        return [f"{prefix}{_call_field(self._callee[s.name])}({', '.join(params)})"]
 
     def module(self, body: list[str], memory: MemoryPlan) -> ModuleText:
         """The module source template, its kernels, the driver name template and the buffer

@@ -3,6 +3,7 @@ bundle), and the straight-line call path ``jit`` runs on every cached call.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -18,7 +19,7 @@ from ...arrays import Array
 from ...compile_phases import phase
 from ...core import Graph
 from ...dtypes import as_stored, is_narrow, storage
-from .. import compile_pool, native, numba_patches
+from .. import compile_pool, native, numba_patches, threaded
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import host_impl, one_blas_thread
@@ -95,6 +96,7 @@ class CpuProgram:
         self.bundle_file = native_bundle  # the bundle it was run from or written to
         self.bundle_path = bundle_path    # where to write its native bundle after a call
         self.bundle_status = ""           # what became of that bundle
+        self.launches: list = []          # its threaded kernels' launchers (threaded.Launch)
         self._compile_again = compile_again
         self._scratch_pools: dict = {}
         self._profiled: dict = {}        # input shapes (None: self.graph's) -> profiled
@@ -244,8 +246,8 @@ def load(gen, options, t0: float, compile_again: Callable | None = None) -> CpuP
     program from its native bundle (``native.py``) when the disk cache has one; otherwise
     write one after the program's first call."""
     fin = finish_module(gen.module.source, gen.module.kernels, gen.module.driver_name)
-    if gen.module.info.split_products or "prange(" in fin.source:
-        numba_patches.start_threads()   # before a parallel kernel's compile starts them itself
+    if gen.module.info.split_products or threaded.is_threaded(fin.source):
+        numba_patches.start_threads()   # before a parallel kernel or launcher starts them itself
     key = fingerprint()
     cache = disk_cache()
     bundle = None
@@ -279,6 +281,7 @@ def _source_only(disp) -> bool:
 def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_again,
                      bundle=None) -> CpuProgram:
     from ...kernels import blas, matmul  # type: ignore[attr-defined]
+    numba_patches.allow_noalias()       # before a kernel's decorator asks for it
     key = fingerprint()
     modules, on_disk, new = [], [], []
     memory_hits = uncompiled = 0
@@ -310,6 +313,7 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     # the driver calls its kernels (own cache entries) and host steps by module-level name
     for name, m in modules:
         setattr(module, name, getattr(m, name))
+    launches = _launchers(module, fin)
     for s in gen.plan.steps:
         if isinstance(s, HostStep):
             setattr(module, f"host_{s.name}", host_impl(s.node))
@@ -322,11 +326,36 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
                          was_on_disk=all(on_disk), t0=t0, options=options,
                          kernel_modules=[m for _, m in modules], compile_again=compile_again,
                          bundle_path=bundle)
+    program.launches = launches
     program.kernel_counts = KernelCounts(
         len(gen.module.kernels), len(modules), memory_hits,
         len(modules) - memory_hits - uncompiled, uncompiled,
         STATE.compile_stats["worker_compiles"] - in_workers, compiled_before)
     return program
+
+
+def _launchers(module, fin) -> list:
+    """Give the driver the launchers of its threaded kernels (``threaded.py``), as
+    ``threads_<kernel>``; returns their ``Launch`` records (a native bundle builds the same
+    launchers). A kernel whose launcher cannot be built runs serially over all its rows."""
+    launches, entries, kernels = [], {}, {}
+    for name, src, arg_types in fin.kernel_modules:
+        rows = threaded.rows_of(src)
+        if rows is None:
+            continue
+        kernel = kernels[name] = (getattr(module, name), rows)
+        with phase("numba"), compile_settings("cpu"):
+            entry = threaded.entry_of(kernel[0], compile_pool.numba_signature(arg_types))
+        if entry is not None:
+            entries[entry[0]] = entry[1]
+            launches.append(threaded.Launch(name, entry[0], tuple(arg_types[2:]), rows))
+    built = threaded.build(launches, entries) if launches else {}
+    for name, (kernel, rows) in kernels.items():
+        fn = (built or {}).get(threaded.PREFIX + name)
+        if fn is None:
+            fn = functools.partial(kernel, 0, rows)
+        setattr(module, threaded.PREFIX + name, fn)
+    return launches if built else []
 
 
 def _load_native(gen, fin, path, t0: float, options, compile_again):
@@ -381,17 +410,22 @@ def export_native(program: CpuProgram, path) -> bool:
         callees, driver_def = {driver.__name__: driver}, None
     else:
         callees = {}
+        launched = {launch.name for launch in program.launches}
         for name in driver.__code__.co_names:
             value = vars(module).get(name)
+            kernel = name[len(threaded.PREFIX):]
             if isinstance(value, Dispatcher):
                 callees[name] = value
+            elif name.startswith(threaded.PREFIX) and kernel in launched:
+                callees[kernel] = vars(module)[kernel]      # its launcher is rebuilt
             elif value is not None and value is not np and value is not math:
                 return False            # a Python callable (host step): not in a bundle
         driver_def = program.driver_def
     signatures: dict = {}
     for name, arg_types in program.blas_calls:      # the kernels/ products it calls
         signatures.setdefault(name, set()).add(compile_pool.numba_signature(arg_types))
-    return native.export(str(path), callees, driver_def, {"entry": path.name}, signatures)
+    return native.export(str(path), callees, driver_def, {"entry": path.name}, signatures,
+                         *threaded.bundle_ir(program.launches))
 
 
 def _export_in_background(program: CpuProgram) -> None:
