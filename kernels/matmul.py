@@ -271,14 +271,12 @@ def _take(typingctx, counter):
     return sig, codegen
 
 
-# parts of a split product per thread, taken from a shared counter (a thread the operating
-# system has not yet run finds its part taken by one that came free), and the fewest rows or
-# columns a part has. Measured on the busy GPT tiny step (2 spinning processes, 2 cores),
-# alternating: 4 parts per thread 57.7 / 59.4 / 40.2 ms, 1 part 37.2 / 41.6 / 36.4 ms (more,
-# smaller BLAS calls each pack their operands again); the loop kernels' launchers, whose
-# chunks cost nothing to start, gain from 4 (compiler/threaded.py)
-PARTS_PER_THREAD = 1
-MIN_BAND = 32
+# A split product has one band per thread, taken from a shared counter: a thread the
+# operating system has not yet run finds its band taken by one that came free. More bands per
+# thread were measured slower on the busy GPT tiny step (2 spinning processes, 2 cores,
+# alternating: 4 bands per thread 57.7 / 59.4 / 40.2 ms, 1 band 37.2 / 41.6 / 36.4 ms): each
+# smaller BLAS call packs its operands again. The loop kernels' launchers, whose chunks cost
+# nothing to start, take 4 per thread (compiler/threaded.py).
 
 
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy")
@@ -291,15 +289,14 @@ def par_gemm(alpha, a, ta, b, tb, beta, c):
     left: the result does not depend on which thread computes a band."""
     m, n = c.shape
     k = a.shape[0] if ta else a.shape[1]
-    threads = _threads()
     by_rows = m >= n
     size = m if by_rows else n
-    parts = min(threads * PARTS_PER_THREAD, max(size // MIN_BAND, threads))
-    if threads < 2 or parts < 2 or k == 0 or max(m, k, n) > _INT32_MAX:
+    parts = min(_threads(), size)
+    if parts < 2 or k == 0 or max(m, k, n) > _INT32_MAX:
         blas_gemm(alpha, a, ta, b, tb, beta, c)
         return
     counter = np.zeros(1, np.int64)
-    for _ in prange(min(threads, parts)):
+    for _ in prange(parts):
         p = _take(counter)
         while p < parts:
             lo, hi = p * size // parts, (p + 1) * size // parts

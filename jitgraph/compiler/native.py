@@ -185,6 +185,17 @@ def check_ir(i: int, k: tuple, flags: bool = True) -> list[str]:
         f"k{i}:"]
 
 
+def array_fields_ir(i: int) -> list[str]:
+    """IR that reads ndarray argument ``%a<i>``'s data pointer (``%d<i>``) and the pointers to
+    its shape (``%h<i>``) and strides (``%t<i>``) from NumPy's array struct."""
+    return [f"  %d{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['data']}",
+            f"  %d{i} = load ptr, ptr %d{i}p",
+            f"  %h{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['dims']}",
+            f"  %h{i} = load ptr, ptr %h{i}p",
+            f"  %t{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['strides']}",
+            f"  %t{i} = load ptr, ptr %t{i}p"]
+
+
 def _wrapper_ir(index: int, symbol: str, kinds: list[tuple], nogil: bool = False) -> str:
     """LLVM IR of ``jgw_<index>``, a CPython ``METH_FASTCALL`` function: check that each
     argument is of the compiled type (else return the ``mismatch`` sentinel), unpack it, call
@@ -209,13 +220,7 @@ def _wrapper_ir(index: int, symbol: str, kinds: list[tuple], nogil: bool = False
             call.append(f"{ty} %v{i}")
             continue
         nd = k[2]
-        lines += check_ir(i, k)
-        lines += [f"  %d{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['data']}",
-                  f"  %d{i} = load ptr, ptr %d{i}p",
-                  f"  %h{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['dims']}",
-                  f"  %h{i} = load ptr, ptr %h{i}p",
-                  f"  %t{i}p = getelementptr i8, ptr %a{i}, i64 {ARRAY_OFFSETS['strides']}",
-                  f"  %t{i} = load ptr, ptr %t{i}p"]
+        lines += check_ir(i, k) + array_fields_ir(i)
         shape, strides = [], []
         for j in range(nd):
             lines += [f"  %h{i}_{j}p = getelementptr i64, ptr %h{i}, i64 {j}",

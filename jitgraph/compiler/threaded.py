@@ -140,20 +140,15 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     for j, dt in enumerate(launch.dtypes):
         checks += [f"  %a{j}pp = getelementptr ptr, ptr %args, i64 {j}",
                    f"  %a{j} = load ptr, ptr %a{j}pp"]
-        checks += native.check_ir(j, _kind(dt), flags=False)
-        o = native.ARRAY_OFFSETS
-        checks += [f"  %d{j}p = getelementptr i8, ptr %a{j}, i64 {o['data']}",
-                   f"  %d{j} = load ptr, ptr %d{j}p",
-                   f"  %h{j}p = getelementptr i8, ptr %a{j}, i64 {o['dims']}",
-                   f"  %h{j} = load ptr, ptr %h{j}p",
-                   f"  %n{j} = load i64, ptr %h{j}",
+        checks += native.check_ir(j, _kind(dt), flags=False) + native.array_fields_ir(j)
+        checks += [f"  %n{j} = load i64, ptr %h{j}",
                    f"  %bd{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 2 * j}",
                    f"  store ptr %d{j}, ptr %bd{j}",
                    f"  %bn{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 1 + 2 * j}",
                    f"  store i64 %n{j}, ptr %bn{j}"]
-    bad = f"threads_{launch.name}: expected {n} one-dimensional C-contiguous arrays of " \
+    bad = f"{PREFIX}{launch.name}: expected {n} one-dimensional C-contiguous arrays of " \
           f"dtypes {', '.join(launch.dtypes)}"
-    failed = f"threads_{launch.name}: the kernel reported an error"
+    failed = f"{PREFIX}{launch.name}: the kernel reported an error"
     launcher = [
         f"@jgl_bad_{index} = private constant [{len(bad) + 1} x i8] c\"{bad}\\00\"",
         f"@jgl_failed_{index} = private constant [{len(failed) + 1} x i8] c\"{failed}\\00\"",
