@@ -110,7 +110,7 @@ print(json.dumps({{"wall": time.perf_counter() - t0, "cpu": cpu() - c0, "loss": 
 """
 SPLIT = re.compile(r"^jitgraph:   split: (.*), other (\d+\.\d+)s; kernels: (\d+) steps -> "
                    r"(\d+) distinct .*?(\d+) in memory, (\d+) on disk, (\d+) new; Numba "
-                   r"compiled (\d+) here, (\d+) in workers$", re.M)
+                   r"compiled (\d+) here, (\d+) in workers; LLVM compiled (\d+)$", re.M)
 
 
 def gpt_first_call(size: str, jit_cache: str, helpers: str, workers: str | None) -> dict:
@@ -133,7 +133,7 @@ def gpt_first_call(size: str, jit_cache: str, helpers: str, workers: str | None)
     out["phases"] = {k: float(v) for k, v in re.findall(r"(\w+) (\d+\.\d+)s", m.group(1))}
     out["phases"]["other"] = float(m.group(2))
     out["kernels"] = dict(zip(("steps", "distinct", "in_memory", "on_disk", "new", "here",
-                               "workers"), map(int, m.groups()[2:])))
+                               "workers", "llvm"), map(int, m.groups()[2:])))
     return out
 
 
@@ -158,7 +158,7 @@ def run_gpt(args) -> dict:
                            + ", ".join(f"{p} {v:.2f}" for p, v in phases.items())
                            + f"; kernels {k['steps']} steps -> {k['distinct']} distinct, "
                              f"{k['new']} new, Numba compiled {k['here']} here + "
-                             f"{k['workers']} in workers"))
+                             f"{k['workers']} in workers, LLVM {k['llvm']}"))
     print_kv(f"GPT step ({args.gpt}, untied, SGD) first call in a new process, median of {n} "
              "(stage seconds from JITGRAPH_LOG=compiles)", rows)
     return {"runs": runs}

@@ -1,4 +1,5 @@
-"""Where a compile spends its time: trace, autodiff, optimise, fuse, generate, load, Numba.
+"""Where a compile spends its time: trace, autodiff, optimise, fuse, generate, load, Numba,
+LLVM.
 
 Why: a cold first call is several stages deep (tracing calls the autodiff rules, which call
 the passes; loading compiles kernels), so one total hides which stage to make cheaper. Each
@@ -17,8 +18,9 @@ from typing import Callable, Iterator, TypeVar
 __all__ = ["PHASES", "phase", "recording", "timed", "split_text"]
 
 # the stages in pipeline order (``numba``: compiling kernels ahead of the first call, and the
-# first call itself, where Numba compiles what was not compiled ahead)
-PHASES = ("trace", "autodiff", "optimise", "fuse", "generate", "load", "numba")
+# first call itself, where Numba compiles what was not compiled ahead; ``llvm``: the loop
+# kernels ``compiler/loop_ir.py`` compiles without Numba, and the launchers)
+PHASES = ("trace", "autodiff", "optimise", "fuse", "generate", "load", "numba", "llvm")
 
 _local = threading.local()
 F = TypeVar("F", bound=Callable)

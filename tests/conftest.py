@@ -75,3 +75,15 @@ def pytest_ignore_collect(collection_path, config):
         if target == _STRESS or target.startswith(_STRESS + os.sep):
             return None
     return True
+
+
+@pytest.fixture(autouse=True)
+def no_loop_ir_failures():
+    """A loop kernel that ``compiler/loop_ir.py`` took but failed on (a translator bug, IR LLVM
+    rejects) falls back to Numba quietly for users; in the tests it fails the test that met it."""
+    from jitgraph.compiler.state import STATE
+    before = STATE.compile_stats["loop_ir_failures"]
+    yield
+    failed = STATE.compile_stats["loop_ir_failures"] - before
+    if failed:
+        pytest.fail(f"{failed} loop kernel(s) failed in loop_ir (JITGRAPH_LOG=compiles says which)")

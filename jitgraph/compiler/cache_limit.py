@@ -5,7 +5,8 @@ Why a limit: every program compiled adds its generated modules, Numba's machine 
 native bundle to the cache directory, and nothing else ever removes them.
 
 * An entry is every file named ``<sha256>.*`` in the cache directory and in its
-  ``__pycache__`` (the module ``.py``, its ``.native`` bundle, Numba's ``.nbi`` index,
+  ``__pycache__`` (the module ``.py``, its ``.native`` bundle, a loop kernel's ``.o``
+  object code, Numba's ``.nbi`` index,
   ``.nbc`` data and their ``.sha256`` sidecars). Entries are evicted whole; the files of
   the cache that are not entries (``.lock``, the profiler's ``peaks/``) are left alone.
 * Last use is the newest access or modification time of an entry's files. A load sets the
@@ -61,7 +62,7 @@ _FALLBACK_LOCK = ".prune.lock"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 # the order files of an entry are removed in (see the module docstring)
-_ORDER = {".nbi": 0, ".nbc": 1, ".sha256": 1, ".native": 2, ".py": 3}
+_ORDER = {".nbi": 0, ".nbc": 1, ".sha256": 1, ".native": 2, ".o": 2, ".py": 3}
 
 
 def parse_size(text: str) -> int:

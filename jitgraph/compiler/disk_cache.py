@@ -189,11 +189,13 @@ class _CorruptNumbaEntry(Exception):
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write *data* to *path* via a private temp file in the same directory and os.replace.
-    A file of the disk cache in use (a native bundle) counts towards its size limit."""
+    A file of the disk cache in use (a native bundle, object code) counts towards its size
+    limit."""
     path = os.fspath(path)
     directory, base = os.path.split(path)
     cache = STATE.disk_cache
-    if cache is not None and base.endswith(".native") and directory == str(cache.directory):
+    if cache is not None and base.endswith((".native", ".o")) and \
+            directory == str(cache.directory):
         cache._note_store(len(data))
     fd, tmp = tempfile.mkstemp(prefix="." + base[:24] + ".", suffix=".tmp", dir=directory)
     try:

@@ -46,6 +46,8 @@ from .disk_cache import atomic_write
 from .state import STATE
 
 MAGIC = b"JITGRAPH-NATIVE-1\n"
+#: the symbols of loop kernels ``loop_ir`` compiled (a bundle carries their object code)
+LOOP_KERNEL_PREFIX = "jgk_"
 _LOCK = threading.RLock()
 # a fork waits until no thread is loading a bundle (taken after the disk cache's lock, never
 # while Numba's compiler lock is held)
@@ -286,14 +288,15 @@ declare void @PyEval_RestoreThread(ptr)
 
 def export(path: str, callees: dict, driver_def: str | None, machine: dict,
            signatures: dict | None = None, extra_ir: str = "",
-           extra_functions: tuple = ()) -> bool:
+           extra_functions: tuple = (), extra_objects: tuple = ()) -> bool:
     """Write the bundle for one program (see the module docstring). ``callees``: name ->
     Numba dispatcher; ``signatures``: name -> the argument types the program calls it with,
     where a shared helper has overloads for other programs too (only those go in the
     bundle); ``extra_ir``: more IR for the wrappers' module (the launchers of threaded
     kernels, ``threaded.py``: they call the callees' entry points, which the wrappers declare),
-    defining the ``METH_FASTCALL`` functions ``extra_functions`` names as ``(name, symbol)``.
-    Returns whether a bundle was written."""
+    defining the ``METH_FASTCALL`` functions ``extra_functions`` names as ``(name, symbol)``;
+    ``extra_objects``: object code those functions call besides the callees' (the kernels
+    ``loop_ir.py`` compiled). Returns whether a bundle was written."""
     import llvmlite.binding as llvm
     if not numba_patches.fast_paths_enabled() or not array_offsets_ok():
         return False
@@ -330,6 +333,12 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
         if not entries:
             return False
         table[name] = entries
+    for obj in extra_objects:
+        und = undefined_symbols(obj)
+        if und is None:
+            return False
+        objects.append(obj)
+        undefined.update(und)
     if not _loadable(undefined):
         return False
     mod = llvm.parse_assembly("\n".join(ir_parts + [extra_ir]))
@@ -338,7 +347,8 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
     und = undefined_symbols(wrappers)
     if und is None:
         return False
-    undefined.update(u for u in und if not u.startswith("_ZN"))   # Numba's: in the objects
+    # Numba's functions and loop_ir's kernels are defined in the objects
+    undefined.update(u for u in und if not u.startswith(("_ZN", LOOP_KERNEL_PREFIX)))
     blobs = objects + [wrappers]
     header = {"machine": machine, "driver": driver_def, "callees": table,
               "extra": [list(f) for f in extra_functions],

@@ -24,9 +24,11 @@ class CompilerState:
     fingerprint: str | None = None
     # threads writing native bundles, joined before forking compile workers
     bundle_threads: list = field(default_factory=list)
-    # compile_pool: kernels compiled by workers and locally, and workers that failed
+    # compile_pool: kernels compiled by workers and locally, and workers that failed;
+    # loop_objects: loop kernels loop_ir or LLVM failed on (Numba compiled them)
     compile_stats: dict = field(default_factory=lambda: {
-        "worker_compiles": 0, "local_compiles": 0, "worker_failures": 0})
+        "worker_compiles": 0, "local_compiles": 0, "worker_failures": 0,
+        "loop_ir_failures": 0})
     # loops: threadpoolctl's BLAS selection, looked up once ([None]: unavailable)
     blas_selection: list = field(default_factory=list)
     # numba_patches / native: what was installed into Numba and the LLVM engines kept alive

@@ -47,11 +47,21 @@ _LOCK = threading.RLock()
 @dataclass(frozen=True)
 class Launch:
     """A threaded kernel as its launcher needs it: the kernel's name, its native entry point's
-    symbol, its arrays' dtypes (after ``lo, hi``) and its number of rows."""
+    symbol, its arrays' dtypes (after ``lo, hi``) and its number of rows. ``direct``: the
+    kernel was compiled by ``loop_ir`` (its object code goes with the launcher, which declares
+    its entry point); ``serial``: such a kernel without rows to split (``rows`` is 1), whose
+    launcher the driver calls by the kernel's own name."""
     name: str
     symbol: str
     dtypes: tuple
     rows: int
+    direct: bool = False
+    serial: bool = False
+
+    @property
+    def callable_name(self) -> str:
+        """The name the driver calls the launcher by."""
+        return self.name if self.serial else PREFIX + self.name
 
 
 def available() -> bool:
@@ -109,7 +119,7 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         entry_args += ["ptr null", "ptr null", f"i64 %n{j}", f"i64 {size}", f"ptr %d{j}",
                        f"i64 %n{j}", f"i64 {size}"]
     sig = ", ".join(a.split(" ")[0] for a in entry_args)
-    tramp_fn = [f'declare i32 @"{sym}"({sig})'] * declare + [
+    tramp_fn = [f'declare i32 @"{sym}"({sig})'] * (declare or launch.direct) + [
         f"define void @jgt_{index}(ptr %args, ptr %dims, ptr %steps, ptr %data) {{",
         "entry:", *tramp,
         "  br label %loop",
@@ -146,9 +156,9 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
                    f"  store ptr %d{j}, ptr %bd{j}",
                    f"  %bn{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 1 + 2 * j}",
                    f"  store i64 %n{j}, ptr %bn{j}"]
-    bad = f"{PREFIX}{launch.name}: expected {n} one-dimensional C-contiguous arrays of " \
+    bad = f"{launch.callable_name}: expected {n} one-dimensional C-contiguous arrays of " \
           f"dtypes {', '.join(launch.dtypes)}"
-    failed = f"{PREFIX}{launch.name}: the kernel reported an error"
+    failed = f"{launch.callable_name}: the kernel reported an error"
     launcher = [
         f"@jgl_bad_{index} = private constant [{len(bad) + 1} x i8] c\"{bad}\\00\"",
         f"@jgl_failed_{index} = private constant [{len(failed) + 1} x i8] c\"{failed}\\00\"",
@@ -221,13 +231,15 @@ def bundle_ir(launches: list[Launch]) -> tuple[str, tuple]:
         return "", ()
     text = IR_DECLARATIONS + "".join(launcher_ir(i, launch, declare=False)
                                      for i, launch in enumerate(launches))
-    return text, tuple((PREFIX + launch.name, f"jgl_{i}") for i, launch in enumerate(launches))
+    return text, tuple((launch.callable_name, f"jgl_{i}") for i, launch in enumerate(launches))
 
 
-def build(launches: list[Launch], entries: dict[str, int]) -> dict[str, Callable] | None:
+def build(launches: list[Launch], entries: dict[str, int],
+          objects: tuple = ()) -> dict[str, Callable] | None:
     """The launchers of ``launches`` in this process (their kernels compiled by Numba here:
-    ``entries`` maps each entry point's symbol to its address), by name (``threads_<kernel>``);
-    None where LLVM cannot build them (the caller then keeps ``prange``-free serial calls)."""
+    ``entries`` maps each entry point's symbol to its address; or by ``loop_ir``: their
+    ``objects`` go in the launchers' engine), by name (``Launch.callable_name``); None where
+    LLVM cannot build them (the caller then calls the kernels as Numba compiled them)."""
     import ctypes
 
     import llvmlite.binding as llvm
@@ -247,6 +259,8 @@ def build(launches: list[Launch], entries: dict[str, int]) -> dict[str, Callable
             mod.triple = llvm.get_process_triple()
             mod.verify()
             engine = llvm.create_mcjit_compiler(mod, native.target_machine())
+            for obj in objects:
+                engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             engine.finalize_object()
         STATE.patches.setdefault("engines", []).append(engine)
     ctypes.c_void_p.from_address(engine.get_global_value_address("jgw_ndarray")).value = \
@@ -254,11 +268,11 @@ def build(launches: list[Launch], entries: dict[str, int]) -> dict[str, Callable
     keep: list = [engine]
     out = {}
     for i, launch in enumerate(launches):
-        fn = native.builtin(PREFIX + launch.name, engine.get_function_address(f"jgl_{i}"),
+        fn = native.builtin(launch.callable_name, engine.get_function_address(f"jgl_{i}"),
                              keep)
         if fn is None:
             return None
-        out[PREFIX + launch.name] = fn
+        out[launch.callable_name] = fn
     return out
 
 

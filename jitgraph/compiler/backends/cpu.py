@@ -193,7 +193,7 @@ class CpuCodegen:
         self.accumulators: dict[str, list] = {}
         self.chunks = [HEADER]                  # the module's text: header, kernels, driver
         self.kernels: list[KernelSource] = []   # one per loop or scatter step
-        self._by_structure: dict[str, KernelSource] = {}
+        self._by_structure: dict[tuple, KernelSource] = {}
         self._callee: dict[str, str] = {}       # step name -> the kernel it calls
         self._blas_calls: set = set()    # (kernels/matmul function, its argument types)
 
@@ -376,16 +376,20 @@ class CpuCodegen:
         """Steps whose kernels are the same function up to their argument names (two layers of
         one size, or any two layers once sizes are runtime arguments) share one function: Numba
         compiles it once."""
-        key = _canonical(src, params)
-        shared = self._by_structure.get(key)
+        canon = _canonical(src, params)
         launched = threaded.rows_of(src) is not None       # its rows come first: lo, hi
+        arg_types = ("size", "size") * launched + self._arg_types(params)
+        # (steps over arrays of other dtypes share the function, each with its own argument
+        # types: one Numba overload each, and no launcher, which takes one signature)
+        key = (canon, arg_types)
+        shared = self._by_structure.get(key)
         if launched:
             self._launched_steps.add(s.name)
         if shared is None:
-            arg_types = ("size", "size") * launched + self._arg_types(params)
             shared = self._by_structure[key] = KernelSource(s.name, src, [], tuple(params),
                                                             arg_types)
-            self.chunks.append(src)
+            if not any(k[0] == canon for k in self._by_structure if k != key):
+                self.chunks.append(src)
         self._callee[s.name] = shared.name
         self.kernels.append(KernelSource(shared.name, shared.source, step_ops(s), shared.params,
                                          shared.arg_types))
@@ -549,9 +553,10 @@ def finish_module(template: str, kernels: list[KernelSource], driver: str) -> Fi
     driver_chunk = driver_chunk.replace("{H}", h)
     imports = [f"# calls {k.name}, loaded from its own cache entry" for k in final.values()]
     driver_source = HEADER + "\n".join(imports) + "\n\n\n" + driver_chunk + "\n"
-    bodies = "\n\n\n".join(k.source for k in final.values())
+    sources = list({k.name: k.source for k in final.values()}.values())  # (one per overload)
+    bodies = "\n\n\n".join(sources)
     text = "\n\n\n".join([with_narrow_import(HEADER, bodies, "narrow")]
-                          + [k.source for k in final.values()] + [driver_chunk]) + "\n"
+                          + sources + [driver_chunk]) + "\n"
     modules = [(k.name, with_narrow_import(HEADER, k.source, "narrow") + "\n\n" + k.source + "\n",
                 k.arg_types) for k in final.values()]
     return FinishedProgram(text, driver_source, driver.replace("{H}", h), modules)

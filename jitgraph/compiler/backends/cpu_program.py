@@ -3,6 +3,7 @@ bundle), and the straight-line call path ``jit`` runs on every cached call.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -19,7 +20,7 @@ from ...arrays import Array
 from ...compile_phases import phase
 from ...core import Graph
 from ...dtypes import as_stored, is_narrow, storage
-from .. import compile_pool, native, numba_patches, threaded
+from .. import compile_pool, loop_objects, native, numba_patches, threaded
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import host_impl, one_blas_thread
@@ -37,7 +38,7 @@ class KernelCounts:
     names share one, ``cpu.finish_module``), and of those how many this process had loaded
     already, how many the disk cache had with their machine code, how many were new (or had
     only their source cached); then how many functions Numba compiled in compile workers and,
-    after the first call, here."""
+    after the first call, here; and how many kernels LLVM compiled without Numba."""
     steps: int
     distinct: int
     in_memory: int
@@ -46,13 +47,14 @@ class KernelCounts:
     in_workers: int
     compiled_before: int        # Numba compiles of these modules before this program loaded
     here: int | None = None     # set after the first call
+    llvm: int = 0               # kernels compiled by LLVM alone (loop_ir), here or in workers
 
     def text(self) -> str:
         here = "?" if self.here is None else self.here
         return (f"kernels: {self.steps} steps -> {self.distinct} distinct "
                 f"({self.steps - self.distinct} shared by structure): {self.in_memory} in "
                 f"memory, {self.on_disk} on disk, {self.new} new; Numba compiled {here} "
-                f"here, {self.in_workers} in workers")
+                f"here, {self.in_workers} in workers; LLVM compiled {self.llvm}")
 
 
 class CpuProgram:
@@ -97,6 +99,7 @@ class CpuProgram:
         self.bundle_path = bundle_path    # where to write its native bundle after a call
         self.bundle_status = ""           # what became of that bundle
         self.launches: list = []          # its threaded kernels' launchers (threaded.Launch)
+        self.direct_objects: dict = {}    # entry symbol -> object code of loop_ir's kernels
         self._compile_again = compile_again
         self._scratch_pools: dict = {}
         self._profiled: dict = {}        # input shapes (None: self.graph's) -> profiled
@@ -285,10 +288,25 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     key = fingerprint()
     modules, on_disk, new = [], [], []
     memory_hits = uncompiled = 0
+    # a driver in Python calls its loop kernels through launchers: those loop_ir translates
+    # are compiled by LLVM alone (``loop_objects.py``), the rest by Numba
+    direct: dict[str, loop_objects.DirectKernel] = {}
+    use_ir = _python_driver(fin) and loop_objects.enabled()
+    overloaded = _overloaded(fin)
     for name, src, arg_types in fin.kernel_modules:
         before = cache.stats["memory_hits"]
         m, hit = cache.load_module(src, key_extra=key)
         modules.append((name, m))
+        k = loop_objects.plan(name, src, arg_types, cache, key) \
+            if use_ir and arg_types and name not in overloaded else None
+        if k is not None:
+            direct[name] = k
+            on_disk.append(k.obj is not None)
+            memory_hits += k.in_memory
+            if k.obj is None:
+                uncompiled += 1
+                new.append((len(src) // 8, k))      # LLVM alone: a fraction of Numba's time
+            continue
         on_disk.append(hit)
         if not hit or _source_only(getattr(m, name)):
             uncompiled += 1
@@ -310,10 +328,13 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
         helpers = [(matmul, name, types) for name, types in gen.module.info.blas_calls]
         wait_for_bundles()
         _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
+    if direct:
+        with phase("llvm"):
+            direct = {name: k for name, k in direct.items() if loop_objects.finish(k, cache)}
     # the driver calls its kernels (own cache entries) and host steps by module-level name
     for name, m in modules:
         setattr(module, name, getattr(m, name))
-    launches = _launchers(module, fin)
+    launches = _launchers(module, fin, direct)
     for s in gen.plan.steps:
         if isinstance(s, HostStep):
             setattr(module, f"host_{s.name}", host_impl(s.node))
@@ -327,21 +348,47 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
                          kernel_modules=[m for _, m in modules], compile_again=compile_again,
                          bundle_path=bundle)
     program.launches = launches
+    program.direct_objects = {k.launch.symbol: k.obj for k in direct.values()
+                              if any(launch.symbol == k.launch.symbol for launch in launches)}
     program.kernel_counts = KernelCounts(
         len(gen.module.kernels), len(modules), memory_hits,
         len(modules) - memory_hits - uncompiled, uncompiled,
-        STATE.compile_stats["worker_compiles"] - in_workers, compiled_before)
+        STATE.compile_stats["worker_compiles"] - in_workers, compiled_before,
+        llvm=sum(1 for _, job in new if isinstance(job, loop_objects.DirectKernel)))
     return program
 
 
-def _launchers(module, fin) -> list:
+def _overloaded(fin) -> set:
+    """Kernels the program calls with arrays of more than one dtype (steps of equal structure
+    over other dtypes share a kernel): Numba compiles an overload for each, and they are
+    called through Numba's dispatcher, not a launcher (which takes one signature)."""
+    seen: dict = {}
+    for name, _, arg_types in fin.kernel_modules:
+        seen.setdefault(name, set()).add(tuple(arg_types))
+    return {name for name, sigs in seen.items() if len(sigs) > 1}
+
+
+def _python_driver(fin) -> bool:
+    """Whether the program's driver runs in Python (else Numba compiles it, and it calls its
+    kernels from machine code)."""
+    return not fin.driver_source.rsplit("\n\n\n", 1)[1].lstrip().startswith("@njit")
+
+
+def _launchers(module, fin, direct: dict) -> list:
     """Give the driver the launchers of its threaded kernels (``threaded.py``), as
-    ``threads_<kernel>``; returns their ``Launch`` records (a native bundle builds the same
-    launchers). A kernel whose launcher cannot be built runs serially over all its rows."""
+    ``threads_<kernel>``, and of the kernels ``loop_ir`` compiled (``direct``), under their
+    own names where they are serial; returns their ``Launch`` records (a native bundle builds
+    the same launchers). A threaded kernel whose launcher cannot be built runs serially over
+    all its rows; a direct kernel then runs as Numba compiles it."""
     launches, entries, kernels = [], {}, {}
+    overloaded = _overloaded(fin)
     for name, src, arg_types in fin.kernel_modules:
+        if name in direct:
+            if direct[name].launch not in launches:
+                launches.append(direct[name].launch)
+            continue
         rows = threaded.rows_of(src)
-        if rows is None:
+        if rows is None or name in overloaded:
             continue
         kernel = kernels[name] = (getattr(module, name), rows)
         with phase("numba"), compile_settings("cpu"):
@@ -349,11 +396,23 @@ def _launchers(module, fin) -> list:
         if entry is not None:
             entries[entry[0]] = entry[1]
             launches.append(threaded.Launch(name, entry[0], tuple(arg_types[2:]), rows))
-    built = threaded.build(launches, entries) if launches else {}
-    for name, (kernel, rows) in kernels.items():
+    if not launches:
+        built: dict | None = {}
+    else:
+        with phase("llvm"):
+            built = threaded.build(launches, entries,
+                                   tuple(k.obj for k in direct.values()))
+    if built is None and direct:        # no launchers here: Numba compiles those kernels too
+        return _launchers(module, fin, {})
+    for launch in launches:
+        if launch.direct and launch.serial:
+            setattr(module, launch.name, built[launch.callable_name])
+    for name, src, arg_types in fin.kernel_modules:
+        if threaded.rows_of(src) is None:
+            continue
         fn = (built or {}).get(threaded.PREFIX + name)
         if fn is None:
-            fn = functools.partial(kernel, 0, rows)
+            fn = functools.partial(getattr(module, name), 0, threaded.rows_of(src))
         setattr(module, threaded.PREFIX + name, fn)
     return launches if built else []
 
@@ -410,14 +469,17 @@ def export_native(program: CpuProgram, path) -> bool:
         callees, driver_def = {driver.__name__: driver}, None
     else:
         callees = {}
-        launched = {launch.name for launch in program.launches}
+        launched = {launch.name: launch for launch in program.launches}
         for name in driver.__code__.co_names:
             value = vars(module).get(name)
             kernel = name[len(threaded.PREFIX):]
+            if name in launched and launched[name].serial:
+                continue                                    # loop_ir's: its launcher is rebuilt
             if isinstance(value, Dispatcher):
                 callees[name] = value
             elif name.startswith(threaded.PREFIX) and kernel in launched:
-                callees[kernel] = vars(module)[kernel]      # its launcher is rebuilt
+                if not launched[kernel].direct:
+                    callees[kernel] = vars(module)[kernel]  # its launcher is rebuilt
             elif value is not None and value is not np and value is not math:
                 return False            # a Python callable (host step): not in a bundle
         driver_def = program.driver_def
@@ -425,7 +487,8 @@ def export_native(program: CpuProgram, path) -> bool:
     for name, arg_types in program.blas_calls:      # the kernels/ products it calls
         signatures.setdefault(name, set()).add(compile_pool.numba_signature(arg_types))
     return native.export(str(path), callees, driver_def, {"entry": path.name}, signatures,
-                         *threaded.bundle_ir(program.launches))
+                         *threaded.bundle_ir(program.launches),
+                         extra_objects=tuple(program.direct_objects.values()))
 
 
 def _export_in_background(program: CpuProgram) -> None:
@@ -459,6 +522,10 @@ def _precompile(new: list) -> None:
     """Compile the program's new kernels now, on this process and forked compile workers at
     once (``compile_pool``), instead of one after another in its first call."""
     def compile_one(job):
+        if isinstance(job, loop_objects.DirectKernel):
+            with phase("llvm"), contextlib.suppress(Exception):
+                loop_objects.compile_one(job)       # (else ``finish`` tries once more)
+            return
         module, name, arg_types = job
         with compile_settings("cpu"):
             getattr(module, name).compile(compile_pool.numba_signature(arg_types))

@@ -1,0 +1,116 @@
+"""The machine code of loop kernels compiled by ``loop_ir``: planned, compiled, cached.
+
+A kernel of a program whose driver runs in Python is compiled straight to LLVM IR
+(``loop_ir.py``) where its source allows; its object code is cached beside the kernel's
+module in the disk cache, as ``<module digest>.<argument types digest>.o`` (part of the
+module's entry: evicted with it), with a checksum. The driver calls it through a launcher
+(``threaded.py``), the same built-in function a threaded Numba kernel gets, so the kernel's
+source module stays as it was and Numba compiles it where this path does not apply
+(``JITGRAPH_LOOP_IR=0``, arguments of runtime sizes, a construct ``loop_ir`` does not
+translate, a damaged object).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+from dataclasses import dataclass
+
+from . import loop_ir, native, threaded
+from .disk_cache import atomic_write
+from .state import STATE
+
+MAGIC = b"JITGRAPH-LOOP-OBJECT-1\n"
+ENV = "JITGRAPH_LOOP_IR"
+#: object code this process compiled or read, by cache path (programs sharing a kernel)
+_LOADED: dict[pathlib.Path, bytes] = {}
+
+
+def enabled() -> bool:
+    """Kernels are compiled this way unless ``JITGRAPH_LOOP_IR=0``, where launchers exist and
+    llvmlite has LLVM's new pass manager (as Numba's own optimisation uses)."""
+    if os.environ.get(ENV, "1") == "0" or not threaded.available():
+        return False
+    import llvmlite.binding as llvm
+    return hasattr(llvm, "create_pass_builder") and hasattr(llvm, "create_pipeline_tuning_options")
+
+
+@dataclass
+class DirectKernel:
+    """One loop kernel compiled by ``loop_ir``: its launch record, where its object code is
+    cached, and its IR (until compiled) or object code."""
+    launch: threaded.Launch
+    path: pathlib.Path
+    ir: str = ""
+    obj: bytes | None = None
+    in_memory: bool = False
+
+
+def plan(name: str, source: str, arg_types: tuple, cache, key: str) -> DirectKernel | None:
+    """The kernel as a ``DirectKernel`` (its object code read from the cache, or its IR
+    translated), or None where Numba must compile it."""
+    rows = threaded.rows_of(source)
+    dtypes = tuple(arg_types[2:] if rows is not None else arg_types)
+    if any(t not in loop_ir.DTYPES for t in dtypes):
+        return None                     # runtime sizes, 2-d views, 16-bit floats...
+    tag = hashlib.sha256(",".join(arg_types).encode()).hexdigest()[:12]
+    launch = threaded.Launch(name, f"{native.LOOP_KERNEL_PREFIX}{name}_{tag}", dtypes,
+                             rows or 1, direct=True, serial=rows is None)
+    path = cache.directory / f"{cache.entry_name(source, key)}.{tag}.o"
+    obj = _LOADED.get(path)
+    k = DirectKernel(launch, path, obj=obj or _read(cache, path), in_memory=obj is not None)
+    if k.obj is not None:
+        _LOADED[path] = k.obj
+    else:
+        try:
+            k.ir = loop_ir.translate(source, name, dtypes, launch.symbol).text
+        except loop_ir.Unsupported:
+            return None
+        except Exception as exc:        # a translator bug must not stop the program: Numba
+            _note_failure(name, exc)    # compiles the kernel, and the failure is counted
+            return None
+    return k
+
+
+def compile_one(k: DirectKernel) -> None:
+    """Compile ``k``'s IR and store its object code in the cache (a compile worker's job)."""
+    k.obj = loop_ir.compile_object(k.ir)
+    data = hashlib.sha256(k.obj).hexdigest().encode() + b"\n" + k.obj
+    try:
+        atomic_write(k.path, MAGIC + data)
+    except OSError:
+        pass                            # a read-only cache: compiled again next process
+
+
+def finish(k: DirectKernel, cache) -> bool:
+    """After the compile workers: the object code they stored, else compiled here; False
+    where LLVM rejected the IR (then Numba compiles the kernel)."""
+    if k.obj is None:
+        k.obj = _read(cache, k.path)
+    if k.obj is None:
+        try:
+            compile_one(k)
+        except Exception as exc:
+            _note_failure(k.launch.name, exc)
+            return False
+    _LOADED[k.path] = k.obj
+    return True
+
+
+def _note_failure(name: str, exc: Exception) -> None:
+    """Count a kernel ``loop_ir`` or LLVM failed on (``STATE.compile_stats``, which tests
+    read) and say so where ``JITGRAPH_LOG`` includes ``compiles``."""
+    STATE.compile_stats["loop_ir_failures"] += 1
+    if "compiles" in os.environ.get("JITGRAPH_LOG", ""):
+        import sys
+        print(f"jitgraph: loop kernel {name} went to Numba: {exc!r}", file=sys.stderr)
+
+
+def _read(cache, path: pathlib.Path) -> bytes | None:
+    if not path.exists():
+        return None
+    data = cache.read_trusted(path)
+    if data is None or not data.startswith(MAGIC):
+        return None
+    digest, _, obj = data[len(MAGIC):].partition(b"\n")
+    return obj if hashlib.sha256(obj).hexdigest().encode() == digest else None

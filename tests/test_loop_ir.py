@@ -1,0 +1,416 @@
+"""Loop kernels compiled straight to LLVM IR (``compiler/loop_ir.py``) compute what Numba
+computes from the same source: the typing rules against Numba's own typing, hand-written
+kernels over every construct the translator takes (bit for bit against Numba, NaN, infinities,
+negative and zero divisors included), random expression kernels (hypothesis), and programs
+that take the path, from the cache, from a damaged cache and with it turned off."""
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import jitgraph
+import jitgraph.numpy as jnp
+from jitgraph.compiler import loop_ir, loop_objects, threaded
+
+pytestmark = pytest.mark.skipif(not loop_objects.enabled(),
+                                reason="launchers need Linux and a checked Numba")
+
+HEADER = """import math
+import numpy as np
+from numba import njit
+from jitgraph.kernels.scalar import (maximum, minimum, maximum_step, minimum_step, sign, floor,
+    erf, logistic, power, clamp_index)
+from jitgraph.kernels.fastmath import (exp_f32, exp_f64, log_f32, log_f64, log1p_f32, log1p_f64,
+    expm1_f32, expm1_f64, tanh_f32, tanh_f64, logistic_f32, logistic_f64, softplus_f32,
+    softplus_f64)
+"""
+DECORATOR = ("@njit(cache=False, parallel=False, fastmath={fm}, error_model='numpy', "
+             "boundscheck=False, nogil=True, no_cfunc_wrapper=True)")
+_count = itertools.count()
+
+
+def both(body: str, arrays: list, fastmath: str = "False", rows: int | None = None):
+    """Run kernel ``body`` (its statements, over parameters a0, a1, ...) compiled by Numba
+    and by loop_ir on copies of ``arrays``; returns both results."""
+    name = f"loop_t{next(_count)}"
+    params = ", ".join(f"a{i}" for i in range(len(arrays)))
+    head = f"def {name}(lo, hi, {params}):" if rows else f"def {name}({params}):"
+    src = HEADER + DECORATOR.format(fm=fastmath) + "\n" + head + "\n" + \
+        textwrap.indent(textwrap.dedent(body), "    ")
+    ns: dict = {}
+    exec(compile(src, name, "exec"), ns)
+    ours = [a.copy() for a in arrays]
+    numba_out = [a.copy() for a in arrays]
+    ns[name](*([0, rows] if rows else []), *numba_out)
+    dtypes = tuple(a.dtype.name for a in arrays)
+    launch = threaded.Launch(name, f"jgk_{name}", dtypes, rows or 1, direct=True,
+                             serial=rows is None)
+    obj = loop_ir.compile_object(loop_ir.translate(src, name, dtypes, launch.symbol).text)
+    fn = threaded.build([launch], {}, (obj,))[launch.callable_name]
+    fn(*ours)
+    return numba_out, ours
+
+
+def same_bits(x: np.ndarray, y: np.ndarray) -> None:
+    assert x.dtype == y.dtype
+    if x.dtype.kind == "f":
+        np.testing.assert_array_equal(np.isnan(x), np.isnan(y))
+        ok = ~np.isnan(x)
+        np.testing.assert_array_equal(x[ok].view(np.uint8), y[ok].view(np.uint8))
+    else:
+        np.testing.assert_array_equal(x, y)
+
+
+def check(body: str, arrays: list, ulps: int = 0, **kw) -> list:
+    """Numba's results and ours: the same bits (``ulps``: within that many units in the last
+    place, where LLVM may fuse a helper's multiply-adds differently in a vector loop)."""
+    numba_out, ours = both(body, arrays, **kw)
+    for x, y in zip(numba_out, ours):
+        if ulps and x.dtype.kind == "f":
+            np.testing.assert_array_equal(np.isnan(x), np.isnan(y))
+            ok = ~np.isnan(x)
+            np.testing.assert_array_max_ulp(x[ok], y[ok], maxulp=ulps)
+        else:
+            same_bits(x, y)
+    return ours
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.7, 1e-30, -1e30, 88.0, -104.0, 700.0,
+                    np.inf, -np.inf, np.nan, 1e-40, 5e-324, 2.0 ** 60, 12.25, -7.75])
+
+
+# ----------------------------------------------------------------------------- typing
+
+NUMBER_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                 "uint64", "float32", "float64"]
+
+
+def test_result_types_are_numbas():
+    """The translator's typing gives the types Numba's typing gives, for every pair of
+    dtypes: ``a + b`` (and - *), ``a / b``, ``a & b``, ``a << b``, the type ``a < b``
+    compares in, and the unified type of a variable or conditional taking both."""
+    from numba import types
+    from numba.core.registry import cpu_target
+    ctx = cpu_target.typing_context
+    ctx.refresh()
+    nt = {d: getattr(types, "boolean" if d == "bool" else d) for d in NUMBER_DTYPES}
+
+    def numba(op, a, b):
+        return ctx.resolve_function_type(op, (nt[a], nt[b]), {})
+    for a, b in itertools.product(NUMBER_DTYPES, repeat=2):
+        assert str(numba(operator.add, a, b).return_type) == loop_ir.arith_result(a, b), (a, b)
+        want = loop_ir.arith_result(a, b)
+        assert str(numba(operator.truediv, a, b).return_type) == (
+            want if want.startswith("float") else "float64"), (a, b)
+        assert str(numba(operator.lt, a, b).args[0]) == loop_ir.compare_type(a, b), (a, b)
+        assert str(ctx.unify_pairs(nt[a], nt[b])) == loop_ir.unify(a, b), (a, b)
+        if not (a.startswith("float") or b.startswith("float")):
+            band = numba(operator.and_, a, b).return_type
+            assert str(band) == ("bool" if a == b == "bool" else loop_ir.int_result(a, b))
+            shift = numba(operator.lshift, a, b).return_type
+            assert str(shift) == ("uint64" if a.startswith("uint") else "int64"), (a, b)
+
+
+# ----------------------------------------------------------------------------- constructs
+
+def test_casts_between_dtypes_match_numba():
+    """Every cast the generator writes (``np.<dtype>(x)``, ``bool(x)``, a store into an array
+    of another dtype) on values in range, bit for bit."""
+    rng = np.random.default_rng(0)
+    src_vals = {"float64": np.concatenate([SPECIAL[np.isfinite(SPECIAL) & (abs(SPECIAL) < 100)],
+                                           rng.uniform(-100, 100, 12)]),
+                "int64": rng.integers(-100, 100, 32), "bool": rng.random(32) < 0.5,
+                "uint8": rng.integers(0, 255, 32), "int32": rng.integers(-100, 100, 32)}
+    for sd, vals in src_vals.items():
+        x = vals.astype(sd)
+        for td in ["float32", "float64", "int8", "int32", "int64", "uint8", "uint32", "bool"]:
+            if sd.startswith("float") and td.startswith("uint"):
+                x = np.abs(x)
+            cast = "bool" if td == "bool" else f"np.{td}"
+            out = np.zeros(x.size, td)
+            check(f"""
+                for i in range({x.size}):
+                    a1[i] = {cast}(a0[i])
+                    a2[i] = a0[i]
+            """, [x, out, np.zeros(x.size, td)])
+
+
+def test_integer_division_modulo_and_shifts():
+    """Python's floor division and modulo (negative operands), a zero divisor (0, NumPy's
+    error model), unsigned operands, shifts and masks as the random-bits kernels write them."""
+    rng = np.random.default_rng(1)
+    a = rng.integers(-50, 50, 64)
+    b = rng.integers(-7, 7, 64)
+    u = rng.integers(0, 2 ** 32 - 1, 64).astype(np.uint32)
+    check("""
+        for i in range(64):
+            a2[i] = a0[i] // a1[i]
+            a3[i] = a0[i] % a1[i]
+            a4[i] = a0[i] // 3 + a0[i] % 5 + (-a0[i]) // 4
+            a5[i] = ((((a6[i] << 13) | (a6[i] >> 19)) & 4294967295) ^ ((a6[i] + a6[i]) & 4294967295))
+            a7[i] = a6[i] // (a6[i] % 7) if a6[i] % 7 != 0 else a6[i] % 3
+    """, [a, b, np.zeros(64, np.int64), np.zeros(64, np.int64), np.zeros(64, np.int64),
+          np.zeros(64, np.uint32), u, np.zeros(64, np.uint32)])
+
+
+def test_float_arithmetic_comparisons_and_selects():
+    x = np.resize(SPECIAL, 40).astype(np.float32)
+    y = np.roll(x, 3)
+    check("""
+        for i in range(40):
+            s0 = a0[i] * a1[i] + a0[i] / np.float32(3.0) - a1[i]
+            s1 = (s0 if a0[i] < a1[i] else -a1[i])
+            s2 = bool(a0[i] >= np.float32(0.0)) and not (a1[i] != a1[i])
+            s3 = a0[i] == a1[i] or a0[i] > np.float32(1.0)
+            a2[i] = s1 + (np.float32(1.0) if s2 else np.float32(2.0)) + s3
+            a3[i] = a0[i] * 2 + 1
+    """, [x, y, np.zeros(40, np.float32), np.zeros(40, np.float64)])
+
+
+def test_reassociated_reductions_and_accumulator_arrays():
+    """A kernel's ``fastmath`` flags on its arithmetic; an accumulator array passed by the
+    driver under another name (``acc = a2``), updated with ``+=`` in place."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(8 * 96).astype(np.float32)
+    numba_out, ours = both("""
+        acc0 = a1
+        for z in range(96):
+            acc0[z] = np.float32(0.0)
+        for r in range(8):
+            for o in range(96):
+                acc0[o] += a0[r * 96 + o] * a0[r * 96 + o]
+        for o in range(8):
+            t = np.float32(0.0)
+            for r in range(96):
+                t += a0[o * 96 + r]
+            a2[o] = t
+    """, [x, np.zeros(96, np.float32), np.zeros(8, np.float32)],
+        fastmath="{'reassoc', 'contract'}")
+    for got, want in zip(ours, numba_out):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours[1], (x.reshape(8, 96) ** 2).sum(0), rtol=1e-5)
+
+
+def test_helpers_translated_from_their_source():
+    """kernels/scalar.py and kernels/fastmath.py helpers (their own flags, their bit-level
+    intrinsics) and math functions on special values, float32 and float64 (tanh_f32 evaluates
+    with fused multiply-adds, which LLVM may form at other places in a loop of many
+    statements: 1 ulp apart there)."""
+    for dt, sfx in (("float32", "f32"), ("float64", "f64")):
+        x = np.resize(SPECIAL, 48).astype(dt)
+        y = np.roll(x, 5)
+        outs = [np.zeros(48, dt) for _ in range(12)]
+        c = f"np.{dt}"
+        check(f"""
+            for i in range(48):
+                a2[i] = exp_{sfx}(a0[i])
+                a3[i] = log_{sfx}(a0[i])
+                a4[i] = tanh_{sfx}(a0[i])
+                a5[i] = log1p_{sfx}(a0[i]) + expm1_{sfx}(a1[i])
+                a6[i] = logistic_{sfx}(a0[i]) + softplus_{sfx}(a1[i])
+                a7[i] = maximum(a0[i], a1[i]) - minimum(a0[i], a1[i])
+                a8[i] = maximum_step(a0[i], a1[i]) + minimum_step(a0[i], a1[i])
+                a9[i] = sign(a0[i]) + floor(a1[i])
+                a10[i] = power(a0[i], {c}(2.0)) + logistic(a1[i])
+                a11[i] = math.sqrt(a0[i]) + abs(a1[i])
+                a12[i] = math.copysign(a0[i], a1[i]) + math.fabs(a0[i])
+                a13[i] = math.sin(a0[i]) + math.cos(a1[i]) + math.exp(a0[i]) + math.log(a1[i])
+                a14[i] = erf(a0[i]) + math.tan(a1[i]) + math.atan2(a0[i], a1[i])
+                a15[i] = math.lgamma(a0[i]) + math.expm1(a1[i]) + math.hypot(a0[i], a1[i])
+        """, [x, y, *outs, np.zeros(48, dt), np.zeros(48, dt)], ulps=2)
+
+
+def test_gathers_wrap_negative_indices_once_and_clamp():
+    idx = np.array([0, 3, -1, -4, 9, -20, 2, 5], np.int64)
+    table = np.arange(10, dtype=np.float64) * 1.5
+    check("""
+        for i in range(8):
+            a2[i] = a1[clamp_index(a0[i], 10)]
+            a3[i] = a1[a0[i] % 10 - 10]
+            a4[i] = a1[min(max(a0[i], 0), 9)] if a0[i] >= 0 and a1[a0[i] % 10] > 3.0 else -1.0
+    """, [idx, table, np.zeros(8), np.zeros(8), np.zeros(8)])
+
+
+def test_if_statements_and_bool_arrays():
+    m = np.array([True, False, True, True, False, False, True, False])
+    x = np.arange(8, dtype=np.int32) - 3
+    check("""
+        for i in range(8):
+            if a0[i]:
+                a2[i] = a1[i] * 2
+            else:
+                a2[i] = -a1[i]
+            a3[i] = a0[i] ^ (a1[i] > 0)
+            a4[i] = a0[i] & True | False
+    """, [m, x, np.zeros(8, np.int32), np.zeros(8, bool), np.zeros(8, bool)])
+
+
+def test_rows_kernel_runs_on_threads_like_numba():
+    """A kernel over ``range(lo, hi)`` (a threaded kernel's form) through its launcher."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(64 * 33).astype(np.float32)
+    check("""
+        for o0_u in range(lo, hi):  # rows split over threads: 64
+            o0 = np.int64(o0_u) & 0x7FFFFFFFFFFFFFFF
+            for o1 in range(33):
+                a1[o0 * 33 + o1] = exp_f32(a0[o0 * 33 + o1]) * np.float32(0.5)
+    """, [x, np.zeros(64 * 33, np.float32)], rows=64)
+
+
+@pytest.mark.parametrize("body, why", [
+    ("for i in prange(4):\n    a0[i] = 1.0", "prange"),
+    ("for i in range(4):\n    a0[i] = a0[i] // 2.0", "float"),
+    ("for i in range(4):\n    a0[i] = blas_gemm(a0)", "array a0"),
+    ("x = 1\nwhile x < 3:\n    x += 1", "While"),
+    ("for i in range(4):\n    a0[i] = np.exp(a0[i])", "call"),
+])
+def test_constructs_outside_the_language_go_to_numba(body, why):
+    src = HEADER + DECORATOR.format(fm="False") + "\ndef loop_x(a0):\n" + \
+        textwrap.indent(body, "    ")
+    with pytest.raises(loop_ir.Unsupported, match=why):
+        loop_ir.translate(src, "loop_x", ("float64",), "jgk_x")
+
+
+# ----------------------------------------------------------------------------- random kernels
+
+_LEAF_DTYPES = ["float32", "float64", "int64", "int32", "uint8", "bool"]
+
+
+@st.composite
+def expressions(draw, depth=0):
+    """An expression over a0..a3 (dtypes ``_LEAF_DTYPES[:4]``) at index i, as generated
+    kernels write them."""
+    if depth >= 3 or draw(st.booleans()) and depth > 0:
+        kind = draw(st.sampled_from(["arr", "arr", "int", "float", "f32"]))
+        if kind == "arr":
+            return f"a{draw(st.integers(0, 4))}[i]"
+        if kind == "int":
+            return str(draw(st.integers(-5, 9)))
+        if kind == "float":
+            return repr(draw(st.sampled_from([0.5, -1.25, 3.0, 1e-3])))
+        return f"np.float32({draw(st.sampled_from([0.5, -2.0, 7.0]))!r})"
+    op = draw(st.sampled_from(["+", "-", "*", "/", "<", "==", "ifexp", "neg", "f32", "f64",
+                               "max", "exp"]))
+    a = draw(expressions(depth=depth + 1))
+    b = draw(expressions(depth=depth + 1))
+    if op == "ifexp":
+        c = draw(expressions(depth=depth + 1))
+        return f"({a} if {c} > {b} else {b})"
+    if op == "neg":
+        return f"(-{a})"
+    if op in ("f32", "f64"):
+        return f"np.float{op[1:]}({a})"
+    if op == "max":
+        return f"maximum(np.float64({a}), np.float64({b}))"
+    if op == "exp":
+        return f"exp_f32(np.float32({a}))"
+    return f"({a} {op} {b})"
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(expr=expressions(), out=st.sampled_from(["float64", "float32"]))
+def test_random_expression_kernels_match_numba(expr, out):
+    rng = np.random.default_rng(4)
+    arrays = [np.resize(SPECIAL, 12).astype(np.float32), rng.standard_normal(12),
+              rng.integers(-3, 4, 12), rng.integers(-3, 4, 12).astype(np.int32),
+              rng.integers(0, 5, 12).astype(np.uint8), np.zeros(12, out)]
+    body = f"for i in range(12):\n    a5[i] = {expr}"
+    try:
+        numba_out, ours = both(body, arrays)
+    except loop_ir.Unsupported:
+        return
+    same_bits(numba_out[-1], ours[-1])
+
+
+# ----------------------------------------------------------------------------- programs
+
+def _model(x, w):
+    h = jnp.tanh(x @ w)
+    return jnp.sum(jnp.exp(-h * h) + jnp.log1p(h * h), axis=1) / (1.0 + jnp.max(h, axis=1))
+
+
+def _direct_launches(program) -> list:
+    return [launch for launch in program.launches if launch.direct]
+
+
+def test_program_kernels_take_the_path_and_match_the_reference():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 24)).astype(np.float32)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    f = jitgraph.jit(_model)
+    got = np.asarray(f(x, w))
+    program = f.lower(x, w).program
+    assert _direct_launches(program), "no kernel went to loop_ir"
+    h = np.tanh(x.astype(np.float64) @ w)
+    want = (np.exp(-h * h) + np.log1p(h * h)).sum(1) / (1 + h.max(1))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    g = jitgraph.jit(jitgraph.grad(lambda x, w: jnp.sum(_model(x, w)), argnums=1))
+    gw = np.asarray(g(x.astype(np.float64), w.astype(np.float64)))
+    eps, i, j = 1e-6, 3, 7
+    wp, wm = w.astype(np.float64), w.astype(np.float64)
+    wp = wp.copy()
+    wm = wm.copy()
+    wp[i, j] += eps
+    wm[i, j] -= eps
+    fd = (float(np.sum(_model(x.astype(np.float64), wp))) -
+          float(np.sum(_model(x.astype(np.float64), wm)))) / (2 * eps)
+    np.testing.assert_allclose(gw[i, j], fd, rtol=1e-5)
+
+
+_CHILD = """
+import json, os, sys
+import numpy as np
+import jitgraph, jitgraph.numpy as jnp
+sys.path.insert(0, {tests!r})
+from test_loop_ir import _model, _direct_launches
+rng = np.random.default_rng(5)
+x = rng.standard_normal((300, 24)).astype(np.float32)
+w = rng.standard_normal((24, 40)).astype(np.float32)
+f = jitgraph.jit(_model)
+out = np.asarray(f(x, w))
+prog = f.lower(x, w).program
+print(json.dumps({{"direct": len(_direct_launches(prog)), "numba": prog.numba_compiles(),
+                  "native": prog.native, "sum": float(out.astype(np.float64).sum())}}))
+"""
+
+
+def _child(cache: str, **env) -> dict:
+    import json
+    code = _CHILD.format(tests=os.path.dirname(__file__))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "JITGRAPH_CACHE_DIR": cache, "JITGRAPH_NATIVE": "0",
+                            **env}, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_objects_are_cached_checked_and_can_be_turned_off(tmp_path):
+    """A second process loads the kernels' object code (Numba compiles none of them); a
+    damaged object is compiled again; ``JITGRAPH_LOOP_IR=0`` gives Numba every kernel and
+    the same numbers."""
+    cache = str(tmp_path / "cache")
+    first = _child(cache)
+    assert first["direct"] > 0
+    objects = [p for p in os.listdir(cache) if p.endswith(".o")]
+    assert objects
+    second = _child(cache)
+    assert second["numba"] == 0 and second["sum"] == first["sum"]
+    for name in objects:
+        path = os.path.join(cache, name)
+        with open(path, "r+b") as fh:
+            fh.seek(os.path.getsize(path) // 2)
+            fh.write(b"\x00garbage\x00")
+    damaged = _child(cache)
+    assert damaged["direct"] == first["direct"] and damaged["sum"] == first["sum"]
+    off = _child(str(tmp_path / "off"), JITGRAPH_LOOP_IR="0")
+    assert off["direct"] == 0
+    np.testing.assert_allclose(off["sum"], first["sum"], rtol=1e-6)
