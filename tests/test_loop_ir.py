@@ -414,3 +414,4 @@ def test_objects_are_cached_checked_and_can_be_turned_off(tmp_path):
     off = _child(str(tmp_path / "off"), JITGRAPH_LOOP_IR="0")
     assert off["direct"] == 0
     np.testing.assert_allclose(off["sum"], first["sum"], rtol=1e-6)
+
