@@ -173,6 +173,15 @@ class Module:
     helpers: dict = field(default_factory=dict)     # (function, arg types) -> _Helper
     helper_ir: list = field(default_factory=list)
     declares: set = field(default_factory=set)
+    metadata: list = field(default_factory=list)     # loop metadata nodes' definitions
+    unrolled: set = field(default_factory=set)       # the ``for`` nodes LLVM unrolls fully
+
+    def unroll_mark(self) -> str:
+        """The metadata of a loop LLVM must unroll completely (its back edge carries it)."""
+        n = len(self.metadata)
+        self.metadata.append(f"!{n} = distinct !{{!{n}, !{n + 1}}}")
+        self.metadata.append(f'!{n + 1} = !{{!"llvm.loop.unroll.full"}}')
+        return f"!{n}"
 
 
 class _Body:
@@ -410,6 +419,9 @@ class _Translator:
             c2 = b.emit(f"load i64, ptr {ctr}")
             c3 = b.emit(f"add nsw i64 {c2}, {step}")
             b.put(f"store i64 {c3}, ptr {ctr}")
+            if id(s) in self.module.unrolled:
+                b.put(f"br label %{head}, !llvm.loop {self.module.unroll_mark()}")
+                b.open = False
         b.jump(head)
         b.start(end)
 
@@ -821,6 +833,51 @@ class _Translator:
                 b.assign(p.arg, v)
 
 
+#: innermost loops (or nests of them) of a constant trip count up to this are unrolled
+#: completely (a window's taps, a pooling window), up to ``UNROLL_NEST`` copies of the body;
+#: LLVM's own unroller is off: it unrolled the long vectorized loops of a GPT step's kernels
+#: too, which doubled their compile time and ran no faster
+UNROLL_TRIPS = 16
+UNROLL_NEST = 32
+
+
+def _unrolled(fn: ast.FunctionDef) -> set:
+    """The ``for`` nodes of ``fn`` to unroll completely (see ``UNROLL_TRIPS``)."""
+    chosen: set = set()
+
+    def trips(node: ast.For) -> int | None:
+        it = node.iter
+        if not (isinstance(it, ast.Call) and all(isinstance(a, ast.Constant) and
+                                                 type(a.value) is int for a in it.args)):
+            return None
+        try:
+            return len(range(*[a.value for a in it.args]))
+        except (TypeError, ValueError):
+            return None
+
+    def visit(stmts: list) -> tuple[int, bool]:
+        """The copies of the innermost body the unrolled loops among ``stmts`` make, and
+        whether a loop stays among them (a loop around it is not unrolled: copies of a loop
+        only make code)."""
+        most, loop_left = 1, False
+        for st in stmts:
+            inner, left = 1, False
+            for child in ("body", "orelse"):
+                c, lft = visit(getattr(st, child, []) or [])
+                inner, left = max(inner, c), left or lft
+            if isinstance(st, ast.For):
+                n = trips(st)
+                if n is not None and not left and n <= UNROLL_TRIPS and n * inner <= UNROLL_NEST:
+                    chosen.add(id(st))
+                    inner *= n
+                else:
+                    inner, left = 1, True
+            most, loop_left = max(most, inner), loop_left or left
+        return most, loop_left
+    visit(fn.body)
+    return chosen
+
+
 def _lines(b: _Body) -> str:
     return "\n".join(line for line in b.lines)
 
@@ -950,8 +1007,9 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
     flags = _flag_text(opts.get("fastmath", False))
     noalias = "noalias " if opts.get("_jitgraph_noalias") else ""
     var_types: dict = {}
+    unrolled = _unrolled(fn)
     for _ in range(4):
-        tr.module = Module(symbol)
+        tr.module = Module(symbol, unrolled=unrolled)
         tr.retype = False
         b = _Body(tr, flags, tr.helpers_ns, var_types)
         if rows:
@@ -972,16 +1030,16 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
     mod = tr.module
     mod.text = "\n".join(sorted(mod.declares)) + "\n" + "".join(mod.helper_ir) + (
         f"define i32 @\"{symbol}\"({', '.join(sig)}) nounwind {{\nentry:\n"
-        + "\n".join(b.allocas) + "\n" + _lines(b) + "\n}\n")
+        + "\n".join(b.allocas) + "\n" + _lines(b) + "\n}\n") + "\n".join(mod.metadata) + "\n"
     return mod
 
 
 # ----------------------------------------------------------------------------- machine code
 
 def compile_object(text: str) -> bytes:
-    """Optimise a module's IR text as Numba does (``-O3``, loop and SLP vectorizers, loop
-    unrolling, for this machine) and return its object code. (Without unrolling, the 4-tap
-    pooling loops of a CNN step stayed loops and ran 6x slower.)"""
+    """Optimise a module's IR text as Numba does (``-O3``, loop and SLP vectorizers, for this
+    machine) and return its object code. LLVM unrolls only the loops marked for it
+    (``UNROLL_TRIPS``)."""
     import llvmlite.binding as llvm
     from numba.core.compiler_lock import global_compiler_lock
     with global_compiler_lock:          # LLVM's context is not thread-safe
@@ -996,7 +1054,7 @@ def _compile(llvm, text: str) -> bytes:
     mod.data_layout = str(tm.target_data)
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     for option, value in (("loop_vectorization", True), ("slp_vectorization", True),
-                          ("loop_unrolling", True)):
+                          ("loop_unrolling", False)):
         if hasattr(pto, option):            # (older llvmlite lacks some)
             setattr(pto, option, value)
     pb = llvm.create_pass_builder(tm, pto)
