@@ -415,3 +415,38 @@ def test_objects_are_cached_checked_and_can_be_turned_off(tmp_path):
     assert off["direct"] == 0
     np.testing.assert_allclose(off["sum"], first["sum"], rtol=1e-6)
 
+
+
+def test_only_innermost_constant_loop_nests_are_unrolled():
+    """A window's taps (constant, short, nothing but straight code inside) are unrolled
+    completely; a short loop around a long one, a long loop, a loop over runtime bounds and a
+    nest of more than ``UNROLL_NEST`` copies are not."""
+    import ast
+    src = textwrap.dedent("""
+        def k(lo, hi, a0):
+            for o in range(lo, hi):
+                for h in range(4):
+                    for t in range(128):
+                        a0[t] = 1.0
+                for r0 in range(3):
+                    for r1 in range(3):
+                        a0[r0 * 3 + r1] = 2.0
+                for big in range(8):
+                    for big2 in range(8):
+                        a0[big + big2] = 3.0
+    """)
+    fn = ast.parse(src).body[0]
+    chosen = loop_ir._unrolled(fn)
+    loops = {n.target.id: id(n) in chosen for n in ast.walk(fn) if isinstance(n, ast.For)}
+    assert loops == {"o": False, "h": False, "t": False, "r0": True, "r1": True,
+                     "big": False, "big2": True}
+    body = """
+        for o in range(60):
+            for r in range(4):
+                a1[o * 4 + r] = a0[o * 4 + r] * 2.0
+    """
+    text = loop_ir.translate(HEADER + DECORATOR.format(fm="False") + "\ndef loop_u(a0, a1):\n" +
+                             textwrap.indent(textwrap.dedent(body), "    "), "loop_u",
+                             ("float64", "float64"), "jgk_u").text
+    assert text.count("llvm.loop.unroll.full") == 1
+    check(body, [np.arange(240.0), np.zeros(240)])

@@ -197,6 +197,7 @@ class _Body:
         self.vars: dict[str, tuple[str, str]] = {}      # name -> (type, slot)
         self.var_types = var_types                      # name -> type (from the typing pass)
         self.arrays: dict[str, _Array] = {}
+        self.written: set[str] = set()                  # data pointers of arrays stored to
         self.scalars: dict[str, Val] = {}               # parameters read as they are
         self.returns: list[str] = []
         self.ret_type: str | None = None
@@ -357,6 +358,7 @@ class _Translator:
         raise Unsupported(f"assignment to {type(target).__name__}")
 
     def store_element(self, b: _Body, arr: _Array, ptr: str, v: Val) -> None:
+        b.written.add(arr.data)
         ref = self.cast(b, v, arr.dtype).ref
         if arr.dtype == "bool":
             ref = b.emit(f"zext i1 {ref} to i8")
@@ -1005,7 +1007,7 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
         raise Unsupported(f"parameters of dtypes {dtypes}")
     tr = _Translator(_helpers_namespace())
     flags = _flag_text(opts.get("fastmath", False))
-    noalias = "noalias " if opts.get("_jitgraph_noalias") else ""
+    noalias = bool(opts.get("_jitgraph_noalias"))
     var_types: dict = {}
     unrolled = _unrolled(fn)
     for _ in range(4):
@@ -1025,7 +1027,11 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
         b.put("ret i32 0")
     sig = ["ptr %ret", "ptr %exc", "i64 %lo", "i64 %hi"]
     for j in range(len(dtypes)):
-        sig += [f"ptr %m{j}", f"ptr %q{j}", f"i64 %n{j}", f"i64 %z{j}", f"ptr {noalias}%d{j}",
+        # noalias on the arrays the kernel only reads: a donated input is written where it
+        # is read, and two outputs may share a buffer a loop updates in place, so the stores
+        # keep their order (LLVM unrolled a 3-step loop and let a later store land first)
+        ro = "noalias " if noalias and f"%d{j}" not in b.written else ""
+        sig += [f"ptr %m{j}", f"ptr %q{j}", f"i64 %n{j}", f"i64 %z{j}", f"ptr {ro}%d{j}",
                 f"i64 %h{j}", f"i64 %s{j}"]
     mod = tr.module
     mod.text = "\n".join(sorted(mod.declares)) + "\n" + "".join(mod.helper_ir) + (
