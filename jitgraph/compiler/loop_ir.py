@@ -508,7 +508,7 @@ class _Translator:
             t = np.dtype(type(obj)).name
             if t not in _LL:
                 raise Unsupported(f"a constant of dtype {t}")
-            return const(t, obj.item()) if t != "bool" else Val("bool", _int_const("bool", int(obj)))
+            return const(t, obj.item())
         if name in ("True", "False"):
             return Val("bool", name.lower(), name == "True")
         if isinstance(obj, float) and name in ("math.pi", "math.e", "math.inf", "np.pi", "np.e",
