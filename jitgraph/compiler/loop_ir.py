@@ -1027,9 +1027,10 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
         b.put("ret i32 0")
     sig = ["ptr %ret", "ptr %exc", "i64 %lo", "i64 %hi"]
     for j in range(len(dtypes)):
-        # noalias on the arrays the kernel only reads: a donated input is written where it
-        # is read, and two outputs may share a buffer a loop updates in place, so the stores
-        # keep their order (LLVM unrolled a 3-step loop and let a later store land first)
+        # noalias on the arrays the kernel only reads: a donated input (a carry a loop
+        # updates in place) is passed again as the output written where it is read, and
+        # with noalias on that output too, a scan body whose 3-step loop LLVM unrolled gave
+        # wrong results; the written arrays keep their accesses in order
         ro = "noalias " if noalias and f"%d{j}" not in b.written else ""
         sig += [f"ptr %m{j}", f"ptr %q{j}", f"i64 %n{j}", f"i64 %z{j}", f"ptr {ro}%d{j}",
                 f"i64 %h{j}", f"i64 %s{j}"]
