@@ -22,6 +22,7 @@ and each ``kernels/fastmath.py`` helper's flags on its. Anything outside the lan
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import math
 import struct
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from . import native
 
 
 class Unsupported(Exception):
@@ -517,7 +520,7 @@ class _Translator:
         raise Unsupported(f"the name {name}")
 
     def binop(self, b: _Body, op: ast.operator, x: Val, y: Val) -> Val:
-        fl = self.flags_of(b)
+        fl = b.flags
         if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
             ins = {ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}[type(op)]
             if x.ty == "bool" and y.ty == "bool":
@@ -597,7 +600,7 @@ class _Translator:
             if _is_float(x.ty):
                 if x.const is not None:
                     return const(x.ty, -x.const)
-                return Val(x.ty, b.emit(f"fneg {self.flags_of(b)}{_LL[x.ty]} {x.ref}"))
+                return Val(x.ty, b.emit(f"fneg {b.flags}{_LL[x.ty]} {x.ref}"))
             t = int_result(x.ty)
             if x.const is not None and not isinstance(x.const, bool):
                 return const(t, -x.const)
@@ -755,7 +758,7 @@ class _Translator:
             cname = name + ("f" if t == "float32" else "")
             self.module.declares.add(f"declare {lt} @{cname}({', '.join([lt] * arity)})")
             ops = ", ".join(f"{lt} {a.ref}" for a in args)
-            return Val(t, b.emit(f"call {self.flags_of(b)}{lt} @{cname}({ops})"))
+            return Val(t, b.emit(f"call {b.flags}{lt} @{cname}({ops})"))
         return self.intrinsic(b, name, args, t)
 
     def intrinsic(self, b: _Body, name: str, args: list, t: str) -> Val:
@@ -764,10 +767,7 @@ class _Translator:
         fn = f"@llvm.{name}.{suffix}"
         self.module.declares.add(f"declare {lt} {fn}({', '.join([lt] * len(args))})")
         ops = ", ".join(f"{lt} {a.ref}" for a in args)
-        return Val(t, b.emit(f"call {self.flags_of(b)}{lt} {fn}({ops})"))
-
-    def flags_of(self, b: _Body) -> str:
-        return b.flags
+        return Val(t, b.emit(f"call {b.flags}{lt} {fn}({ops})"))
 
     def helper_call(self, b: _Body, disp: Any, args: list) -> Val:
         h = self.helper(disp, tuple(a.ty for a in args), b.flags)
@@ -887,6 +887,7 @@ def _lines(b: _Body) -> str:
 _MISSING = object()
 
 
+@functools.lru_cache(maxsize=None)
 def _parse_function(py_func) -> ast.FunctionDef:
     src = textwrap.dedent(inspect.getsource(py_func))
     node = ast.parse(src).body[0]
@@ -971,7 +972,9 @@ def _specials() -> dict:
 
 # ----------------------------------------------------------------------------- kernels
 
+@functools.lru_cache(maxsize=None)
 def _helpers_namespace() -> dict:
+    """The names a generated kernel's module imports (read, never changed)."""
     from ..kernels import fastmath, scalar  # type: ignore[attr-defined]
     ns: dict = {"np": np, "math": math}
     for m in (scalar, fastmath):
@@ -1069,16 +1072,8 @@ def _compile(llvm, text: str) -> bytes:
     return tm.emit_object(mod)
 
 
-_TM: list = []
-
-
+@functools.lru_cache(maxsize=None)
 def _optimizing_machine():
-    import llvmlite.binding as llvm
-    if not _TM:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        _TM.append(target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-            opt=3, reloc="default", codemodel="jitdefault", jit=True))
-    return _TM[0]
+    """``native.target_machine`` at ``-O3``, made once (it only emits objects here: an
+    execution engine would take it over)."""
+    return native.target_machine(opt=3)

@@ -107,8 +107,7 @@ def _note_failure(name: str, exc: Exception) -> None:
 
 
 def _read(cache, path: pathlib.Path) -> bytes | None:
-    if not path.exists():
-        return None
+    """The object code cached at ``path`` (None: missing, unsafe or damaged)."""
     data = cache.read_trusted(path)
     if data is None or not data.startswith(MAGIC):
         return None

@@ -430,14 +430,15 @@ def array_offsets_ok() -> bool:
     return True
 
 
-def target_machine():
+def target_machine(opt: int = 0):
+    """A new LLVM target machine for this CPU (``opt``: LLVM's code generation level)."""
     import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
                                         features=llvm.get_host_cpu_features().flatten(),
-                                        opt=0, reloc="default", codemodel="jitdefault",
+                                        opt=opt, reloc="default", codemodel="jitdefault",
                                         jit=True)
 
 

@@ -192,8 +192,11 @@ def allow_noalias() -> bool:
     serial kernel of the GPT step (a layer norm reading three arrays and writing three) ran
     3.6x slower than with it. Generated kernels never receive one buffer through two
     arguments unless both are read, or the write goes to the element just read (a donated
-    buffer, ``memory.py``), which is what noalias allows. False (and generated kernels do
-    without) on a Numba outside :data:`SUPPORTED` or without the flag."""
+    buffer, ``memory.py``). That second case breaks noalias's promise: ``loop_ir`` marks only
+    the arrays a kernel reads, after a kernel marked throughout gave wrong results once LLVM
+    unrolled its loop; this flag still covers every array of the kernels Numba compiles. False
+    (and generated kernels do without) on a Numba outside :data:`SUPPORTED` or without the
+    flag."""
     decided = STATE.patches.get("noalias")
     if decided is not None:
         return decided

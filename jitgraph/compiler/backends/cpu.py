@@ -88,8 +88,11 @@ def _accumulator_name(k: LoopKernel, j: int) -> str:
     return f"{k.name}_acc{j}"
 
 
-def loop_header(syntax: Syntax, var: str, size, parallel: bool, pad: str) -> list[str]:
-    """``for var in range(size):``, or a ``prange`` loop whose index is rebound as int64.
+def loop_header(syntax: Syntax, var: str, size, parallel: bool, pad: str,
+                launched: bool = False) -> list[str]:
+    """``for var in range(size):``, or a ``prange`` loop whose index is rebound as int64;
+    ``launched``: the rows ``lo:hi`` a launcher gives one call (``compiler/threaded.py``),
+    marked with their number and rebound the same way.
 
     Numba types a ``prange`` index as unsigned (uint64), and uint64 with any signed operand
     (an int64 offset, a literal, a clamp bound) promotes to float64, which no array index
@@ -97,10 +100,13 @@ def loop_header(syntax: Syntax, var: str, size, parallel: bool, pad: str) -> lis
     the emitter's expressions name is the signed copy. The mask (a no-op on any index) tells
     LLVM the copy is not negative, so Numba's negative-index wraparound on every access folds
     away and the loop still vectorizes (without it, measured here: 1.6x slower at 2^24)."""
-    if not parallel:
+    if launched:
+        head = f"for {var}_u in range(lo, hi):  {threaded.ROWS_MARK} {size}"
+    elif parallel:
+        head = f"for {var}_u in prange({size}):"
+    else:
         return [pad + syntax.for_range(var, size)]
-    return [pad + f"for {var}_u in prange({size}):",
-            pad + f"    {var} = np.int64({var}_u) & 0x7FFFFFFFFFFFFFFF"]
+    return [pad + head, pad + f"    {var} = np.int64({var}_u) & 0x7FFFFFFFFFFFFFFF"]
 
 
 def _kernel_head(params: Sequence[str]) -> str:
@@ -137,6 +143,8 @@ class CpuBuffers(Buffers):
     blas_calls: list = field(default_factory=list)
     # products split over Numba's threads: the program runs with BLAS on one thread
     split_products: bool = False
+    # the driver runs in Python (it calls its kernels through Python; else Numba compiles it)
+    python_driver: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,11 +242,8 @@ class CpuCodegen:
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
-            if launched and i == 0:
-                lines += [f"    for {v}_u in range(lo, hi):  {threaded.ROWS_MARK} {d}",
-                          f"        {v} = np.int64({v}_u) & 0x7FFFFFFFFFFFFFFF"]
-            else:
-                lines += loop_header(self.ctx, v, d, outer_par and i == 0, "    " * ind)
+            lines += loop_header(self.ctx, v, d, outer_par and i == 0, "    " * ind,
+                                 launched=launched and i == 0)
             ind += 1
         if not o_loop_vars and not any(s.reductions or s.lines or s.stores for s in body.stages):
             lines.append("    pass")
@@ -404,7 +409,8 @@ class CpuCodegen:
         source."""
         plan, g = self.plan, self.plan.graph
         info = memory.info = memory.info.extended(CpuBuffers, blas_calls=sorted(self._blas_calls),
-                                                   split_products=self._split_products)
+                                                   split_products=self._split_products,
+                                                   python_driver=self.python_driver)
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
         driver_name = "program_{H}"

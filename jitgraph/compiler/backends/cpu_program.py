@@ -291,7 +291,7 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     # a driver in Python calls its loop kernels through launchers: those loop_ir translates
     # are compiled by LLVM alone (``loop_objects.py``), the rest by Numba
     direct: dict[str, loop_objects.DirectKernel] = {}
-    use_ir = _python_driver(fin) and loop_objects.enabled()
+    use_ir = gen.module.info.python_driver and loop_objects.enabled()
     overloaded = _overloaded(fin)
     for name, src, arg_types in fin.kernel_modules:
         before = cache.stats["memory_hits"]
@@ -334,7 +334,7 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     # the driver calls its kernels (own cache entries) and host steps by module-level name
     for name, m in modules:
         setattr(module, name, getattr(m, name))
-    launches = _launchers(module, fin, direct)
+    launches = _launchers(module, fin, direct, overloaded)
     for s in gen.plan.steps:
         if isinstance(s, HostStep):
             setattr(module, f"host_{s.name}", host_impl(s.node))
@@ -349,7 +349,7 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
                          bundle_path=bundle)
     program.launches = launches
     program.direct_objects = {k.launch.symbol: k.obj for k in direct.values()
-                              if any(launch.symbol == k.launch.symbol for launch in launches)}
+                              if k.launch in launches}
     program.kernel_counts = KernelCounts(
         len(gen.module.kernels), len(modules), memory_hits,
         len(modules) - memory_hits - uncompiled, uncompiled,
@@ -368,20 +368,13 @@ def _overloaded(fin) -> set:
     return {name for name, sigs in seen.items() if len(sigs) > 1}
 
 
-def _python_driver(fin) -> bool:
-    """Whether the program's driver runs in Python (else Numba compiles it, and it calls its
-    kernels from machine code)."""
-    return not fin.driver_source.rsplit("\n\n\n", 1)[1].lstrip().startswith("@njit")
-
-
-def _launchers(module, fin, direct: dict) -> list:
+def _launchers(module, fin, direct: dict, overloaded: set) -> list:
     """Give the driver the launchers of its threaded kernels (``threaded.py``), as
     ``threads_<kernel>``, and of the kernels ``loop_ir`` compiled (``direct``), under their
     own names where they are serial; returns their ``Launch`` records (a native bundle builds
     the same launchers). A threaded kernel whose launcher cannot be built runs serially over
     all its rows; a direct kernel then runs as Numba compiles it."""
-    launches, entries, kernels = [], {}, {}
-    overloaded = _overloaded(fin)
+    launches, entries = [], {}
     for name, src, arg_types in fin.kernel_modules:
         if name in direct:
             if direct[name].launch not in launches:
@@ -390,30 +383,28 @@ def _launchers(module, fin, direct: dict) -> list:
         rows = threaded.rows_of(src)
         if rows is None or name in overloaded:
             continue
-        kernel = kernels[name] = (getattr(module, name), rows)
         with phase("numba"), compile_settings("cpu"):
-            entry = threaded.entry_of(kernel[0], compile_pool.numba_signature(arg_types))
+            entry = threaded.entry_of(getattr(module, name),
+                                      compile_pool.numba_signature(arg_types))
         if entry is not None:
             entries[entry[0]] = entry[1]
             launches.append(threaded.Launch(name, entry[0], tuple(arg_types[2:]), rows))
-    if not launches:
-        built: dict | None = {}
-    else:
+    built: dict | None = {}
+    if launches:
         with phase("llvm"):
-            built = threaded.build(launches, entries,
-                                   tuple(k.obj for k in direct.values()))
+            built = threaded.build(launches, entries, tuple(k.obj for k in direct.values()))
     if built is None and direct:        # no launchers here: Numba compiles those kernels too
-        return _launchers(module, fin, {})
+        return _launchers(module, fin, {}, overloaded)
+    built = built or {}
     for launch in launches:
         if launch.direct and launch.serial:
             setattr(module, launch.name, built[launch.callable_name])
-    for name, src, arg_types in fin.kernel_modules:
-        if threaded.rows_of(src) is None:
-            continue
-        fn = (built or {}).get(threaded.PREFIX + name)
-        if fn is None:
-            fn = functools.partial(getattr(module, name), 0, threaded.rows_of(src))
-        setattr(module, threaded.PREFIX + name, fn)
+    for name, src, _ in fin.kernel_modules:
+        rows = threaded.rows_of(src)
+        if rows is not None:
+            fn = built.get(threaded.PREFIX + name) or functools.partial(getattr(module, name),
+                                                                        0, rows)
+            setattr(module, threaded.PREFIX + name, fn)
     return launches if built else []
 
 
