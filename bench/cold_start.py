@@ -108,9 +108,10 @@ c0, t0 = cpu(), time.perf_counter()
 model, state, loss = step(model, state, ids, tgt)
 print(json.dumps({{"wall": time.perf_counter() - t0, "cpu": cpu() - c0, "loss": float(loss)}}))
 """
-SPLIT = re.compile(r"^jitgraph:   split: (.*), other (\d+\.\d+)s; kernels: (\d+) steps -> "
+# (a program run from its native bundle has no kernel counts: nothing was loaded by Numba)
+SPLIT = re.compile(r"^jitgraph:   split: (.*), other (\d+\.\d+)s(?:; kernels: (\d+) steps -> "
                    r"(\d+) distinct .*?(\d+) in memory, (\d+) on disk, (\d+) new; Numba "
-                   r"compiled (\d+) here, (\d+) in workers; LLVM compiled (\d+)$", re.M)
+                   r"compiled (\d+) here, (\d+) in workers; LLVM compiled (\d+))?$", re.M)
 
 
 def gpt_first_call(size: str, jit_cache: str, helpers: str, workers: str | None) -> dict:
@@ -132,8 +133,9 @@ def gpt_first_call(size: str, jit_cache: str, helpers: str, workers: str | None)
         raise RuntimeError(f"no split line in the compile log: {p.stderr.strip()[-300:]}")
     out["phases"] = {k: float(v) for k, v in re.findall(r"(\w+) (\d+\.\d+)s", m.group(1))}
     out["phases"]["other"] = float(m.group(2))
-    out["kernels"] = dict(zip(("steps", "distinct", "in_memory", "on_disk", "new", "here",
-                               "workers", "llvm"), map(int, m.groups()[2:])))
+    out["kernels"] = None if m.group(3) is None else dict(zip(
+        ("steps", "distinct", "in_memory", "on_disk", "new", "here", "workers", "llvm"),
+        map(int, m.groups()[2:])))
     return out
 
 
@@ -154,11 +156,11 @@ def run_gpt(args) -> dict:
         phases = {k: float(np.median([r["phases"].get(k, 0.0) for r in rs]))
                   for k in rs[0]["phases"]}
         k = rs[-1]["kernels"]
+        counts = "; run from its native bundle" if k is None else (
+            f"; kernels {k['steps']} steps -> {k['distinct']} distinct, {k['new']} new, Numba "
+            f"compiled {k['here']} here + {k['workers']} in workers, LLVM {k['llvm']}")
         rows.append((name, f"{fmt_time(med['wall'])} wall, {med['cpu']:.1f} s CPU; "
-                           + ", ".join(f"{p} {v:.2f}" for p, v in phases.items())
-                           + f"; kernels {k['steps']} steps -> {k['distinct']} distinct, "
-                             f"{k['new']} new, Numba compiled {k['here']} here + "
-                             f"{k['workers']} in workers, LLVM {k['llvm']}"))
+                           + ", ".join(f"{p} {v:.2f}" for p, v in phases.items()) + counts))
     print_kv(f"GPT step ({args.gpt}, untied, SGD) first call in a new process, median of {n} "
              "(stage seconds from JITGRAPH_LOG=compiles)", rows)
     return {"runs": runs}

@@ -22,7 +22,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import config, dtypes
-from .dtypes import NARROW_SET
 from .arrays import Array
 from .errors import ConcretizationError, LeakedTracerError, ShapeError, user_frame, where
 from .targets import capabilities
@@ -626,16 +625,16 @@ def _bind_widened(prim: Primitive, args: Sequence[Any], avals: list, params: dic
     every transcendental accumulate in float32; the graph holds the converts, which fusion
     puts into the kernels' loads and stores. The result keeps the narrow type when every
     float operand (or the ``dtype=`` asked for) has it."""
-    narrow = {a.dtype for a in avals if a.dtype in NARROW_SET}
+    narrow = {a.dtype for a in avals if a.dtype in dtypes.NARROW_SET}
     wanted = params.get("dtype")
-    if wanted in NARROW_SET:
+    if wanted in dtypes.NARROW_SET:
         narrow.add(wanted)
         params = {**params, "dtype": dtypes.float32}
-    wide_floats = any(dtypes.is_float(a.dtype) and a.dtype not in NARROW_SET and not a.weak
+    wide_floats = any(dtypes.is_float(a.dtype) and a.dtype not in dtypes.NARROW_SET and not a.weak
                       for a in avals)
     target = next(iter(narrow)) if len(narrow) == 1 and not wide_floats else None
     convert = PRIMITIVES["convert"]
-    wide = [bind(convert, x, dtype=dtypes.float32) if av.dtype in NARROW_SET else x
+    wide = [bind(convert, x, dtype=dtypes.float32) if av.dtype in dtypes.NARROW_SET else x
             for x, av in zip(args, avals)]
     out = bind(prim, *wide, **params)
     if target is None:
@@ -834,9 +833,9 @@ def bind(prim: Primitive, *args: Any, **params: Any) -> Any:
         else:
             av = aval_of(a)
         avals.append(av)
-        if av.dtype in NARROW_SET:
+        if av.dtype in dtypes.NARROW_SET:
             narrow = True
-    if (narrow or params.get("dtype") in NARROW_SET) and not prim.moves_data:
+    if (narrow or params.get("dtype") in dtypes.NARROW_SET) and not prim.moves_data:
         return _bind_widened(prim, args, avals, params)
     try:
         out = _abstract_eval(prim, avals, params)

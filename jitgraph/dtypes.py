@@ -6,6 +6,7 @@ as in NumPy 2 and JAX.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -25,26 +26,56 @@ INTEGERS = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 float16 = np.dtype(np.float16)
-try:     # NumPy has no bfloat16: ml_dtypes (JAX's) adds it, with its casts and promotions
-    import ml_dtypes as _ml_dtypes
-    bfloat16: np.dtype | None = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:          # pragma: no cover - ml_dtypes ships with the test and cuda extras
-    _ml_dtypes = None
-    bfloat16 = None
-
-#: the 16-bit floats: stored as they are, computed in float32 (``core.bind`` widens their
-#: operands and rounds the results back, as XLA does), so a sum or a product of them
-#: accumulates in float32
-NARROW_FLOATS = (float16,) + ((bfloat16,) if bfloat16 is not None else ())
-NARROW_SET = frozenset(NARROW_FLOATS)
-SUPPORTED = (bool_,) + INTEGERS + (float32, float64) + NARROW_FLOATS
-_KIND_ORDER = {"b": 0, "i": 1, "u": 1, "f": 2}   # (a weak int stays in an unsigned dtype)
 # ---- complex numbers: computed on the CPU target (the CUDA target refuses them)
 complex64 = np.dtype(np.complex64)
 complex128 = np.dtype(np.complex128)
 COMPLEX = (complex64, complex128)
-SUPPORTED += COMPLEX
-_KIND_ORDER["c"] = 3
+_KIND_ORDER = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}   # (a weak int stays in an unsigned dtype)
+
+# ---- bfloat16: NumPy has none; ml_dtypes (JAX's) adds it, with its casts and promotions.
+# Importing ml_dtypes takes 0.7 s (its extension registers its types and casts), most of
+# ``import jitgraph``; so it is imported when bfloat16 is asked for (``bfloat16_dtype``, the
+# string "bfloat16", ``jnp.bfloat16``, this module's ``bfloat16``). An array of bfloat16
+# cannot exist before ml_dtypes is imported: where a user or JAX imported it, the first
+# unknown dtype that meets jitgraph (``canonical``, ``kind``, ``of_char``) adds it below.
+# ``bfloat16`` stays out of the module's globals until then (``__getattr__``).
+
+
+def _dtype_sets(narrow: tuple) -> None:
+    """Set the dtype tables with these 16-bit floats."""
+    global NARROW_FLOATS, NARROW_SET, SUPPORTED
+    #: the 16-bit floats: stored as they are, computed in float32 (``core.bind`` widens their
+    #: operands and rounds the results back, as XLA does), so a sum or a product of them
+    #: accumulates in float32
+    NARROW_FLOATS = narrow
+    NARROW_SET = frozenset(NARROW_FLOATS)
+    SUPPORTED = (bool_,) + INTEGERS + (float32, float64) + NARROW_FLOATS + COMPLEX
+
+
+_dtype_sets((float16,))
+
+
+def _bfloat16(importing: bool) -> np.dtype | None:
+    """bfloat16 (None without ml_dtypes), added to the tables the first time; ``importing``:
+    import ml_dtypes for it, else only where it is imported already (then None if not)."""
+    g = globals()
+    if "bfloat16" not in g:
+        if not importing and "ml_dtypes" not in sys.modules:
+            return None
+        try:
+            import ml_dtypes
+        except ImportError:     # pragma: no cover - ml_dtypes ships with the test and cuda extras
+            g["bfloat16"] = None
+        else:
+            g["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+            _dtype_sets((float16, g["bfloat16"]))
+    return g["bfloat16"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "bfloat16":
+        return _bfloat16(True)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_complex(dtype) -> bool:
@@ -75,24 +106,31 @@ BFLOAT16_INSTALL = "bfloat16 needs ml_dtypes: pip install ml_dtypes (or 'jitgrap
 
 
 def bfloat16_dtype() -> np.dtype:
-    """NumPy's dtype for bfloat16, or an ImportError saying what to install."""
-    if bfloat16 is None:
+    """NumPy's dtype for bfloat16 (importing ml_dtypes), or an ImportError saying what to
+    install."""
+    bf = _bfloat16(True)
+    if bf is None:
         raise ImportError(BFLOAT16_INSTALL)
-    return bfloat16
+    return bf
+
+
+#: bfloat16's type character (ml_dtypes'), which ``np.dtype`` does not read back
+_BFLOAT16_CHAR = "E"
 
 
 def of_char(char: str) -> np.dtype:
-    """The dtype of a type character (``dtype.char``, what signatures keep): bfloat16's
-    ``"E"`` is ml_dtypes', which ``np.dtype`` does not read back."""
-    if bfloat16 is not None and char == bfloat16.char:
-        return bfloat16
+    """The dtype of a type character (``dtype.char``, what signatures keep)."""
+    if char == _BFLOAT16_CHAR:
+        return bfloat16_dtype()
     return np.dtype(char)
 
 
 def kind(dtype) -> str:
     """``dtype.kind``, with bfloat16 (a NumPy ``"V"`` type) counted as the float it is."""
     d = np.dtype(dtype)
-    return "f" if d == bfloat16 else d.kind
+    if d.kind == "V" and d == _bfloat16(False):
+        return "f"
+    return d.kind
 
 
 def is_narrow(dtype) -> bool:
@@ -130,8 +168,8 @@ def accumulator(dtype) -> np.dtype:
 
 def canonical(dtype) -> np.dtype:
     """Map a requested dtype onto a supported one, or raise TypeError."""
-    d = _as_dtype(dtype)
-    if d in SUPPORTED:
+    d = as_dtype(dtype)
+    if d in SUPPORTED or d.kind == "V" and d == _bfloat16(False):
         return d
     if d.kind == "f":
         return float64 if d.itemsize > 4 else float32
@@ -141,7 +179,8 @@ def canonical(dtype) -> np.dtype:
                     f"{', '.join(str(s) for s in SUPPORTED)}")
 
 
-def _as_dtype(dtype) -> np.dtype:
+def as_dtype(dtype) -> np.dtype:
+    """``np.dtype(dtype)``, with the name "bfloat16" too (which imports ml_dtypes)."""
     if isinstance(dtype, str) and dtype == "bfloat16":
         return bfloat16_dtype()
     return np.dtype(dtype)
@@ -151,7 +190,7 @@ def requested(dtype) -> np.dtype:
     """A dtype a caller asked for (``dtype=``, ``astype``): honoured, or refused with a
     TypeError saying what to ask for instead, never silently changed (arrays of other dtypes
     passed in are still converted, as ``canonical`` says)."""
-    d = _as_dtype(dtype)
+    d = as_dtype(dtype)
     c = canonical(d)
     if c != d:
         raise TypeError(f"dtype {d} is not supported (jitgraph computes in "

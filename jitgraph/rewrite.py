@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -310,9 +311,14 @@ class Rebuilder:
 # ------------------------------------------------------------------ fused ops
 def host_threads() -> int:
     """The threads the fused ops' host kernels split their work over (Numba's configured
-    count: a setting, read without starting Numba's threading layer), for cost models."""
-    from numba.core import config
-    return max(1, int(config.NUMBA_NUM_THREADS))
+    count: a setting, read without starting Numba's threading layer), for cost models. It
+    is Numba's default (``NUMBA_NUM_THREADS``, else the CPUs this process may run on) where
+    Numba is not imported: a process that runs cached programs need not import it."""
+    if "numba" in sys.modules:
+        from numba.core import config
+        return max(1, int(config.NUMBA_NUM_THREADS))
+    from . import config as settings
+    return settings.numba_threads()
 
 
 def always(hit: Any) -> bool:

@@ -252,3 +252,32 @@ def test_gradient_of_a_bfloat16_function_against_float32_central_differences():
     f64 = lambda v: np.sum(np.sin(v) * v + 0.5 * v ** 2)  # noqa: E731
     fd = np.array([(f64(w64 + e) - f64(w64 - e)) / 2e-6 for e in np.eye(8) * 1e-6])
     np.testing.assert_allclose(_f32(g), fd, atol=3e-2 * max(1.0, np.abs(fd).max()))
+
+
+def test_ml_dtypes_is_imported_only_when_bfloat16_is_needed():
+    """``import jitgraph`` leaves ml_dtypes (0.7 s) alone; a bfloat16 array made after it (the
+    user imported ml_dtypes) is still computed as bfloat16, and asking for bfloat16 by name
+    imports it."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent('''
+        import sys
+        import numpy as np
+        import jitgraph, jitgraph.numpy as jnp
+        assert "ml_dtypes" not in sys.modules
+        assert float(jitgraph.jit(lambda x: (x * 2.0).sum())(np.ones(3, np.float32))) == 6.0
+        assert jnp.result_type(np.float16, np.float32) == np.float32
+        assert "ml_dtypes" not in sys.modules
+        import ml_dtypes
+        x = np.array([0.5, 1.5, 2.5], ml_dtypes.bfloat16)
+        y = jitgraph.jit(lambda x: x * 2.0 + 1.0)(x)
+        assert y.dtype == x.dtype and y.tolist() == [2.0, 4.0, 6.0], y
+        g = jitgraph.grad(lambda x: (x * x).sum().astype(np.float32))(x)
+        assert g.dtype == x.dtype and g.tolist() == [1.0, 3.0, 5.0], g
+        print(jnp.zeros(2, "bfloat16").dtype, jnp.finfo(x.dtype).bits)
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["bfloat16", "16"]

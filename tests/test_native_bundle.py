@@ -187,7 +187,9 @@ def test_switched_off_writes_no_bundle(tmp_path):
 
 @pytest.fixture(scope="module")
 def step_bundle(tmp_path_factory):
-    """A program with products, run once here (which writes its bundle), and its bundle."""
+    """A program with products, run once here (which writes its bundle), and its bundle; its
+    kernels and products compiled by Numba (``JITGRAPH_LOOP_IR=0``), so that the bundle
+    carries Numba's ``blas_gemm`` and its wrappers."""
     def step(w, x):
         return jnp.tanh(x @ w) @ w.T + 1.0
     f = jitgraph.jit(step)
@@ -195,9 +197,11 @@ def step_bundle(tmp_path_factory):
     w = r.standard_normal((5, 4)).astype(np.float32)
     x = r.standard_normal((6, 5)).astype(np.float32)
     expect = np.tanh(x @ w) @ w.T + 1.0
-    np.testing.assert_allclose(f(w, x), expect, rtol=1e-5, atol=1e-5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JITGRAPH_LOOP_IR", "0")
+        np.testing.assert_allclose(f(w, x), expect, rtol=1e-5, atol=1e-5)
+        prog = f.lower(w, x).program
     cpu_program.wait_for_bundles()
-    prog = f.lower(w, x).program
     assert prog.bundle_status == "written", prog.bundle_status
     return prog, prog.bundle_file, w, x, expect
 

@@ -146,18 +146,21 @@ def _kill(pids: list[int]) -> None:
             pass
 
 
-def precompile(jobs: Sequence[Any], compile_one: Callable[[Any], None]) -> bool:
+def precompile(jobs: Sequence[Any], compile_one: Callable[[Any], None],
+               numba: bool = True) -> bool:
     """Compile ``jobs`` with ``compile_one`` on this process and forked workers at once.
     Returns False, compiling nothing, when workers are not used (one job, workers off, another
     thread compiling, no fork here); the first call then compiles as usual. A job that fails
-    is left to the first call too, which reports the error."""
+    is left to the first call too, which reports the error. ``numba``: a job may compile with
+    Numba (its contexts are built before the fork; jobs for LLVM alone need none of it)."""
     jobs = list(jobs)[:MAX_JOBS]
     n = min(workers_wanted(), len(jobs) - 1)
     if len(jobs) < MIN_KERNELS or n <= 0 or not _can_fork() or \
             not _batch_lock.acquire(blocking=False):
         return False
     try:
-        _initialise_numba()
+        if numba:
+            _initialise_numba()
         r, w = os.pipe()
         try:
             os.set_blocking(w, False)

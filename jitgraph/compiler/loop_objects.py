@@ -38,43 +38,43 @@ def enabled() -> bool:
 @dataclass
 class DirectKernel:
     """One loop kernel compiled by ``loop_ir``: its launch record, where its object code is
-    cached, and its IR (until compiled) or object code."""
+    cached, its source (translated by the job that compiles it: on a compile worker, not
+    before the fork) and its object code once compiled or read. ``numba_job``: what Numba
+    compiles where the translator turns the source down (``_precompile``'s job for it)."""
     launch: threaded.Launch
     path: pathlib.Path
-    ir: str = ""
+    source: str = ""
     obj: bytes | None = None
     in_memory: bool = False
+    numba_job: tuple = ()
 
 
-def plan(name: str, source: str, arg_types: tuple, cache, key: str) -> DirectKernel | None:
-    """The kernel as a ``DirectKernel`` (its object code read from the cache, or its IR
-    translated), or None where Numba must compile it."""
+def plan(name: str, source: str, arg_types: tuple, cache, key: str,
+         numba_job: tuple = ()) -> DirectKernel | None:
+    """The kernel as a ``DirectKernel`` (its object code read from the cache, else to be
+    compiled), or None where Numba must compile it (a ``prange`` loop, argument types
+    ``loop_ir`` does not take)."""
     rows = threaded.rows_of(source)
     dtypes = tuple(arg_types[2:] if rows is not None else arg_types)
-    if any(t not in loop_ir.DTYPES for t in dtypes):
-        return None                     # runtime sizes, 2-d views, 16-bit floats...
+    if any(t not in loop_ir.DTYPES for t in dtypes) or "prange(" in source:
+        return None                     # runtime sizes, 2-d views, 16-bit floats, prange...
     tag = hashlib.sha256(",".join(arg_types).encode()).hexdigest()[:12]
     launch = threaded.Launch(name, f"{native.LOOP_KERNEL_PREFIX}{name}_{tag}", dtypes,
                              rows or 1, direct=True, serial=rows is None)
     path = cache.directory / f"{cache.entry_name(source, key)}.{tag}.o"
     obj = _LOADED.get(path)
-    k = DirectKernel(launch, path, obj=obj or _read(cache, path), in_memory=obj is not None)
+    k = DirectKernel(launch, path, source, obj=obj or _read(cache, path),
+                     in_memory=obj is not None, numba_job=numba_job)
     if k.obj is not None:
         _LOADED[path] = k.obj
-    else:
-        try:
-            k.ir = loop_ir.translate(source, name, dtypes, launch.symbol).text
-        except loop_ir.Unsupported:
-            return None
-        except Exception as exc:        # a translator bug must not stop the program: Numba
-            _note_failure(name, exc)    # compiles the kernel, and the failure is counted
-            return None
     return k
 
 
 def compile_one(k: DirectKernel) -> None:
-    """Compile ``k``'s IR and store its object code in the cache (a compile worker's job)."""
-    k.obj = loop_ir.compile_object(k.ir)
+    """Translate and compile ``k`` and store its object code in the cache (a compile
+    worker's job). Raises ``loop_ir.Unsupported`` where the translator turns it down."""
+    text = loop_ir.translate(k.source, k.launch.name, k.launch.dtypes, k.launch.symbol).text
+    k.obj = loop_ir.compile_object(text)
     data = hashlib.sha256(k.obj).hexdigest().encode() + b"\n" + k.obj
     try:
         atomic_write(k.path, MAGIC + data)
@@ -84,12 +84,15 @@ def compile_one(k: DirectKernel) -> None:
 
 def finish(k: DirectKernel, cache) -> bool:
     """After the compile workers: the object code they stored, else compiled here; False
-    where LLVM rejected the IR (then Numba compiles the kernel)."""
+    where ``loop_ir`` turned the source down or LLVM rejected the IR (then Numba compiles
+    the kernel: a translator bug must not stop the program, and is counted)."""
     if k.obj is None:
         k.obj = _read(cache, k.path)
     if k.obj is None:
         try:
             compile_one(k)
+        except loop_ir.Unsupported:
+            return False
         except Exception as exc:
             _note_failure(k.launch.name, exc)
             return False

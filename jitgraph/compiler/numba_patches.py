@@ -681,11 +681,8 @@ def _threading_layer() -> Any | None:
             continue
     if module is None:
         return None
-    try:
-        threads = int(os.environ.get("NUMBA_NUM_THREADS") or 0) or \
-            len(os.sched_getaffinity(0))
-    except (AttributeError, ValueError):
-        threads = os.cpu_count() or 1
+    from .. import config
+    threads = config.numba_threads()
     import ctypes
     ctypes.CFUNCTYPE(None, ctypes.c_int)(module.launch_threads)(threads)
     ctypes.CFUNCTYPE(None, ctypes.c_int)(module.set_num_threads)(threads)

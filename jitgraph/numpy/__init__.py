@@ -52,11 +52,18 @@ complex64 = _ScalarType(np.complex64)      # computed on the CPU target (see dty
 complex128 = _ScalarType(np.complex128)
 complex_ = complex128
 float16 = _ScalarType(np.float16)   # stored in 16 bits, computed in float32 (see dtypes)
-if _dtypes.bfloat16 is not None:
-    bfloat16 = _ScalarType(_dtypes.bfloat16)
-else:
-    def __getattr__(name):       # (a module attribute only when ml_dtypes is installed)
-        if name == "bfloat16":
-            raise AttributeError(f"jnp.bfloat16: {_dtypes.BFLOAT16_INSTALL}")
-        raise AttributeError(f"module 'jitgraph.numpy' has no attribute {name!r}")
+
+
+def __getattr__(name):
+    """``bfloat16``, made on first use: it imports ml_dtypes (0.7 s, see ``dtypes``), and is a
+    module attribute only where ml_dtypes is installed."""
+    if name == "bfloat16":
+        try:
+            globals()["bfloat16"] = _ScalarType(_dtypes.bfloat16_dtype())
+        except ImportError:
+            raise AttributeError(f"jnp.bfloat16: {_dtypes.BFLOAT16_INSTALL}") from None
+        return globals()["bfloat16"]
+    raise AttributeError(f"module 'jitgraph.numpy' has no attribute {name!r}")
+
+
 from . import methods  # noqa: F401  (installs the Tracer operators and methods)

@@ -28,9 +28,12 @@ _KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral
 
 
 def _dtype_of(x: Any) -> np.dtype:
-    """The dtype of an array, a traced value, a dtype or a jnp scalar type."""
+    """The dtype of an array, a traced value, a dtype, a jnp or NumPy scalar type, or a dtype's
+    name."""
     if isinstance(x, Tracer):
         return np.dtype(x.aval.dtype)
+    if isinstance(x, (str, type)):        # (a NumPy scalar type's ``dtype`` is a descriptor)
+        return dtypes.as_dtype(x)
     return np.dtype(getattr(x, "dtype", x))
 
 
@@ -38,7 +41,7 @@ def finfo(dtype: Any) -> np.finfo:
     """Machine limits of a float dtype (``eps``, ``max``, ``min``, ``tiny``, ``bits``), as
     ``numpy.finfo``; an array or traced value gives its dtype's."""
     d = _dtype_of(dtype)
-    if d == dtypes.bfloat16:           # (NumPy's finfo does not know it; ml_dtypes' does)
+    if d.kind == "V" and dtypes.kind(d) == "f":   # bfloat16: ml_dtypes' finfo, not NumPy's
         import ml_dtypes
         return ml_dtypes.finfo(d)
     return np.finfo(d)

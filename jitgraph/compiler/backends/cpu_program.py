@@ -20,7 +20,8 @@ from ...arrays import Array
 from ...compile_phases import phase
 from ...core import Graph
 from ...dtypes import as_stored, is_narrow, storage
-from .. import compile_pool, loop_objects, native, numba_patches, threaded
+from .. import (compile_pool, gemm_launchers, loop_ir, loop_objects, native, numba_patches,
+               threaded)
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import host_impl, one_blas_thread
@@ -100,6 +101,7 @@ class CpuProgram:
         self.bundle_status = ""           # what became of that bundle
         self.launches: list = []          # its threaded kernels' launchers (threaded.Launch)
         self.direct_objects: dict = {}    # entry symbol -> object code of loop_ir's kernels
+        self.product_builtins: tuple = ()  # products its driver calls as gemm_launchers' built-ins
         self._compile_again = compile_again
         self._scratch_pools: dict = {}
         self._profiled: dict = {}        # input shapes (None: self.graph's) -> profiled
@@ -148,8 +150,10 @@ class CpuProgram:
 
     def _driver_then_export(self, *args) -> None:
         """The driver's first call, then the native bundle written on a background thread
-        (see ``native.py``); the runners then call the driver directly."""
-        self.driver(*args)
+        (see ``native.py``); the runners then call the driver directly. (The first call too
+        runs its split products with BLAS on one thread: with BLAS's own threads inside each of
+        Numba's, the GPT tiny step's first call spent 0.28 s in products against 16 ms.)"""
+        self._pooled(self.driver)(*args)
         if self.bundle_path is None:
             return
         for ns in self._runner_namespaces:
@@ -292,12 +296,14 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     # are compiled by LLVM alone (``loop_objects.py``), the rest by Numba
     direct: dict[str, loop_objects.DirectKernel] = {}
     use_ir = gen.module.info.python_driver and loop_objects.enabled()
+    # and its products through built-ins written in LLVM IR (``gemm_launchers.py``)
+    products = _products(gen.module.info)
     overloaded = _overloaded(fin)
     for name, src, arg_types in fin.kernel_modules:
         before = cache.stats["memory_hits"]
         m, hit = cache.load_module(src, key_extra=key)
         modules.append((name, m))
-        k = loop_objects.plan(name, src, arg_types, cache, key) \
+        k = loop_objects.plan(name, src, arg_types, cache, key, (m, name, arg_types)) \
             if use_ir and arg_types and name not in overloaded else None
         if k is not None:
             direct[name] = k
@@ -325,7 +331,8 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
         # cache has them, this only loads them), then kernels largest first (source length as
         # the cost, twice for a threaded one), so whoever is free takes the next largest and
         # the processes finish together
-        helpers = [(matmul, name, types) for name, types in gen.module.info.blas_calls]
+        helpers = [(matmul, name, types) for name, types in gen.module.info.blas_calls
+                   if name not in products]
         wait_for_bundles()
         _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
     if direct:
@@ -335,6 +342,8 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
     for name, m in modules:
         setattr(module, name, getattr(m, name))
     launches = _launchers(module, fin, direct, overloaded)
+    for name, fn in products.items():
+        setattr(module, name, fn)
     for s in gen.plan.steps:
         if isinstance(s, HostStep):
             setattr(module, f"host_{s.name}", host_impl(s.node))
@@ -348,14 +357,25 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
                          kernel_modules=[m for _, m in modules], compile_again=compile_again,
                          bundle_path=bundle)
     program.launches = launches
+    program.product_builtins = tuple(products)
     program.direct_objects = {k.launch.symbol: k.obj for k in direct.values()
                               if k.launch in launches}
     program.kernel_counts = KernelCounts(
         len(gen.module.kernels), len(modules), memory_hits,
         len(modules) - memory_hits - uncompiled, uncompiled,
         STATE.compile_stats["worker_compiles"] - in_workers, compiled_before,
-        llvm=sum(1 for _, job in new if isinstance(job, loop_objects.DirectKernel)))
+        llvm=sum(1 for _, job in new if isinstance(job, loop_objects.DirectKernel)
+                 and job.launch.name in direct))
     return program
+
+
+def _products(info) -> dict:
+    """The product built-ins a program's driver calls instead of ``kernels/matmul.py``'s Numba
+    functions: where the driver is Python and calls one, and this process can build them."""
+    if not info.python_driver or not any(n in gemm_launchers.NAMES for n, _ in info.blas_calls):
+        return {}
+    with phase("llvm"):
+        return gemm_launchers.functions() or {}
 
 
 def _overloaded(fin) -> set:
@@ -440,7 +460,11 @@ def _load_native(gen, fin, path, t0: float, options, compile_again):
     if driver_def is None:
         driver = functions.get(fin.driver_name)
     else:
-        ns = {"np": np, "math": math, **functions}
+        products = _products(gen.module.info)
+        if any(name not in functions and name not in products
+               for name, _ in gen.module.info.blas_calls):
+            return None         # written with the product built-ins, which this process lacks
+        ns = {"np": np, "math": math, **products, **functions}
         exec(compile(driver_def, str(path), "exec"), ns)
         driver = ns.get(fin.driver_name)
     if driver is None:
@@ -464,8 +488,9 @@ def export_native(program: CpuProgram, path) -> bool:
         for name in driver.__code__.co_names:
             value = vars(module).get(name)
             kernel = name[len(threaded.PREFIX):]
-            if name in launched and launched[name].serial:
-                continue                                    # loop_ir's: its launcher is rebuilt
+            if name in launched and launched[name].serial or \
+                    value is not None and value is gemm_launchers.built(name):
+                continue                        # loop_ir's, or a product: rebuilt on loading
             if isinstance(value, Dispatcher):
                 callees[name] = value
             elif name.startswith(threaded.PREFIX) and kernel in launched:
@@ -476,7 +501,8 @@ def export_native(program: CpuProgram, path) -> bool:
         driver_def = program.driver_def
     signatures: dict = {}
     for name, arg_types in program.blas_calls:      # the kernels/ products it calls
-        signatures.setdefault(name, set()).add(compile_pool.numba_signature(arg_types))
+        if name in callees:
+            signatures.setdefault(name, set()).add(compile_pool.numba_signature(arg_types))
     return native.export(str(path), callees, driver_def, {"entry": path.name}, signatures,
                          *threaded.bundle_ir(program.launches),
                          extra_objects=tuple(program.direct_objects.values()))
@@ -514,14 +540,20 @@ def _precompile(new: list) -> None:
     once (``compile_pool``), instead of one after another in its first call."""
     def compile_one(job):
         if isinstance(job, loop_objects.DirectKernel):
-            with phase("llvm"), contextlib.suppress(Exception):
-                loop_objects.compile_one(job)       # (else ``finish`` tries once more)
-            return
+            try:
+                with phase("llvm"):
+                    loop_objects.compile_one(job)
+                return
+            except loop_ir.Unsupported:     # Numba's, then (its cache serves ``finish``'s
+                job = job.numba_job         # fallback)
+            except Exception:
+                return                      # ``finish`` tries once more, and counts it
         module, name, arg_types = job
         with compile_settings("cpu"):
             getattr(module, name).compile(compile_pool.numba_signature(arg_types))
     with phase("numba"):
-        compile_pool.precompile(new, compile_one)
+        compile_pool.precompile(new, compile_one, numba=not all(
+            isinstance(job, loop_objects.DirectKernel) for job in new))
 
 
 def _overlaps(xs: tuple, donated: tuple) -> list:
