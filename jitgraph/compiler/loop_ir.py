@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import native
+from .threaded import SIZE
 
 
 class Unsupported(Exception):
@@ -46,8 +47,9 @@ _LL = {"bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64
        "float32": "float", "float64": "double"}
 #: how an array element of each dtype sits in memory (a NumPy bool is a byte)
 _MEM = {**_LL, "bool": "i8"}
-#: the array dtypes a translated kernel may take
-DTYPES = frozenset(_LL)
+#: what a kernel parameter may be: a 1-d array of one of these dtypes, or ``SIZE``, an int64
+#: scalar (a size passed at run time, ``dynamic_dims``)
+DTYPES = frozenset(_LL) | {SIZE}
 _CASTS = {"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
           "uint64"}
 
@@ -990,9 +992,10 @@ def _decorator_options(fn: ast.FunctionDef) -> dict:
 
 
 def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
-    """The IR module of kernel ``name`` in generated ``source`` whose array parameters (after
-    ``lo, hi`` where the kernel has them) have ``dtypes``: a function ``symbol`` with Numba's
-    native calling convention for ``(lo, hi, arrays...)``. Raises ``Unsupported``."""
+    """The IR module of kernel ``name`` in generated ``source`` whose parameters (after ``lo,
+    hi`` where the kernel has them) have ``dtypes`` (an array's, or ``SIZE``): a function
+    ``symbol`` with Numba's native calling convention for ``(lo, hi, parameters...)``.
+    Raises ``Unsupported``."""
     tree = ast.parse(source)
     fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     if len(fns) != 1:
@@ -1006,7 +1009,7 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
     params = [a.arg for a in fn.args.args]
     rows = params[:2] == ["lo", "hi"]
     arrays = params[2:] if rows else params
-    if len(arrays) != len(dtypes) or any(d not in _LL for d in dtypes):
+    if len(arrays) != len(dtypes) or any(d not in DTYPES for d in dtypes):
         raise Unsupported(f"parameters of dtypes {dtypes}")
     tr = _Translator(_helpers_namespace())
     flags = _flag_text(opts.get("fastmath", False))
@@ -1020,7 +1023,10 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
         if rows:
             b.scalars["lo"], b.scalars["hi"] = Val("int64", "%lo"), Val("int64", "%hi")
         for j, (p, dt) in enumerate(zip(arrays, dtypes)):
-            b.arrays[p] = _Array(dt, f"%d{j}", f"%n{j}")
+            if dt == SIZE:
+                b.scalars[p] = Val("int64", f"%v{j}")
+            else:
+                b.arrays[p] = _Array(dt, f"%d{j}", f"%n{j}")
         tr.stmts(b, fn.body)
         if not tr.retype:
             break
@@ -1029,7 +1035,10 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
     if b.open:
         b.put("ret i32 0")
     sig = ["ptr %ret", "ptr %exc", "i64 %lo", "i64 %hi"]
-    for j in range(len(dtypes)):
+    for j, dt in enumerate(dtypes):
+        if dt == SIZE:                  # (Numba passes an int64 as itself)
+            sig.append(f"i64 %v{j}")
+            continue
         # noalias on the arrays the kernel only reads: a donated input (a carry a loop
         # updates in place) is passed again as the output written where it is read, and
         # with noalias on that output too, a scan body whose 3-step loop LLVM unrolled gave

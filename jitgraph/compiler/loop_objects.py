@@ -57,7 +57,7 @@ def plan(name: str, source: str, arg_types: tuple, cache, key: str,
     rows = threaded.rows_of(source)
     dtypes = tuple(arg_types[2:] if rows is not None else arg_types)
     if any(t not in loop_ir.DTYPES for t in dtypes) or "prange(" in source:
-        return None                     # runtime sizes, 2-d views, 16-bit floats, prange...
+        return None                     # 2-d views, 16-bit floats, prange...
     tag = hashlib.sha256(",".join(arg_types).encode()).hexdigest()[:12]
     launch = threaded.Launch(name, f"{native.LOOP_KERNEL_PREFIX}{name}_{tag}", dtypes,
                              rows or 1, direct=True, serial=rows is None)

@@ -36,6 +36,8 @@ ROWS_MARK = "# rows split over threads:"
 _ROWS = re.compile(re.escape(ROWS_MARK) + r" (\d+)")
 #: the prefix of a launcher's name in the driver
 PREFIX = "threads_"
+#: a kernel parameter that is an int64 scalar (a size passed at run time), not an array
+SIZE = "size"
 
 #: chunks of rows per thread: each thread takes the next chunk until none is left
 CHUNKS_PER_THREAD = 4
@@ -111,6 +113,11 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
              "  %nch = load i64, ptr %nchp"]
     entry_args = ["ptr %ret", "ptr %exc", "i64 %lo", "i64 %hi"]
     for j, dt in enumerate(launch.dtypes):
+        if dt == SIZE:                  # an int64 (a size passed at run time): itself
+            tramp += [f"  %vp{j} = getelementptr i64, ptr %data, i64 {_ARRAYS + 2 * j}",
+                      f"  %v{j} = load i64, ptr %vp{j}"]
+            entry_args.append(f"i64 %v{j}")
+            continue
         size = np.dtype(dt).itemsize
         tramp += [f"  %dp{j} = getelementptr i64, ptr %data, i64 {_ARRAYS + 2 * j}",
                   f"  %d{j} = load ptr, ptr %dp{j}",
@@ -150,14 +157,25 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     for j, dt in enumerate(launch.dtypes):
         checks += [f"  %a{j}pp = getelementptr ptr, ptr %args, i64 {j}",
                    f"  %a{j} = load ptr, ptr %a{j}pp"]
+        if dt == SIZE:                  # an exact Python int
+            checks += [f"  %ty{j}p = getelementptr i8, ptr %a{j}, i64 8",
+                       f"  %ty{j} = load ptr, ptr %ty{j}p",
+                       f"  %int{j} = load ptr, ptr @jgw_int",
+                       f"  %c{j} = icmp eq ptr %ty{j}, %int{j}",
+                       f"  br i1 %c{j}, label %k{j}, label %bad",
+                       f"k{j}:",
+                       f"  %v{j} = call i64 @PyLong_AsLongLong(ptr %a{j})",
+                       f"  %bv{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 2 * j}",
+                       f"  store i64 %v{j}, ptr %bv{j}"]
+            continue
         checks += native.check_ir(j, _kind(dt), flags=False) + native.array_fields_ir(j)
         checks += [f"  %n{j} = load i64, ptr %h{j}",
                    f"  %bd{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 2 * j}",
                    f"  store ptr %d{j}, ptr %bd{j}",
                    f"  %bn{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 1 + 2 * j}",
                    f"  store i64 %n{j}, ptr %bn{j}"]
-    bad = f"{launch.callable_name}: expected {n} one-dimensional C-contiguous arrays of " \
-          f"dtypes {', '.join(launch.dtypes)}"
+    bad = f"{launch.callable_name}: expected {n} arguments: one-dimensional C-contiguous " \
+          f"arrays of dtypes, or ints for sizes: {', '.join(launch.dtypes)}"
     failed = f"{launch.callable_name}: the kernel reported an error"
     launcher = [
         f"@jgl_bad_{index} = private constant [{len(bad) + 1} x i8] c\"{bad}\\00\"",
@@ -263,8 +281,8 @@ def build(launches: list[Launch], entries: dict[str, int],
                 engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             engine.finalize_object()
         STATE.patches.setdefault("engines", []).append(engine)
-    ctypes.c_void_p.from_address(engine.get_global_value_address("jgw_ndarray")).value = \
-        id(np.ndarray)
+    for gname, obj in (("jgw_ndarray", np.ndarray), ("jgw_int", int)):   # (sizes are ints)
+        ctypes.c_void_p.from_address(engine.get_global_value_address(gname)).value = id(obj)
     keep: list = [engine]
     out = {}
     for i, launch in enumerate(launches):
