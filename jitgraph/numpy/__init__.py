@@ -66,4 +66,10 @@ def __getattr__(name):
     raise AttributeError(f"module 'jitgraph.numpy' has no attribute {name!r}")
 
 
+def __dir__():
+    import importlib.util
+    extra = ["bfloat16"] if importlib.util.find_spec("ml_dtypes") is not None else []
+    return sorted(set(globals()) | set(extra))
+
+
 from . import methods  # noqa: F401  (installs the Tracer operators and methods)

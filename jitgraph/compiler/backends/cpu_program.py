@@ -3,7 +3,6 @@ bundle), and the straight-line call path ``jit`` runs on every cached call.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
