@@ -17,14 +17,15 @@ start=$SECONDS
 # against the installed wheel: the disk cache across processes (a second process loads all,
 # two processes compile at once), every primitive's gradient, eager mode, error messages and
 # tracebacks (which trim frames by the package's path), save/load, optimizers and train_step,
-# the Numba internals jitgraph reads present in this Numba, native bundles, and loop kernels
-# compiled by LLVM alone (their typing checked against this Numba's)
+# the Numba internals jitgraph reads present in this Numba, native bundles, loop kernels
+# compiled by LLVM alone (their typing checked against this Numba's), and the products built in
+# LLVM IR (bit for bit against this Numba's functions, on its threading layer)
 sample=(tests/test_jit_cache.py::test_second_process_loads_everything_from_disk
         tests/test_jit_cache.py::test_concurrent_first_compiles_from_two_processes
         tests/test_grads.py tests/test_eager.py tests/test_errors.py tests/test_serialization.py
         tests/test_optim.py tests/test_tracebacks.py
         tests/test_numba_patches.py::test_the_listed_names_exist_in_the_installed_numba
-        tests/test_native_bundle.py tests/test_loop_ir.py)
+        tests/test_native_bundle.py tests/test_loop_ir.py tests/test_gemm_launchers.py)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/jitgraph-wheel-check.XXXXXX")"
 site=""

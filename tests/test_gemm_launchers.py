@@ -197,3 +197,27 @@ def test_ir_releases_the_gil_only_after_its_checks():
     body = body[:body.index("\n}\n")]
     assert body.index("label %bad") < body.index("PyEval_SaveThread") < \
         body.index("PyEval_RestoreThread")
+
+
+def test_a_program_with_small_products_starts_no_threads(tmp_path):
+    """Products too small to split need ``blas_gemm`` alone, built without the threading
+    layer: a process that runs only such programs starts no threads (and a child it forks
+    later may still run threaded kernels)."""
+    code = textwrap.dedent('''
+        import numpy as np
+        import jitgraph, jitgraph.numpy as jnp
+        from jitgraph.compiler.state import STATE
+        f = jitgraph.jit(lambda w, x: jnp.tanh(x @ w) @ w.T + 1.0)
+        r = np.random.default_rng(0)
+        w = r.standard_normal((5, 4)).astype(np.float32)
+        x = r.standard_normal((6, 5)).astype(np.float32)
+        np.testing.assert_allclose(f(w, x), np.tanh(x @ w) @ w.T + 1.0, rtol=1e-5, atol=1e-5)
+        prog = f.lower(w, x).program
+        print(prog.product_builtins, bool(STATE.patches.get("parallel")),
+              "gemm_launchers" in STATE.patches)
+    ''')
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["('blas_gemm',)", "False", "False"]

@@ -35,9 +35,11 @@ _TYPES = (("f32", "float", np.dtype(np.float32), "jitgraph_sgemm64"),
           ("f64", "double", np.dtype(np.float64), "jitgraph_dgemm64"))
 _INT32_MAX = 2**31 - 1
 # the block a product's threads share (i64 slots)
-(_CTR, _PARTS, _BYROWS, _SIZE, _A, _B, _C, _AR, _AC, _BR, _BC, _M, _N, _K, _TA, _TB, _ALPHA,
- _BETA, _SA, _SB, _SC, _BATCH) = range(22)
-_SLOTS = 22
+_SLOT_NAMES = ("ctr", "parts", "byrows", "size", "a", "b", "c", "ac", "bc", "m", "n", "k", "ta",
+               "tb", "alpha", "beta", "sa", "sb", "sc", "batch")
+(_CTR, _PARTS, _BYROWS, _SIZE, _A, _B, _C, _AC, _BC, _M, _N, _K, _TA, _TB, _ALPHA, _BETA, _SA,
+ _SB, _SC, _BATCH) = range(len(_SLOT_NAMES))
+_SLOTS = len(_SLOT_NAMES)
 _LOCK = threading.Lock()
 
 
@@ -200,8 +202,8 @@ def _function_ir(name: str, t: str, real: str, dtype: np.dtype) -> str:
         checks += native.array_fields_ir(i)
     stores = []
     for index, value, ty in ((_CTR, "0", "i64"), (_A, "%d0", "ptr"), (_B, "%d1", "ptr"),
-                             (_C, "%d2", "ptr"), (_AR, "%ar", "i64"), (_AC, "%ac", "i64"),
-                             (_BR, "%br", "i64"), (_BC, "%bc", "i64"), (_M, "%m", "i64"),
+                             (_C, "%d2", "ptr"), (_AC, "%ac", "i64"), (_BC, "%bc", "i64"),
+                             (_M, "%m", "i64"),
                              (_N, "%n", "i64"), (_K, "%k", "i64"), (_TA, "%ta", "i64"),
                              (_TB, "%tb", "i64"), (_ALPHA, "%alpha", "double"),
                              (_BETA, "%beta", "double"), (_SA, "%sa", "i64"),
@@ -337,7 +339,7 @@ def _entry_ir(name: str) -> str:
         "wide:",
         f"  %st64 = call i32 @jgp_{name}_f64({call})",
         "  br label %settled",
-        "settled:",
+        "settled:",                     # (%u3: the block of the last unboxing, above)
         "  %st = phi i32 [%st32, %u3], [%st64, %wide]",
         "  %ok = icmp eq i32 %st, 0",
         "  br i1 %ok, label %good, label %fallback",
@@ -351,21 +353,27 @@ def _entry_ir(name: str) -> str:
         "}", ""])
 
 
-_DECLARATIONS = """declare void @numba_parallel_for(ptr, ptr, ptr, ptr, ptr, i64, i64, i64)
-declare i64 @get_num_threads()
-declare ptr @PyObject_Vectorcall(ptr, ptr, i64, ptr)
+_DECLARATIONS = """declare ptr @PyObject_Vectorcall(ptr, ptr, i64, ptr)
 declare i32 @PyObject_IsTrue(ptr)
 """
+_PARALLEL_DECLARATIONS = """declare void @numba_parallel_for(ptr, ptr, ptr, ptr, ptr, i64, i64, i64)
+declare i64 @get_num_threads()
+"""
+#: what a program whose products are not split calls (no threading layer needed)
+SERIAL = ("blas_gemm",)
 
 
-def module_ir() -> str:
-    """The LLVM IR of every function here (with ``native.IR_GLOBALS``)."""
-    parts = [native.IR_GLOBALS, _DECLARATIONS]
+def module_ir(parallel: bool = True) -> str:
+    """The LLVM IR of the functions here (with ``native.IR_GLOBALS``): all of them, or
+    (``parallel`` False) those of ``SERIAL``, which need no threading layer."""
+    names = list(NAMES) if parallel else list(SERIAL)
+    parts = [native.IR_GLOBALS, _DECLARATIONS] + [_PARALLEL_DECLARATIONS] * parallel
     for t, real, dtype, gemm in _TYPES:
         parts += [f"declare void @{gemm}(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, "
-                  "ptr, ptr, ptr)", _tile_ir(t, real, gemm), _workers_ir(t, real)]
-        parts += [_function_ir(name, t, real, dtype) for name in NAMES]
-    parts += [_entry_ir(name) for name in NAMES]
+                  "ptr, ptr, ptr)", _tile_ir(t, real, gemm)]
+        parts += [_workers_ir(t, real)] * parallel
+        parts += [_function_ir(name, t, real, dtype) for name in names]
+    parts += [_entry_ir(name) for name in names]
     return "\n".join(parts)
 
 
@@ -408,46 +416,55 @@ def _fallback(name: str) -> Callable:
     return call
 
 
-def available() -> bool:
+def available(parallel: bool = True) -> bool:
     """Whether this process can have the built-ins: what ``threaded``'s launchers need (Linux,
-    Numba internals checked, NumPy's array struct as expected), and threads allowed."""
-    return threaded.available() and not numba_patches.serial_kernels()
+    Numba internals checked, NumPy's array struct as expected), and for the split products,
+    threads allowed."""
+    return threaded.available() and not (parallel and numba_patches.serial_kernels())
 
 
-def functions() -> dict[str, Callable] | None:
-    """The built-in functions by name (built once per process); None where they cannot be
-    built here, or ``JITGRAPH_LOOP_IR=0`` gives every kernel and product to Numba (then
-    drivers call ``kernels/matmul.py``'s Numba functions)."""
+def functions(parallel: bool = True) -> dict[str, Callable] | None:
+    """The built-in functions by name, built once per process: all of them, or (``parallel``
+    False) those of ``SERIAL`` alone unless all are built already, so that a program whose
+    products are not split does not start the threading layer (a process forked after
+    OpenMP's threads started runs serial kernels). None where they cannot be built here, or
+    ``JITGRAPH_LOOP_IR=0`` gives every kernel and product to Numba (then drivers call
+    ``kernels/matmul.py``'s Numba functions)."""
     if os.environ.get("JITGRAPH_LOOP_IR", "1") == "0":
         return None
     with _LOCK:
-        if "gemm_launchers" not in STATE.patches:
-            STATE.patches["gemm_launchers"] = _build() if available() else None
-        return STATE.patches["gemm_launchers"]
+        key = "gemm_launchers" if parallel or STATE.patches.get("gemm_launchers") else \
+            "gemm_launchers_serial"
+        if key not in STATE.patches:
+            STATE.patches[key] = _build(parallel) if available(parallel) else None
+        return STATE.patches[key]
 
 
 def built(name: str) -> Callable | None:
-    """The built-in ``name`` where this process has built them (else None; builds nothing)."""
-    fns = STATE.patches.get("gemm_launchers")
-    return fns.get(name) if fns else None
+    """The built-in ``name`` where this process has built it (else None; builds nothing)."""
+    for key in ("gemm_launchers", "gemm_launchers_serial"):
+        fn = (STATE.patches.get(key) or {}).get(name)
+        if fn is not None:
+            return fn
+    return None
 
 
-def _build() -> dict[str, Callable] | None:
+def _build(parallel: bool) -> dict[str, Callable] | None:
     import llvmlite.binding as llvm
 
     from ..kernels import blas  # type: ignore[attr-defined]
     try:
         native.register_runtime()
-        if not native.parallel_symbols():
+        if parallel and not native.parallel_symbols():
             return None
         blas.register()
     except Exception:
         return None
-    return _compile(llvm)
+    return _compile(llvm, parallel)
 
 
-def _compile(llvm) -> dict[str, Callable] | None:
-    text = module_ir()
+def _compile(llvm, parallel: bool) -> dict[str, Callable] | None:
+    text = module_ir(parallel)
     lock = _compiler_lock()
     with lock:                      # LLVM's context is not thread-safe
         mod = llvm.parse_assembly(text)
@@ -462,7 +479,7 @@ def _compile(llvm) -> dict[str, Callable] | None:
         ctypes.c_void_p.from_address(addr(gname)).value = id(obj)
     keep: list = [engine]
     out = {}
-    for name in NAMES:
+    for name in (NAMES if parallel else SERIAL):
         fallback = _fallback(name)
         keep.append(fallback)
         ctypes.c_void_p.from_address(addr(f"jgp_fallback_{name}")).value = id(fallback)

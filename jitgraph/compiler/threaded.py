@@ -191,7 +191,8 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         "  %ctr = getelementptr i64, ptr %block, i64 1",
         "  store i64 0, ptr %ctr",
         "  %ts = call ptr @PyEval_SaveThread()",
-        "  %nt0 = call i64 @get_num_threads()",
+        # (a serial kernel's launcher never starts the threading layer, nor links to it)
+        "  %nt0 = call i64 @get_num_threads()" if not launch.serial else "  %nt0 = add i64 1, 0",
         "  %ntpos = icmp sgt i64 %nt0, 0",
         "  %nt = select i1 %ntpos, i64 %nt0, i64 1",
         f"  %want = mul i64 %nt, {CHUNKS_PER_THREAD}",
@@ -213,8 +214,9 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         "  br label %joined",
         "pool:",
         f"  call void @numba_parallel_for(ptr @jgt_{index}, ptr %argv, ptr %shape, "
-        "ptr %steps, ptr %block, i64 1, i64 1, i64 %nthr)",
-        "  br label %joined",
+        "ptr %steps, ptr %block, i64 1, i64 1, i64 %nthr)" if not launch.serial else
+        "  unreachable",
+        "  br label %joined" if not launch.serial else "",
         "joined:",
         "  call void @PyEval_RestoreThread(ptr %ts)",
         "  %status = load i64, ptr %block",
@@ -265,7 +267,7 @@ def build(launches: list[Launch], entries: dict[str, int],
         return {}
     with _LOCK:
         native.register_runtime()
-        if not native.parallel_symbols():
+        if not all(launch.serial for launch in launches) and not native.parallel_symbols():
             return None
         for sym, addr in entries.items():
             llvm.add_symbol(sym, addr)

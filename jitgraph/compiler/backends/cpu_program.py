@@ -370,11 +370,13 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
 
 def _products(info) -> dict:
     """The product built-ins a program's driver calls instead of ``kernels/matmul.py``'s Numba
-    functions: where the driver is Python and calls one, and this process can build them."""
-    if not info.python_driver or not any(n in gemm_launchers.NAMES for n, _ in info.blas_calls):
+    functions: where the driver is Python and calls one, and this process can build them
+    (the split ones only for a program that splits its products: they start the threads)."""
+    called = {n for n, _ in info.blas_calls}
+    if not info.python_driver or not called & set(gemm_launchers.NAMES):
         return {}
     with phase("llvm"):
-        return gemm_launchers.functions() or {}
+        return gemm_launchers.functions(parallel=info.split_products) or {}
 
 
 def _overloaded(fin) -> set:
