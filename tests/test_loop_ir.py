@@ -286,6 +286,14 @@ def test_sizes_passed_at_run_time():
                 fastmath="{'reassoc', 'contract'}")
     np.testing.assert_allclose(out[1], x * np.float32(-1 / 7), rtol=1e-6)
     check(body, [x, np.zeros(35, np.float32), np.zeros(1, np.float32), 3])    # 3 of 7 rows
+    # a size after a dozen arrays (the launcher's names for each argument must not meet)
+    many = [np.full(6, float(i), np.float32) for i in range(12)]
+    out = check("""
+        for i in range(a12):
+            a0[i] = a1[i] + a2[i] + a3[i] + a4[i] + a5[i] + a6[i] + a7[i] + a8[i] + a9[i] \\
+                + a10[i] + a11[i] + np.float32(a12)
+    """, many + [4])
+    np.testing.assert_array_equal(out[0], [70.0] * 4 + [0.0] * 2)
     src = HEADER + DECORATOR.format(fm="False") + "\ndef loop_sz(a0, a1):\n" \
         "    for i in range(a1):\n        a0[i] = np.float64(i) * 2.0\n"
     launch = threaded.Launch("loop_sz", "jgk_loop_sz", ("float64", threaded.SIZE), 1,

@@ -161,8 +161,8 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
             checks += [f"  %ty{j}p = getelementptr i8, ptr %a{j}, i64 8",
                        f"  %ty{j} = load ptr, ptr %ty{j}p",
                        f"  %int{j} = load ptr, ptr @jgw_int",
-                       f"  %c{j} = icmp eq ptr %ty{j}, %int{j}",
-                       f"  br i1 %c{j}, label %k{j}, label %bad",
+                       f"  %isint{j} = icmp eq ptr %ty{j}, %int{j}",   # (check_ir's %c<i>..)
+                       f"  br i1 %isint{j}, label %k{j}, label %bad",
                        f"k{j}:",
                        f"  %v{j} = call i64 @PyLong_AsLongLong(ptr %a{j})",
                        f"  %bv{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 2 * j}",
