@@ -261,7 +261,8 @@ def test_rows_kernel_runs_on_threads_like_numba():
     rng = np.random.default_rng(3)
     x = rng.standard_normal(64 * 33).astype(np.float32)
     check("""
-        for o0_u in range(lo, hi):  # rows split over threads: 64
+        launch_rows = 64  # rows split over threads
+        for o0_u in range(lo, hi):
             o0 = np.int64(o0_u) & 0x7FFFFFFFFFFFFFFF
             for o1 in range(33):
                 a1[o0 * 33 + o1] = exp_f32(a0[o0 * 33 + o1]) * np.float32(0.5)
@@ -326,6 +327,28 @@ def test_programs_with_runtime_sizes_take_the_path():
     launches = _direct_launches(program)
     assert launches and any(threaded.SIZE in launch.dtypes for launch in launches)
     assert program.numba_compiles() == 0
+
+
+def test_threaded_kernels_with_a_runtime_row_count():
+    """A program with runtime sizes splits a loop over rows whose count is a size: the
+    launcher reads the count from the size argument (``launch_rows = a<k>``), at every size
+    (more rows than threads, fewer, one), and Numba compiles nothing."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((64, 512)).astype(np.float32)
+    f = jitgraph.jit(_model, dynamic_dims={"x": 0})
+    for n in (300, 170, 3, 1):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        got = np.asarray(f(x, w))
+        h = np.tanh(x.astype(np.float64) @ w)
+        want = (np.exp(-h * h) + np.log1p(h * h)).sum(1) / (1 + h.max(1))
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    program = f.lower(rng.standard_normal((170, 64)).astype(np.float32), w).program
+    assert program.symbols and program.numba_compiles() == 0
+    assert any(launch.rows_arg >= 0 and not launch.serial for launch in program.launches)
+    assert threaded.linear_rows("(8 * a4 + 3)") == (3, 8, 4)
+    assert threaded.linear_rows("a2") == (0, 1, 2) and threaded.linear_rows("(a1 * a2)") is None
+    kernel = threaded.serial_call(lambda lo, hi, a0, a1: (lo, hi, a0, a1), "(a1 * a0)")
+    assert kernel(3, 4) == (0, 12, 3, 4)
 
 
 @pytest.mark.parametrize("body, why", [

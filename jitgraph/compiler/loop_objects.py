@@ -56,11 +56,13 @@ def plan(name: str, source: str, arg_types: tuple, cache, key: str,
     ``loop_ir`` does not take)."""
     rows = threaded.rows_of(source)
     dtypes = tuple(arg_types[2:] if rows is not None else arg_types)
-    if any(t not in loop_ir.DTYPES for t in dtypes) or "prange(" in source:
+    linear = threaded.linear_rows(rows) if rows is not None else (1, 0, -1)
+    if any(t not in loop_ir.DTYPES for t in dtypes) or "prange(" in source or linear is None:
         return None                     # 2-d views, 16-bit floats, prange...
     tag = hashlib.sha256(",".join(arg_types).encode()).hexdigest()[:12]
     launch = threaded.Launch(name, f"{native.LOOP_KERNEL_PREFIX}{name}_{tag}", dtypes,
-                             rows or 1, direct=True, serial=rows is None)
+                             linear[0], direct=True, serial=rows is None,
+                             rows_scale=linear[1], rows_arg=linear[2])
     path = cache.directory / f"{cache.entry_name(source, key)}.{tag}.o"
     obj = _LOADED.get(path)
     k = DirectKernel(launch, path, source, obj=obj or _read(cache, path),

@@ -20,6 +20,7 @@ process that loads a bundle gets the same launchers without Numba.
 """
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import threading
@@ -31,9 +32,14 @@ import numpy as np
 from . import native, numba_patches
 from .state import STATE
 
-#: what a threaded kernel's source says about its rows (the loader reads the count back)
-ROWS_MARK = "# rows split over threads:"
-_ROWS = re.compile(re.escape(ROWS_MARK) + r" (\d+)")
+#: what a threaded kernel's source says about its rows (the loader reads the count back): a
+#: statement ``launch_rows = <count>`` so marked, a count in code (a literal, or in a program
+#: whose sizes are runtime arguments a formula in its size parameters, ``a4`` or ``(8 * a4)``,
+#: which ``compiler/dynamic.py`` writes where a size's literals were)
+ROWS_MARK = "# rows split over threads"
+_ROWS = re.compile(r"^\s*launch_rows = (.+?)  " + re.escape(ROWS_MARK) + "$", re.M)
+#: a count of rows ``base + scale * <size parameter arg>`` (``arg`` -1: a constant)
+_LINEAR = re.compile(r"^\(?(?:(\d+) \* )?a(\d+)(?: \* (\d+))?(?: \+ (\d+))?\)?$")
 #: the prefix of a launcher's name in the driver
 PREFIX = "threads_"
 #: a kernel parameter that is an int64 scalar (a size passed at run time), not an array
@@ -41,7 +47,7 @@ SIZE = "size"
 
 #: chunks of rows per thread: each thread takes the next chunk until none is left
 CHUNKS_PER_THREAD = 4
-_ARRAYS = 3             # the shared block's first array slot (after status, counter, chunks)
+_ARRAYS = 4             # the shared block's first array slot (after status, counter, chunks, rows)
 
 _LOCK = threading.RLock()
 
@@ -59,6 +65,8 @@ class Launch:
     rows: int
     direct: bool = False
     serial: bool = False
+    rows_scale: int = 0     # the rows are rows + rows_scale * (size argument rows_arg)
+    rows_arg: int = -1
 
     @property
     def callable_name(self) -> str:
@@ -76,10 +84,38 @@ def available() -> bool:
         native.array_offsets_ok()
 
 
-def rows_of(source: str) -> int | None:
-    """The rows of a threaded kernel, from its source (None: not a threaded kernel)."""
+def rows_of(source: str) -> int | str | None:
+    """The rows of a threaded kernel, from its source: a count, or the expression of its
+    count in the kernel's size parameters (None: not a threaded kernel)."""
     m = _ROWS.search(source)
-    return int(m.group(1)) if m else None
+    if not m:
+        return None
+    text = m.group(1).strip()
+    return int(text) if text.isdigit() else text
+
+
+def linear_rows(rows: int | str) -> tuple[int, int, int] | None:
+    """``(base, scale, arg)``: the count is ``base + scale * <parameter arg>`` (``arg`` -1:
+    the constant ``base``); None for another formula (then no launcher: the kernel runs
+    serially over its rows, ``serial_call``)."""
+    if isinstance(rows, int):
+        return rows, 0, -1
+    m = _LINEAR.match(rows)
+    if m is None:
+        return None
+    c1, arg, c2, base = m.groups()
+    return int(base or 0), int(c1 or 1) * int(c2 or 1), int(arg)
+
+
+def serial_call(kernel: Callable, rows: int | str) -> Callable:
+    """``kernel`` over all its rows at once, called as its launcher is (no ``lo, hi``)."""
+    if isinstance(rows, int):
+        return functools.partial(kernel, 0, rows)
+    expr = compile(rows, "<rows>", "eval")
+
+    def call(*args):
+        return kernel(0, eval(expr, {f"a{i}": a for i, a in enumerate(args)}), *args)
+    return call
 
 
 def is_threaded(source: str) -> bool:
@@ -104,13 +140,18 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     whatever the split, so results do not depend on it."""
     n = len(launch.dtypes)
     sym = launch.symbol
-    rows = max(int(launch.rows), 1)
+    # the count of rows: a constant, or base + scale * a size argument (unboxed by the checks)
+    rows_ir = [f"  %rows = add i64 {int(launch.rows)}, 0"] if launch.rows_arg < 0 else [
+        f"  %rowss = mul i64 %v{launch.rows_arg}, {int(launch.rows_scale)}",
+        f"  %rows = add i64 %rowss, {int(launch.rows)}"]
     # the block the threads share: status, next chunk, chunks, then each array's data and length
     tramp = ["  %ret = alloca [8 x i64], align 16",
              "  %exc = alloca ptr, align 8",
              "  %ctr = getelementptr i64, ptr %data, i64 1",
              "  %nchp = getelementptr i64, ptr %data, i64 2",
-             "  %nch = load i64, ptr %nchp"]
+             "  %nch = load i64, ptr %nchp",
+             "  %rowsp = getelementptr i64, ptr %data, i64 3",
+             "  %rows = load i64, ptr %rowsp"]
     entry_args = ["ptr %ret", "ptr %exc", "i64 %lo", "i64 %hi"]
     for j, dt in enumerate(launch.dtypes):
         if dt == SIZE:                  # an int64 (a size passed at run time): itself
@@ -135,10 +176,10 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         "  %more = icmp slt i64 %c, %nch",
         "  br i1 %more, label %body, label %done",
         "body:",
-        f"  %lo0 = mul i64 %c, {rows}",
+        "  %lo0 = mul i64 %c, %rows",
         "  %lo = sdiv i64 %lo0, %nch",
         "  %c1 = add i64 %c, 1",
-        f"  %hi0 = mul i64 %c1, {rows}",
+        "  %hi0 = mul i64 %c1, %rows",
         "  %hi = sdiv i64 %hi0, %nch",
         f'  %st = call i32 @"{sym}"({", ".join(entry_args)})',
         "  %ok0 = icmp eq i32 %st, 0",          # Numba's "ok" and "returned None"
@@ -195,13 +236,20 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         "  %nt0 = call i64 @get_num_threads()" if not launch.serial else "  %nt0 = add i64 1, 0",
         "  %ntpos = icmp sgt i64 %nt0, 0",
         "  %nt = select i1 %ntpos, i64 %nt0, i64 1",
+        *rows_ir,
+        "  %rowsp = getelementptr i64, ptr %block, i64 3",
+        "  store i64 %rows, ptr %rowsp",
         f"  %want = mul i64 %nt, {CHUNKS_PER_THREAD}",
-        f"  %fewrows = icmp slt i64 {rows}, %want",
-        f"  %nch = select i1 %fewrows, i64 {rows}, i64 %want",
+        "  %fewrows = icmp slt i64 %rows, %want",
+        "  %nch0 = select i1 %fewrows, i64 %rows, i64 %want",
+        "  %nopos = icmp slt i64 %nch0, 0",            # (no rows at all: no chunk)
+        "  %nch = select i1 %nopos, i64 0, i64 %nch0",
         "  %nchp = getelementptr i64, ptr %block, i64 2",
         "  store i64 %nch, ptr %nchp",
         "  %fewch = icmp slt i64 %nch, %nt",
-        "  %nthr = select i1 %fewch, i64 %nch, i64 %nt",
+        "  %nthr0 = select i1 %fewch, i64 %nch, i64 %nt",
+        "  %nothr = icmp slt i64 %nthr0, 1",
+        "  %nthr = select i1 %nothr, i64 1, i64 %nthr0",
         "  store ptr %block, ptr %argv",
         "  store i64 %nthr, ptr %shape",
         "  %shape1 = getelementptr i64, ptr %shape, i64 1",

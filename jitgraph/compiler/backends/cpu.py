@@ -92,7 +92,7 @@ def loop_header(syntax: Syntax, var: str, size, parallel: bool, pad: str,
                 launched: bool = False) -> list[str]:
     """``for var in range(size):``, or a ``prange`` loop whose index is rebound as int64;
     ``launched``: the rows ``lo:hi`` a launcher gives one call (``compiler/threaded.py``),
-    marked with their number and rebound the same way.
+    after a marked statement with their count, and rebound the same way.
 
     Numba types a ``prange`` index as unsigned (uint64), and uint64 with any signed operand
     (an int64 offset, a literal, a clamp bound) promotes to float64, which no array index
@@ -100,9 +100,11 @@ def loop_header(syntax: Syntax, var: str, size, parallel: bool, pad: str,
     the emitter's expressions name is the signed copy. The mask (a no-op on any index) tells
     LLVM the copy is not negative, so Numba's negative-index wraparound on every access folds
     away and the loop still vectorizes (without it, measured here: 1.6x slower at 2^24)."""
-    if launched:
-        head = f"for {var}_u in range(lo, hi):  {threaded.ROWS_MARK} {size}"
-    elif parallel:
+    if launched:        # (the count in code: a program with runtime sizes writes a formula)
+        return [pad + f"launch_rows = {size}  {threaded.ROWS_MARK}",
+                pad + f"for {var}_u in range(lo, hi):",
+                pad + f"    {var} = np.int64({var}_u) & 0x7FFFFFFFFFFFFFFF"]
+    if parallel:
         head = f"for {var}_u in prange({size}):"
     else:
         return [pad + syntax.for_range(var, size)]
@@ -233,7 +235,7 @@ class CpuCodegen:
         if d.column:
             params += self._accumulator_params(k)
         params += [name for name, _, _ in self.symbols]
-        launched = outer_par and self._launched and not self.symbols and not d.column
+        launched = outer_par and self._launched and not d.column
         lines = [_decorator((outer_par or inner_par) and not launched, self.fastmath, has_red,
                             self.python_driver),
                  _kernel_head((["lo", "hi"] if launched else []) + params)]

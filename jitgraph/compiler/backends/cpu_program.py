@@ -3,7 +3,6 @@ bundle), and the straight-line call path ``jit`` runs on every cached call.
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 import sys
@@ -402,14 +401,16 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
                 launches.append(direct[name].launch)
             continue
         rows = threaded.rows_of(src)
-        if rows is None or name in overloaded:
+        linear = threaded.linear_rows(rows) if rows is not None else None
+        if linear is None or name in overloaded:
             continue
         with phase("numba"), compile_settings("cpu"):
             entry = threaded.entry_of(getattr(module, name),
                                       compile_pool.numba_signature(arg_types))
         if entry is not None:
             entries[entry[0]] = entry[1]
-            launches.append(threaded.Launch(name, entry[0], tuple(arg_types[2:]), rows))
+            launches.append(threaded.Launch(name, entry[0], tuple(arg_types[2:]), linear[0],
+                                            rows_scale=linear[1], rows_arg=linear[2]))
     built: dict | None = {}
     if launches:
         with phase("llvm"):
@@ -423,8 +424,8 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
     for name, src, _ in fin.kernel_modules:
         rows = threaded.rows_of(src)
         if rows is not None:
-            fn = built.get(threaded.PREFIX + name) or functools.partial(getattr(module, name),
-                                                                        0, rows)
+            fn = built.get(threaded.PREFIX + name) or threaded.serial_call(getattr(module, name),
+                                                                           rows)
             setattr(module, threaded.PREFIX + name, fn)
     return launches if built else []
 
