@@ -125,12 +125,16 @@ def of_char(char: str) -> np.dtype:
     return np.dtype(char)
 
 
+def is_bfloat16(d: np.dtype) -> bool:
+    """Whether dtype ``d`` is bfloat16 (a NumPy ``"V"`` type), without importing ml_dtypes:
+    where it is bfloat16, ml_dtypes is imported already."""
+    return d.kind == "V" and d == _bfloat16(False)
+
+
 def kind(dtype) -> str:
-    """``dtype.kind``, with bfloat16 (a NumPy ``"V"`` type) counted as the float it is."""
+    """``dtype.kind``, with bfloat16 counted as the float it is."""
     d = np.dtype(dtype)
-    if d.kind == "V" and d == _bfloat16(False):
-        return "f"
-    return d.kind
+    return "f" if is_bfloat16(d) else d.kind
 
 
 def is_narrow(dtype) -> bool:
@@ -169,7 +173,7 @@ def accumulator(dtype) -> np.dtype:
 def canonical(dtype) -> np.dtype:
     """Map a requested dtype onto a supported one, or raise TypeError."""
     d = as_dtype(dtype)
-    if d in SUPPORTED or d.kind == "V" and d == _bfloat16(False):
+    if d in SUPPORTED or is_bfloat16(d):
         return d
     if d.kind == "f":
         return float64 if d.itemsize > 4 else float32

@@ -305,3 +305,11 @@ def test_wrappers_release_the_gil_where_the_dispatcher_does():
     assert "PyEval_SaveThread" not in held
     # the type checks come before the GIL is let go: a mismatch never runs the machine code
     assert released.index("label %bad") < released.index("PyEval_SaveThread")
+
+
+def test_wrapper_names_do_not_meet_for_many_arguments():
+    """A scalar after eleven arrays: the scalar's check is named apart from ``check_ir``'s
+    (``%c<i><n>`` of array 1 was ``%c<12>`` of argument 12), so the wrapper parses."""
+    import llvmlite.binding as llvm
+    kinds = [("a", "<f4", 1, "C", True, True)] * 12 + [("f8",), ("i8",)]
+    llvm.parse_assembly(native.IR_GLOBALS + native._wrapper_ir(0, "f", kinds)).verify()

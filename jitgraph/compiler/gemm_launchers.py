@@ -301,46 +301,34 @@ def _function_ir(name: str, t: str, real: str, dtype: np.dtype) -> str:
 
 def _entry_ir(name: str) -> str:
     """``@jgp_<name>(self, args, nargs)``, the built-in (``METH_FASTCALL``): unbox the two
-    floats and the two flags, try each dtype's function; anything but success calls the
-    fallback (``@jgp_fallback_<name>``, a Python callable) with the same arguments."""
-    unbox = []
-    for j, (cls, fn, ty) in enumerate((("jgw_float", "PyFloat_AsDouble", "double"),
-                                       ("jgw_int", "PyObject_IsTrue", "i32"),
-                                       ("jgw_int", "PyObject_IsTrue", "i32"),
-                                       ("jgw_float", "PyFloat_AsDouble", "double"))):
-        pos = (0, 2, 4, 5)[j]
-        unbox += [f"  %x{j}pp = getelementptr ptr, ptr %args, i64 {pos}",
-                  f"  %x{j} = load ptr, ptr %x{j}pp",
-                  f"  %x{j}tp = getelementptr i8, ptr %x{j}, i64 8",
-                  f"  %x{j}t = load ptr, ptr %x{j}tp",
-                  f"  %x{j}c = load ptr, ptr @{cls}",
-                  f"  %x{j}ok = icmp eq ptr %x{j}t, %x{j}c",
-                  f"  br i1 %x{j}ok, label %u{j}, label %fallback",
-                  f"u{j}:",
-                  f"  %v{j} = call {ty} @{fn}(ptr %x{j})"]
-    arrays = []
-    for j, pos in enumerate((1, 3, 6)):
-        arrays += [f"  %y{j}pp = getelementptr ptr, ptr %args, i64 {pos}",
-                   f"  %y{j} = load ptr, ptr %y{j}pp"]
-    call = "ptr %y0, ptr %y1, ptr %y2, double %v0, i64 %v1, i64 %v2, double %v3"
-    flags = ["  %f1 = icmp ne i32 %v1, 0", "  %v1b = zext i1 %f1 to i64",   # (exact ints:
-             "  %f2 = icmp ne i32 %v2, 0", "  %v2b = zext i1 %f2 to i64"]   # never fails)
-    call = call.replace("i64 %v1", "i64 %v1b").replace("i64 %v2", "i64 %v2b")
+    floats and the two flags (``native.scalar_ir``), try each dtype's function; anything but
+    success calls the fallback (``@jgp_fallback_<name>``, a Python callable) with the same
+    arguments."""
+    unbox = []      # arguments 0 and 5: exact floats; 2 and 4: exact ints, as flags
+    for pos in range(7):
+        unbox += [f"  %a{pos}pp = getelementptr ptr, ptr %args, i64 {pos}",
+                  f"  %a{pos} = load ptr, ptr %a{pos}pp"]
+        if pos in (0, 5):
+            unbox += native.scalar_ir(pos, "jgw_float", "PyFloat_AsDouble", "double", "fallback")
+        elif pos in (2, 4):          # (PyObject_IsTrue of an exact int never fails)
+            unbox += native.scalar_ir(pos, "jgw_int", "PyObject_IsTrue", "i32", "fallback") + [
+                f"  %f{pos} = icmp ne i32 %v{pos}, 0", f"  %t{pos} = zext i1 %f{pos} to i64"]
+    call = "ptr %a1, ptr %a3, ptr %a6, double %v0, i64 %t2, i64 %t4, double %v5"
     return "\n".join([
         f"@jgp_fallback_{name} = global ptr null, align 8",
         f"define ptr @jgp_{name}(ptr %self, ptr %args, i64 %nargs) {{",
         "entry:",
         "  %cnt = icmp eq i64 %nargs, 7",
         "  br i1 %cnt, label %start, label %fallback",
-        "start:", *unbox, *arrays, *flags,
+        "start:", *unbox,
         f"  %st32 = call i32 @jgp_{name}_f32({call})",
         "  %mis = icmp eq i32 %st32, 1",
         "  br i1 %mis, label %wide, label %settled",
         "wide:",
         f"  %st64 = call i32 @jgp_{name}_f64({call})",
         "  br label %settled",
-        "settled:",                     # (%u3: the block of the last unboxing, above)
-        "  %st = phi i32 [%st32, %u3], [%st64, %wide]",
+        "settled:",                     # (%k5: the block of the last unboxing, above)
+        "  %st = phi i32 [%st32, %k5], [%st64, %wide]",
         "  %ok = icmp eq i32 %st, 0",
         "  br i1 %ok, label %good, label %fallback",
         "good:",

@@ -198,6 +198,20 @@ def array_fields_ir(i: int) -> list[str]:
             f"  %t{i} = load ptr, ptr %t{i}p"]
 
 
+def scalar_ir(i: int, cls: str, unbox: str, ty: str, bad: str = "bad") -> list[str]:
+    """IR that branches to ``%<bad>`` unless argument ``%a<i>`` is exactly of the class in
+    global ``@<cls>`` (``jgw_float``, ``jgw_int``), else unboxes it with ``unbox`` into ``%v<i>``
+    of type ``ty``. Its names are its own (``check_ir``'s ``%c<i><n>`` of one argument is
+    ``%c<i'>`` of another)."""
+    return [f"  %ty{i}p = getelementptr i8, ptr %a{i}, i64 8",
+            f"  %ty{i} = load ptr, ptr %ty{i}p",
+            f"  %cls{i} = load ptr, ptr @{cls}",
+            f"  %isa{i} = icmp eq ptr %ty{i}, %cls{i}",
+            f"  br i1 %isa{i}, label %k{i}, label %{bad}",
+            f"k{i}:",
+            f"  %v{i} = call {ty} @{unbox}(ptr %a{i})"]
+
+
 def _wrapper_ir(index: int, symbol: str, kinds: list[tuple], nogil: bool = False) -> str:
     """LLVM IR of ``jgw_<index>``, a CPython ``METH_FASTCALL`` function: check that each
     argument is of the compiled type (else return the ``mismatch`` sentinel), unpack it, call
@@ -212,13 +226,7 @@ def _wrapper_ir(index: int, symbol: str, kinds: list[tuple], nogil: bool = False
         if k[0] in ("f8", "i8"):
             cls, unbox, ty = (("jgw_float", "PyFloat_AsDouble", "double") if k[0] == "f8"
                               else ("jgw_int", "PyLong_AsLongLong", "i64"))
-            lines += [f"  %ty{i}p = getelementptr i8, ptr %a{i}, i64 8",
-                      f"  %ty{i} = load ptr, ptr %ty{i}p",
-                      f"  %cls{i} = load ptr, ptr @{cls}",
-                      f"  %c{i} = icmp eq ptr %ty{i}, %cls{i}",
-                      f"  br i1 %c{i}, label %k{i}, label %bad",
-                      f"k{i}:",
-                      f"  %v{i} = call {ty} @{unbox}(ptr %a{i})"]
+            lines += scalar_ir(i, cls, unbox, ty)
             call.append(f"{ty} %v{i}")
             continue
         nd = k[2]

@@ -199,13 +199,7 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         checks += [f"  %a{j}pp = getelementptr ptr, ptr %args, i64 {j}",
                    f"  %a{j} = load ptr, ptr %a{j}pp"]
         if dt == SIZE:                  # an exact Python int
-            checks += [f"  %ty{j}p = getelementptr i8, ptr %a{j}, i64 8",
-                       f"  %ty{j} = load ptr, ptr %ty{j}p",
-                       f"  %int{j} = load ptr, ptr @jgw_int",
-                       f"  %isint{j} = icmp eq ptr %ty{j}, %int{j}",   # (check_ir's %c<i>..)
-                       f"  br i1 %isint{j}, label %k{j}, label %bad",
-                       f"k{j}:",
-                       f"  %v{j} = call i64 @PyLong_AsLongLong(ptr %a{j})",
+            checks += native.scalar_ir(j, "jgw_int", "PyLong_AsLongLong", "i64") + [
                        f"  %bv{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 2 * j}",
                        f"  store i64 %v{j}, ptr %bv{j}"]
             continue

@@ -41,7 +41,7 @@ def finfo(dtype: Any) -> np.finfo:
     """Machine limits of a float dtype (``eps``, ``max``, ``min``, ``tiny``, ``bits``), as
     ``numpy.finfo``; an array or traced value gives its dtype's."""
     d = _dtype_of(dtype)
-    if d.kind == "V" and dtypes.kind(d) == "f":   # bfloat16: ml_dtypes' finfo, not NumPy's
+    if dtypes.is_bfloat16(d):           # (NumPy's finfo does not know it; ml_dtypes' does)
         import ml_dtypes
         return ml_dtypes.finfo(d)
     return np.finfo(d)
