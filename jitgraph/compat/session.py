@@ -4,11 +4,14 @@ A run becomes one function ``program(feeds, variables, counter) -> (fetched valu
 variable values)``, evaluated node by node in topological order with jitgraph.numpy; there is
 one per (fetches, fed nodes, variables) combination. It runs eagerly (op by op on NumPy
 arrays) until its runs have taken ``jit_after_s`` seconds in all, then it is jitted (``jit``
-caches one compiled program per fed shape). Why: compiling a training step costs 5-80 s of
-Numba time (2 s or so per fused kernel), while a tutorial's initializer, evaluation or short
-loop runs eagerly in milliseconds; a long training loop gets its compiled step after at most
-10 s of eager steps (``Session(jit_after_s=...)``), so it never pays more than about twice
-the better of the two.
+caches one compiled program per fed shape). Why: compiling a run costs about as much as
+half a second to a second of eager runs (a training step's program: 0.3-1 s on two cores,
+less from the disk cache), while a tutorial's initializer, evaluation or short loop runs
+eagerly in milliseconds and is never worth compiling. Compiling once the eager runs have cost
+as much as a compile (``JIT_AFTER_S``, half a second; ``Session(jit_after_s=...)``) bounds
+either choice's loss at about twice the better one's (the ski-rental rule), while a
+training step that runs eagerly at 0.1-0.5 s a step (a convolutional network's) is compiled
+after its first few steps instead of after dozens.
 Variables live in the session between runs; initializers and train ops return their new
 values, which the session stores.
 """
@@ -43,7 +46,7 @@ class NotFoundError(OpError):
 
 
 _SESSIONS: list["Session"] = []
-JIT_AFTER_S = 10.0      # seconds of eager runs of one fetch set before it is compiled
+JIT_AFTER_S = 0.5       # seconds of eager runs of one fetch set before it is compiled
 
 
 def default_session() -> "Session":

@@ -7,9 +7,9 @@ with its import line replaced by ``import tensorflow.compat.v1 as tf; tf.disable
 GAN draws its initial weights with ``tf.random_normal``, whose stream differs from TensorFlow's,
 so its losses are compared with TensorFlow's spread over seeds 0-9.
 
-The sessions run eagerly here (``JIT_AFTER_S`` = inf): a compiled CNN step costs over a minute
-of Numba time on two cores; the compiled path runs the linear regression below and the
-lecture's tests in tests/test_compat_v1.py.
+The sessions run eagerly here (``JIT_AFTER_S`` = inf) unless a test says otherwise; the
+compiled path runs the linear regression, both convolutional networks and the lecture's tests
+in tests/test_compat_v1.py.
 """
 from __future__ import annotations
 
@@ -94,11 +94,54 @@ TF_CNN = {"shape": [None, 2, 2, 16], "n_grads": 8,
           "accuracy": 0.8899999856948853}
 
 
-def test_cnn():
+@pytest.mark.parametrize("jit_after_s", [float("inf"), 0.0], ids=["eager", "compiled"])
+def test_cnn(monkeypatch, jit_after_s):
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", jit_after_s)
     got = tut.cnn()
     assert got["shape"] == TF_CNN["shape"] and got["n_grads"] == TF_CNN["n_grads"]
     np.testing.assert_allclose(got["losses"], TF_CNN["losses"], rtol=1e-5)
     assert got["accuracy"] == pytest.approx(TF_CNN["accuracy"], abs=1e-6)
+
+
+# tut.cnn_mnist(steps=4, batch_size=32, display_step=2) under TensorFlow
+TF_CNN_MNIST = {"shown": [(1, 1.8460184335708618, 0.625), (2, 1.6608179807662964, 0.53125),
+                          (4, 1.3244960308074951, 0.6875)],
+                "test_accuracy": 0.4296875}
+
+
+@pytest.mark.parametrize("jit_after_s", [float("inf"), 0.0], ids=["eager", "compiled"])
+def test_cnn_at_mnist_size(monkeypatch, jit_after_s):
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", jit_after_s)
+    got = tut.cnn_mnist(steps=4, batch_size=32, display_step=2)
+    assert [s for s, _, _ in got["shown"]] == [s for s, _, _ in TF_CNN_MNIST["shown"]]
+    np.testing.assert_allclose([v for _, v, _ in got["shown"]],
+                               [v for _, v, _ in TF_CNN_MNIST["shown"]], rtol=1e-5)
+    assert [a for _, _, a in got["shown"]] == [a for _, _, a in TF_CNN_MNIST["shown"]]
+    assert got["test_accuracy"] == pytest.approx(TF_CNN_MNIST["test_accuracy"], abs=1e-6)
+
+
+def test_a_costly_eager_run_is_compiled_after_the_threshold(monkeypatch):
+    """The default session compiles a fetch set once its eager runs have taken
+    ``JIT_AFTER_S`` in all: a run that costs a tenth of that is compiled after ten runs,
+    not before; the compiled runs give the eager runs' values."""
+    import time
+
+    from jitgraph.compat import session
+    monkeypatch.setattr(session, "JIT_AFTER_S", 0.2)
+
+    def slow(x):
+        time.sleep(0.02)          # the eager run's cost (traced once under jit)
+        return x * 2.0
+
+    prog = session._Program(slow, session.JIT_AFTER_S)
+    x = np.arange(3.0, dtype=np.float32)
+    runs = 0
+    while prog.compiled is None:
+        assert prog.eager_s < session.JIT_AFTER_S       # not compiled before it paid
+        np.testing.assert_array_equal(prog(x), x * 2.0)
+        runs += 1
+    assert prog.eager_s >= session.JIT_AFTER_S and runs <= 10, (runs, prog.eager_s)
+    np.testing.assert_array_equal(np.asarray(prog(x)), x * 2.0)
 
 
 TF_AUTOENCODER = {"names": ["encoder/w1:0", "encoder/b1:0", "encoder/w2:0", "encoder/b2:0",
