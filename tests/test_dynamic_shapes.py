@@ -190,6 +190,26 @@ def test_layout_and_reductions_over_a_dynamic_dim(name, fn):
     assert sum(r["dynamic"] for r in f.cache_entries()) >= 2, name
 
 
+def test_random_bits_over_a_dynamic_dim():
+    """Dropout draws one counter per element (a constant ``arange`` of the batch's shape):
+    computed from the index, it does not tie the program to one batch size, and every size
+    gets the reference's bits (a convolutional network fed short last batches compiled a
+    program for each)."""
+    k = jitgraph.random.key(0)
+
+    def f(k, x):
+        keep = jitgraph.random.bernoulli(k, 0.75, x.shape)
+        return jnp.sum(jnp.where(keep, x / 0.75, 0.0) ** 2, axis=1)
+
+    jf = jitgraph.jit(f)
+    before = jitgraph.cache_info()
+    for n in (8, 5, 3, 11):
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        np.testing.assert_allclose(jf(k, x), f(k, x), rtol=1e-6)
+    assert jitgraph.cache_info()["dynamic_compiles"] - before["dynamic_compiles"] == 1
+    assert sum(r["dynamic"] for r in jf.cache_entries()) == 3
+
+
 def test_structure_that_depends_on_the_size_stays_fixed():
     def f(x):
         return jnp.sum(x) if x.shape[0] > 100 else jnp.sum(x * x)

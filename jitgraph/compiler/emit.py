@@ -24,11 +24,13 @@ class CannotFuse(Exception):
 
 
 def progression(c: np.ndarray) -> tuple[int, int] | None:
-    """``(start, step)`` when the integer constant ``c`` is ``start + step * i`` along its one
-    axis longer than 1 (an ``arange``, the class indices a one-hot comparison reads), else
-    None. Such a constant is computed from the index instead of loaded: no memory traffic,
-    and no array a kernel has to keep in cache."""
-    if c.dtype.kind not in "iu" or c.size < 2 or sum(d != 1 for d in c.shape) != 1:
+    """``(start, step)`` when the integer constant ``c`` is ``start + step * i``, ``i`` each
+    element's row-major position (an ``arange`` of any shape: the class indices a one-hot
+    comparison reads, a random generator's counters; step 0: every element equal), else None.
+    Such a constant is computed from the index instead of loaded: no memory traffic, no array a
+    kernel has to keep in cache, and no constant whose size follows the batch (which would tie
+    the program to one batch size)."""
+    if c.dtype.kind not in "iu" or c.size < 2:
         return None
     flat = c.reshape(-1).astype(np.int64)
     start, step = int(flat[0]), int(flat[1] - flat[0])
@@ -164,8 +166,12 @@ class Emitter:
             if prog is False:
                 prog = self._progressions[v] = progression(c)
             if prog is not None:          # computed from the index, not loaded
-                (i,) = [e for e, d in zip(idx, v.aval.shape) if d != 1]
                 start, step = prog
+                if step == 0:
+                    return self.ctx.literal(start, v.aval.dtype)
+                i = self.ctx.offset(idx, v.aval.shape)
+                if not i.isidentifier():      # several axes: their row-major position
+                    i = self.ctx.group(i)
                 expr = self.ctx.group(self.ctx.affine(start, step, i))
                 return self._new(self.ctx.cast(expr, v.aval.dtype))
         if v in self.plan.materialized or v in self.plan.graph.consts or v in self.plan.input_set:
