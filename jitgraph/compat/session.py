@@ -1,6 +1,6 @@
 """``Session.run``: evaluate the subgraph the fetches need, compiled by ``jit`` once it pays.
 
-A run becomes one function ``program(feeds, variables, counter) -> (fetched values, new
+A run becomes one function ``program(*feeds, variables, counter) -> (fetched values, new
 variable values)``, evaluated node by node in topological order with jitgraph.numpy; there is
 one per (fetches, fed nodes, variables) combination. It runs eagerly (op by op on NumPy
 arrays) until its runs have taken ``jit_after_s`` seconds in all, then it is jitted (``jit``
@@ -188,12 +188,18 @@ def _flatten_fetches(fetches):
 
 class _Program:
     """One run's function: called eagerly until those calls have taken ``jit_after_s``
-    seconds, then through ``jit``."""
+    seconds, then through ``jit``. ``dynamic_dims`` (``jit``'s) names the fed dims a
+    placeholder leaves open (``None``): they are compiled as runtime sizes from the first
+    compile, so a short last batch or a test set of another size runs the same program
+    instead of compiling its own (as TensorFlow's graph serves any size there)."""
 
-    def __init__(self, fn: Callable, jit_after_s: float):
-        self.fn, self.jit_after_s = fn, jit_after_s
-        self.compiled = jit(fn) if jit_after_s <= 0 else None
+    def __init__(self, fn: Callable, jit_after_s: float, dynamic_dims: dict | None = None):
+        self.fn, self.jit_after_s, self.dynamic_dims = fn, jit_after_s, dynamic_dims or None
+        self.compiled = self._jit() if jit_after_s <= 0 else None
         self.eager_s = 0.0
+
+    def _jit(self):
+        return jit(self.fn, dynamic_dims=self.dynamic_dims)
 
     def __call__(self, *args):
         if self.compiled is not None:
@@ -202,7 +208,7 @@ class _Program:
         out = self.fn(*args)
         self.eager_s += time.perf_counter() - t0
         if self.eager_s >= self.jit_after_s:
-            self.compiled = jit(self.fn)
+            self.compiled = self._jit()
         return out
 
 
@@ -300,7 +306,7 @@ class Session:
                 program = self._programs[key] = self._make_program(nodes, fed, variables)
             counter = np.array(self._runs, np.int64)
             self._runs += 1
-            outs, updates = program([feeds[n] for n in fed],
+            outs, updates = program(*[feeds[n] for n in fed],
                                     [self._values[v] for v in variables], counter)
             by_name = {v.op_name: v for v in self.graph.variables}
             for name, val in updates.items():
@@ -325,8 +331,10 @@ class Session:
 
     def _make_program(self, nodes, fed, variables):
         graph, seed = self.graph, self.seed
+        nf = len(fed)
 
-        def program(feed_vals, var_vals, counter):
+        def program(*args):         # (each fed value, the variables' values, the run counter)
+            feed_vals, var_vals, counter = args[:nf], args[nf], args[nf + 1]
             env = dict(zip(fed, feed_vals))
             env.update(zip(variables, var_vals))
             ctx = _Context(counter, seed, graph)
@@ -336,7 +344,10 @@ class Session:
 
         program.__name__ = "session_run_" + "_".join(
             n.op_name.replace("/", "_") for n in nodes)[:60]
-        return _Program(program, self.jit_after_s)
+        open_dims = {i: tuple(a for a, d in enumerate(p._shape) if d is None)
+                     for i, p in enumerate(fed) if isinstance(p, Placeholder)
+                     and p._shape is not None}
+        return _Program(program, self.jit_after_s, {i: a for i, a in open_dims.items() if a})
 
 
 class InteractiveSession(Session):

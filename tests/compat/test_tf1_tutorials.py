@@ -191,3 +191,36 @@ def test_save_restore(tmp_path):
     assert got["same_path"] and got["step_restored"] == TF_SAVE_RESTORE["step_restored"]
     for key in ("acc_saved", "acc_restored", "acc_continued", "acc_after"):
         assert got[key] == pytest.approx(TF_SAVE_RESTORE[key], abs=1e-6), key
+
+
+def test_open_placeholder_dims_are_runtime_sizes(monkeypatch):
+    """A placeholder's ``None`` dims are compiled as runtime sizes from the first compile: a
+    training loop's short last batch and a test set of another size run the program compiled
+    for the first batch (one compile), with the values of each size; a fixed dim stays
+    fixed."""
+    import jitgraph
+    import jitgraph.compat.v1 as tf
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", 0.0)
+    tf.reset_default_graph()
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((4, 3)).astype(np.float32)
+    x = tf.placeholder(tf.float32, [None, 4])
+    keep = tf.placeholder(tf.float32)
+    W = tf.Variable(w0)
+    h = tf.nn.dropout(tf.nn.relu(tf.matmul(x, W)), keep)
+    loss = tf.reduce_mean(tf.reduce_sum(h * h, axis=1))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        before = jitgraph.cache_info()
+        for n in (8, 5, 3, 11):
+            xv = rng.standard_normal((n, 4)).astype(np.float32)
+            got = sess.run(loss, feed_dict={x: xv, keep: 1.0})
+            want = np.mean(np.sum(np.maximum(xv @ w0, 0) ** 2, axis=1))
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+        after = jitgraph.cache_info()
+        (prog,) = [p for p in sess._programs.values() if p.dynamic_dims]
+        entries = prog.compiled.cache_entries()
+    assert after["dynamic_compiles"] - before["dynamic_compiles"] == 1, (before, after)
+    assert after["dynamic_hits"] - before["dynamic_hits"] == 3
+    assert all(r["dynamic"] for r in entries)
+    assert "f32[n0,4]" in entries[0]["program"]
