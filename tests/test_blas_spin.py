@@ -80,3 +80,20 @@ def test_symbols_of_a_file_that_is_not_elf(tmp_path):
     path = tmp_path / "not_elf.so"
     path.write_bytes(b"MZ" + bytes(100))
     assert blas_spin._symbols(str(path), (b"thread_timeout",)) == {b"thread_timeout": []}
+
+
+@requires_symbol
+def test_an_eager_product_shortens_the_spin():
+    """A product run eagerly (no compile, no BLAS binding) shortens the spin too: eager steps
+    call a product every few milliseconds, and the default spin held a core between them."""
+    code = """
+        import numpy as np
+        import jitgraph.numpy as jnp
+        from jitgraph.kernels import blas_spin
+        before = min(blas_spin.spin_cycles(p) for p in blas_spin._loaded_openblas())
+        a = np.ones((64, 64), np.float32)
+        assert float(jnp.sum(jnp.matmul(a, a))) == 64.0 ** 3
+        print(before, min(blas_spin.spin_cycles(p) for p in blas_spin._loaded_openblas()))
+    """
+    before, after = map(int, _run(code).split())
+    assert before > blas_spin.SPIN_CYCLES and after == blas_spin.SPIN_CYCLES

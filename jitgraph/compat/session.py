@@ -3,15 +3,18 @@
 A run becomes one function ``program(*feeds, variables, counter) -> (fetched values, new
 variable values)``, evaluated node by node in topological order with jitgraph.numpy; there is
 one per (fetches, fed nodes, variables) combination. It runs eagerly (op by op on NumPy
-arrays) until its runs have taken ``jit_after_s`` seconds in all, then it is jitted (``jit``
-caches one compiled program per fed shape). Why: compiling a run costs about as much as
-half a second to a second of eager runs (a training step's program: 0.3-1 s on two cores,
-less from the disk cache), while a tutorial's initializer, evaluation or short loop runs
-eagerly in milliseconds and is never worth compiling. Compiling once the eager runs have cost
-as much as a compile (``JIT_AFTER_S``, half a second; ``Session(jit_after_s=...)``) bounds
-either choice's loss at about twice the better one's (the ski-rental rule), while a
-training step that runs eagerly at 0.1-0.5 s a step (a convolutional network's) is compiled
-after its first few steps instead of after dozens.
+arrays) until its runs have cost ``jit_after_s`` seconds of CPU time in all, then it is jitted
+(``jit`` caches one compiled program per fed shape). Why: compiling a run costs about a second
+of CPU (a training step's program: 0.5-1.1 s of wall time on two cores, less from the disk
+cache), while a tutorial's initializer, evaluation or short loop runs eagerly in milliseconds
+and is never worth compiling. Compiling once the eager runs have cost as much as a compile
+(``JIT_AFTER_S``, one CPU second; ``Session(jit_after_s=...)``) bounds either choice's loss at
+about twice the better one's (the ski-rental rule), while a training step that costs 0.5 s
+or more eagerly (a convolutional network's at MNIST's size) is compiled after its first step
+instead of after dozens. CPU time, not wall time: on a busy machine the eager runs and the
+compile both take longer by the same factor, so the choice does not change with the load
+(timed by the wall clock, a short loop on a busy machine crossed the limit and paid a
+compile four times its eager cost).
 Variables live in the session between runs; initializers and train ops return their new
 values, which the session stores.
 """
@@ -46,7 +49,7 @@ class NotFoundError(OpError):
 
 
 _SESSIONS: list["Session"] = []
-JIT_AFTER_S = 0.5       # seconds of eager runs of one fetch set before it is compiled
+JIT_AFTER_S = 1.0       # CPU seconds of eager runs of one fetch set before it is compiled
 
 
 def default_session() -> "Session":
@@ -187,8 +190,8 @@ def _flatten_fetches(fetches):
 
 
 class _Program:
-    """One run's function: called eagerly until those calls have taken ``jit_after_s``
-    seconds, then through ``jit``. ``dynamic_dims`` (``jit``'s) names the fed dims a
+    """One run's function: called eagerly until those calls have cost ``jit_after_s``
+    seconds of CPU time (the process's, every thread's), then through ``jit``. ``dynamic_dims`` (``jit``'s) names the fed dims a
     placeholder leaves open (``None``): they are compiled as runtime sizes from the first
     compile, so a short last batch or a test set of another size runs the same program
     instead of compiling its own (as TensorFlow's graph serves any size there)."""
@@ -204,9 +207,9 @@ class _Program:
     def __call__(self, *args):
         if self.compiled is not None:
             return self.compiled(*args)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = self.fn(*args)
-        self.eager_s += time.perf_counter() - t0
+        self.eager_s += time.process_time() - t0
         if self.eager_s >= self.jit_after_s:
             self.compiled = self._jit()
         return out
@@ -236,8 +239,8 @@ class Session:
 
     ``Session(graph=g)``; ``seed`` (default: the graph's ``tf.set_random_seed``, else 0) seeds
     the random ops. ``target`` and ``config`` are accepted and ignored (one local device).
-    ``jit_after_s``: a fetch set is compiled once its eager runs have taken this long in all
-    (0: compile at once; ``float("inf")``: never; default ``JIT_AFTER_S``)."""
+    ``jit_after_s``: a fetch set is compiled once its eager runs have cost this many seconds
+    of CPU time in all (0: compile at once; ``float("inf")``: never; default ``JIT_AFTER_S``)."""
 
     def __init__(self, target: Any = "", graph: Graph | None = None, config: Any = None,
                  seed: int | None = None, jit_after_s: float | None = None):

@@ -121,17 +121,29 @@ def test_cnn_at_mnist_size(monkeypatch, jit_after_s):
 
 
 def test_a_costly_eager_run_is_compiled_after_the_threshold(monkeypatch):
-    """The default session compiles a fetch set once its eager runs have taken
-    ``JIT_AFTER_S`` in all: a run that costs a tenth of that is compiled after ten runs,
-    not before; the compiled runs give the eager runs' values."""
+    """The default session compiles a fetch set once its eager runs have cost
+    ``JIT_AFTER_S`` seconds of CPU in all: a run that costs a tenth of that is compiled after
+    ten runs, not before; a run that only waits (no CPU) is never compiled; the compiled runs
+    give the eager runs' values."""
     import time
 
     from jitgraph.compat import session
     monkeypatch.setattr(session, "JIT_AFTER_S", 0.2)
 
     def slow(x):
-        time.sleep(0.02)          # the eager run's cost (traced once under jit)
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.02:    # the eager run's cost (traced once under jit)
+            pass
         return x * 2.0
+
+    def waits(x):
+        time.sleep(0.05)
+        return x * 2.0
+
+    idle = session._Program(waits, session.JIT_AFTER_S)
+    for _ in range(6):
+        idle(np.ones(2))
+    assert idle.compiled is None and idle.eager_s < 0.1
 
     prog = session._Program(slow, session.JIT_AFTER_S)
     x = np.arange(3.0, dtype=np.float32)
