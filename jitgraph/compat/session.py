@@ -191,10 +191,11 @@ def _flatten_fetches(fetches):
 
 class _Program:
     """One run's function: called eagerly until those calls have cost ``jit_after_s``
-    seconds of CPU time (the process's, every thread's), then through ``jit``. ``dynamic_dims`` (``jit``'s) names the fed dims a
-    placeholder leaves open (``None``): they are compiled as runtime sizes from the first
-    compile, so a short last batch or a test set of another size runs the same program
-    instead of compiling its own (as TensorFlow's graph serves any size there)."""
+    seconds of CPU time (the process's, every thread's), then through ``jit``.
+    ``dynamic_dims`` (``jit``'s) names the fed dims a placeholder leaves open (``None``):
+    they are compiled as runtime sizes from the first compile, so a short last batch or a
+    test set of another size runs the same program instead of compiling its own (as
+    TensorFlow's graph serves any size there)."""
 
     def __init__(self, fn: Callable, jit_after_s: float, dynamic_dims: dict | None = None):
         self.fn, self.jit_after_s, self.dynamic_dims = fn, jit_after_s, dynamic_dims or None
