@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -210,6 +211,26 @@ def to_numpy(x):
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x)
+
+
+def run_json_child(cmd: list[str], result: str, timeout: float) -> dict:
+    """Run a benchmark's child process ``cmd``, which writes its results to the JSON file
+    ``result``: the dict it wrote, or ``{"error": ...}`` naming the timeout or the child's exit
+    status and last exception line (``BENCH_TRACEBACK=1`` prints its stderr too)."""
+    if os.path.exists(result):
+        os.remove(result)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0 or not os.path.exists(result):
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
+        tail = [ln for ln in lines if re.match(r"[\w.]*(Error|Exception)\b", ln)][-1:] or lines[-1:]
+        if os.environ.get("BENCH_TRACEBACK") == "1":
+            print(proc.stderr[-4000:], file=sys.stderr)
+        return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
+    with open(result) as f:
+        return json.load(f)
 
 
 def short_error(exc: BaseException, limit: int = 160) -> str:

@@ -25,9 +25,7 @@ import common  # noqa: I001  (first: sets thread limits)
 import json
 import math
 import os
-import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -312,20 +310,8 @@ def child_main(name: str, workdir: str) -> int:
 # ------------------------------------------------------------------ the parent
 def run_child(name: str, python: str, workdir: str, timeout: float) -> dict:
     """One framework in a new process; its result dict, or {'error': ...}."""
-    try:
-        proc = subprocess.run([python, os.path.abspath(__file__), "--child", name, workdir],
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    path = os.path.join(workdir, name + ".json")
-    if proc.returncode != 0 or not os.path.exists(path):
-        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
-        tail = [ln for ln in lines if re.match(r"[\w.]*(Error|Exception)\b", ln)][-1:] or lines[-1:]
-        if os.environ.get("BENCH_TRACEBACK") == "1":
-            print(proc.stderr[-4000:], file=sys.stderr)
-        return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
-    with open(path) as f:
-        return json.load(f)
+    return common.run_json_child([python, os.path.abspath(__file__), "--child", name, workdir],
+                                 os.path.join(workdir, name + ".json"), timeout)
 
 
 def loss_check(losses, ref) -> str:

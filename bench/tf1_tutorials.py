@@ -28,8 +28,6 @@ import common  # noqa: I001  (first: sets thread limits and fresh cache director
 
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -99,21 +97,9 @@ def _numbers(obj) -> list[float]:
 def run_child(framework: str, python: str, name: str, workdir: str, cnn_steps: int,
               timeout: float) -> dict:
     """One program under one framework in a new process: its times and numbers, or an error."""
-    path = os.path.join(workdir, f"{framework}-{name}.json")
-    if os.path.exists(path):
-        os.remove(path)
-    try:
-        proc = subprocess.run([python, os.path.abspath(__file__), "--child", framework, name,
-                               workdir, str(cnn_steps)], capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"did not finish in {timeout:.0f} s"}
-    if proc.returncode != 0 or not os.path.exists(path):
-        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
-        tail = [ln for ln in lines if re.match(r"[\w.]*(Error|Exception)\b", ln)][-1:] or lines[-1:]
-        return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
-    with open(path) as f:
-        return json.load(f)
+    return common.run_json_child([python, os.path.abspath(__file__), "--child", framework, name,
+                                  workdir, str(cnn_steps)],
+                                 os.path.join(workdir, f"{framework}-{name}.json"), timeout)
 
 
 def check(name: str, jg: list[float], ref: list[float]) -> str:
@@ -127,7 +113,7 @@ def check(name: str, jg: list[float], ref: list[float]) -> str:
 
 
 def run(args) -> dict:
-    names = [n for n in (args.only.split(",") if args.only else PROGRAMS)]
+    names = args.only.split(",") if args.only else list(PROGRAMS)
     unknown = sorted(set(names) - set(PROGRAMS))
     if unknown:
         raise SystemExit(f"tf1_tutorials: no program {unknown}; choose from {PROGRAMS}")

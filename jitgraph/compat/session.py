@@ -198,7 +198,7 @@ class _Program:
     TensorFlow's graph serves any size there)."""
 
     def __init__(self, fn: Callable, jit_after_s: float, dynamic_dims: dict | None = None):
-        self.fn, self.jit_after_s, self.dynamic_dims = fn, jit_after_s, dynamic_dims or None
+        self.fn, self.jit_after_s, self.dynamic_dims = fn, jit_after_s, dynamic_dims
         self.compiled = self._jit() if jit_after_s <= 0 else None
         self.eager_s = 0.0
 
@@ -349,9 +349,9 @@ class Session:
         program.__name__ = "session_run_" + "_".join(
             n.op_name.replace("/", "_") for n in nodes)[:60]
         open_dims = {i: tuple(a for a, d in enumerate(p._shape) if d is None)
-                     for i, p in enumerate(fed) if isinstance(p, Placeholder)
-                     and p._shape is not None}
-        return _Program(program, self.jit_after_s, {i: a for i, a in open_dims.items() if a})
+                     for i, p in enumerate(fed)
+                     if isinstance(p, Placeholder) and None in (p._shape or ())}
+        return _Program(program, self.jit_after_s, open_dims)
 
 
 class InteractiveSession(Session):

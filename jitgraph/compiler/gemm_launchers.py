@@ -35,11 +35,9 @@ _TYPES = (("f32", "float", np.dtype(np.float32), "jitgraph_sgemm64"),
           ("f64", "double", np.dtype(np.float64), "jitgraph_dgemm64"))
 _INT32_MAX = 2**31 - 1
 # the block a product's threads share (i64 slots)
-_SLOT_NAMES = ("ctr", "parts", "byrows", "size", "a", "b", "c", "ac", "bc", "m", "n", "k", "ta",
-               "tb", "alpha", "beta", "sa", "sb", "sc", "batch")
 (_CTR, _PARTS, _BYROWS, _SIZE, _A, _B, _C, _AC, _BC, _M, _N, _K, _TA, _TB, _ALPHA, _BETA, _SA,
- _SB, _SC, _BATCH) = range(len(_SLOT_NAMES))
-_SLOTS = len(_SLOT_NAMES)
+ _SB, _SC, _BATCH) = range(20)
+_SLOTS = _BATCH + 1
 _LOCK = threading.Lock()
 
 
