@@ -83,7 +83,7 @@ def programs():
 
 
 PINS = {
-    "cpu/mlp_step": "cb6bda2ee3c68a463a3ba964c22ea4080f42f542f106309ddb816b8fa0c89dee",
+    "cpu/mlp_step": "50a0f3faa05c3989b92e281b98c34b17adda9e53896cd4ccf92e4ad45dbab429",
     "cuda/mlp_step": "55def57d5f20478338ecb094c0f390406d3489be73e632261c7e142f29850528",
     "cpu/softmax_xent": "d644fb38d13262fd285eb8f51c10a60015e847c7ebffbaf7ae61257b42ad0eb6",
     "cuda/softmax_xent": "917a5c19c8c7d689cf7c1a7880e2790e18202f88faf80a5bce1ae5f121e0bccc",

@@ -104,7 +104,7 @@ class Emitter:
     def __init__(self, plan, step_pos: int, full_idx: Sequence[str] | None,
                  o_vars: Sequence[str], o_shape: Sequence[int], aligned_locals: dict,
                  full_locals: dict, ctx, prefix: str, stored_here: frozenset = frozenset(),
-                 suffix: str = ""):
+                 suffix: str = "", cached: dict | None = None):
         self.plan = plan
         self.step_pos = step_pos
         self.full_idx = None if full_idx is None else tuple(full_idx)
@@ -115,6 +115,9 @@ class Emitter:
         # values an earlier loop stage of this kernel stored: readable at this stage's own
         # index (the same outer index, so the same thread wrote it, and it is still in cache)
         self.stored_here = stored_here
+        # values an earlier loop stage of this kernel computed and kept, at this stage's own
+        # index, in an output buffer this kernel writes later (value -> that output's var)
+        self.cached = cached or {}
         self.ctx = ctx
         self.prefix = prefix
         self.suffix = suffix                      # (locals are ``<prefix><n><suffix>``)
@@ -156,6 +159,10 @@ class Emitter:
         if v in self.full_locals and self.full_idx is not None and \
                 idx == norm_idx(self.full_idx, v.aval.shape):
             return self.full_locals[v]
+        w = self.cached.get(v)
+        if w is not None and self.full_idx is not None and idx == norm_idx(self.full_idx, v.aval.shape):
+            return self._new(self.ctx.index(self.plan.array_name(w),
+                                            self.ctx.offset(idx, w.aval.shape)))
         if v in self.aligned_locals:
             if self._is_aligned(v, idx):
                 return self.aligned_locals[v]

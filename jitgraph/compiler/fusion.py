@@ -26,7 +26,7 @@ from ..core import (ARG_REDUCE, GATHER, HOST, INDEX_MAP, MATMUL, SCALAR, SCATTER
 from ..dtypes import is_narrow
 from ..passes import uniform_value
 from ..rewrite import is_swap
-from .emit import CannotFuse, Emitter
+from .emit import CannotFuse, Emitter, norm_idx
 
 INLINE = {SCALAR, INDEX_MAP, GATHER}   # lowerings computed where used: the rest store outputs
 EXPENSIVE = 6          # a shared elementwise value costing more than this is stored, not recomputed
@@ -104,8 +104,9 @@ class StageBody:
     kind: str
     lines: list[str]
     reductions: list[tuple]        # (node, acc, value, monoid or "argmax"/"argmin")
-    stores: list[tuple]            # (var, local name, "full" | "outer")
+    stores: list[tuple]            # (var, local name, "full" | "outer" | "cache")
     loads: set = field(default_factory=set)   # arrays this stage reads (``cost`` counts passes)
+    expanded: frozenset = frozenset()   # full-size values this loop stage computed inline
 
 
 @dataclass
@@ -317,14 +318,16 @@ def _reduced_axes(n: Node) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------- kernel bodies
 def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "",
-               acc_reads: str = "") -> KernelBody:
+               acc_reads: str = "", row_cache: dict | None = None) -> KernelBody:
     """Generate the statements of every stage; raises CannotFuse if the kernel is infeasible.
 
     ``copy``: a suffix for the names a loop stage binds per element (the variables of the dims
     it iterates, its locals), for a backend that unrolls the loop: each copy of the loop body
     is generated with its own names, rather than renamed in the text. ``acc_reads``: a suffix
     for the name through which later stages read an accumulator (a backend that keeps the
-    accumulators in an array reads each element into a local first)."""
+    accumulators in an array reads each element into a local first). ``row_cache``: values
+    kept between loop stages (``cache_rows``), value -> (output var, first stage, last)."""
+    row_cache = row_cache or {}
     o_shape, r_shape = k.outer_shape, k.inner_shape
     o_copy, r_copy = ("", copy) if k.axes else (copy, "")
     o_vars = [f"o{i}{o_copy}" if d != 1 else "0" for i, d in enumerate(o_shape)]
@@ -343,7 +346,9 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "",
         em = Emitter(plan, pos, full if st.kind == "loop" else None, o_vars, o_shape,
                      dict(aligned), full_locals, ctx, prefix=f"s{si}_",
                      stored_here=frozenset(stored_full),
-                     suffix=copy if st.kind == "loop" else "")
+                     suffix=copy if st.kind == "loop" else "",
+                     cached={v: w for v, (w, first, last) in row_cache.items()
+                             if first < si <= last} if st.kind == "loop" else None)
         reds, stores, new_aligned = [], [], {}
         for n in st.items:
             v = n.out
@@ -375,15 +380,80 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "",
                 em.aligned_locals[v] = val
                 new_aligned[v] = val
                 stores.append((v, val, "outer"))
+        for v, (w, first, _) in row_cache.items():
+            if first == si:
+                stores.append((w, em.memo[(v, norm_idx(full, v.aval.shape))], "cache"))
         aligned.update(new_aligned)
         loads |= em.loads
         ops |= em.ops
         for v, offs in em.load_offsets.items():
             load_offsets.setdefault(v, set()).update(offs)
-        stages.append(StageBody(st.kind, em.lines, reds, stores, set(em.loads)))
+        stages.append(StageBody(st.kind, em.lines, reds, stores, set(em.loads),
+                                _expanded(plan, k, em, full) if st.kind == "loop" else frozenset()))
         if st.kind == "loop":
-            stored_full.update(v for v, _, where in stores if where == "full")
+            stored_full.update(v for v, _, where in stores if where == "full")  # not "cache"
     return KernelBody(o_vars, r_vars, full, stages, loads, ops, load_offsets)
+
+
+def _expanded(plan: Plan, k: LoopKernel, em: Emitter, full: list[str]) -> frozenset:
+    """The full-size elementwise values a loop stage computed (not loaded) at its own index."""
+    own = tuple(full)
+    return frozenset(
+        v for (v, idx) in em.memo if v.aval.shape == k.shape and idx == norm_idx(own, k.shape)
+        and v not in plan.materialized and v not in em.cached and v in plan.producer
+        and plan.producer[v].prim.lowering.kind == SCALAR)
+
+
+ROW_CACHE_MIN_COST = 4   # inline cost (in adds) from which a later stage reloads, not recomputes
+
+
+def cache_rows(plan: Plan, k: LoopKernel, pos: int, ctx) -> None:
+    """Compute a costly value once per row where several loop stages of a row kernel use it.
+
+    Softmax and cross-entropy kernels compute ``exp(z - max)`` in the stage summing it and
+    again in the stage writing the result (the probabilities, the gradient). The first stage
+    now also writes it, at its own index, into that result's output buffer, and the later
+    stages read it back (from L1: a row was just written) before overwriting it: one
+    transcendental per element instead of two, no extra memory. Safe because the stages of
+    one outer index run in order with the same index, a kernel with stages is never written
+    in place of its input, and nothing reads the output before the stage that writes it.
+    Greedy: the costliest shared value first, one per output buffer."""
+    cache: dict = {}
+    for _ in range(4):
+        pick = _row_cache_pick(plan, k, cache)
+        if pick is None:
+            return
+        v, w, first, last = pick
+        cache[v] = (w, first, last)
+        try:
+            body = build_body(plan, k, pos, ctx, row_cache=cache)
+        except CannotFuse:
+            return
+        k.body = body
+
+
+def _row_cache_pick(plan: Plan, k: LoopKernel, cache: dict):
+    """(value, output, first stage, last stage) of the costliest value a later loop stage
+    recomputes, with a free output buffer of its dtype that stage writes; or None."""
+    stages = k.body.stages
+    taken = {w for w, _, _ in cache.values()}
+    loaded = {plan.array_name(v) for v in k.body.loads}
+    best, best_cost = None, ROW_CACHE_MIN_COST - 1
+    for last, st in enumerate(stages):
+        outs = [w for w, _, where in st.stores if where == "full" and w in plan.needed
+                and w not in taken and not is_narrow(w.aval.dtype)
+                and plan.array_name(w) not in loaded]
+        if st.kind != "loop" or not outs:
+            continue
+        for v in st.expanded - cache.keys():
+            first = next((i for i in range(last) if v in stages[i].expanded), None)
+            w = next((w for w in outs if w.aval.dtype == v.aval.dtype), None)
+            if first is None or w is None:
+                continue
+            c = _inline_cost(plan, plan.producer[v])
+            if c > best_cost or c == best_cost and best is not None and v.id < best[0].id:
+                best, best_cost = (v, w, first, last), c
+    return best
 
 
 # ---------------------------------------------------------------- grouping
@@ -640,6 +710,10 @@ def _finish(plan: Plan, ctx) -> None:
             needed |= set(s.node.inputs)
     plan.needed = {v for v in needed if v not in g.inputs and v not in g.consts}
     plan.const_args = [v for v in g.consts if v in needed]
+    if getattr(ctx, "row_cache", False):
+        for pos, s in enumerate(plan.steps):
+            if isinstance(s, LoopKernel) and sum(st.kind == "loop" for st in s.stages) > 1:
+                cache_rows(plan, s, pos, ctx)
     for i, s in enumerate(plan.steps):
         kind = type(s).__name__.replace("Step", "").replace("LoopKernel", "loop").lower()
         s.name = f"k{i}_{kind}"

@@ -160,7 +160,7 @@ def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str,
     for (v, val, where) in st.stores:
         if v not in plan.needed:
             continue
-        off = syntax.offset(body.full_idx, v.aval.shape) if where == "full" else \
+        off = syntax.offset(body.full_idx, v.aval.shape) if where != "outer" else \
             outer_offset(syntax, v, k, body)
         out.append(pad + syntax.store(plan.array_name(v), off, val))
     return out
@@ -184,7 +184,7 @@ def writes(s) -> list:
     if isinstance(s, LoopKernel):
         out = [v for st in s.body.stages for (v, _, _) in st.stores]
         out += [r[0].out for st in s.body.stages for r in st.reductions]
-        return out
+        return list(dict.fromkeys(out))
     if isinstance(s, MatmulStep):
         return [s.out]
     return list(s.node.outs)

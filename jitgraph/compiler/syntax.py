@@ -51,6 +51,10 @@ class Syntax:
     """The base table: Numba Python, valid in ``@njit`` and ``@cuda.jit`` kernels alike."""
 
     operators: dict[str, str] = OPERATORS
+    #: whether a row kernel may keep a costly value of one loop stage for a later one in the
+    #: output buffer that later stage writes (``fusion.cache_rows``): a backend whose threads
+    #: read in a later stage what they wrote in an earlier one says so
+    row_cache: bool = False
 
     # ------------------------------------------------------------ expressions
     def op(self, name: str, *operands: str) -> str:

@@ -47,6 +47,7 @@ class CpuContext(Syntax):
     exists for it."""
 
     backend = "cpu"
+    row_cache = True
 
     def __init__(self, approx_math: bool = True):
         self.approx_math = approx_math
