@@ -116,3 +116,31 @@ def test_log_softmax_cross_entropy_in_float64_and_its_second_derivative():
     eps = 1e-5
     fd = (np.asarray(g(z + eps * v)) - np.asarray(g(z - eps * v))) / (2 * eps)
     np.testing.assert_allclose(hvp, fd, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("rows, cols", [(6, 50), (64, 2 * PARALLEL_MIN_WORK // 64)])
+def test_sparse_cross_entropy_gradient_joins_the_row_kernel(rows, cols):
+    """``nn.cross_entropy`` with integer labels: the gradient's coefficient is computed from the
+    labels where it is used (not stored by whichever kernel came last), so the gradient is a
+    stage of the row kernel computing the row statistics, whose exponentials it reuses: one
+    row kernel and the mean, not three kernels (and 14 ms instead of 3.5 ms at 8192x1000).
+    A label out of range gives a NaN loss row and no gradient from its pick, as in PyTorch's
+    ``ignore_index``-free cross-entropy with a bad label."""
+    r = np.random.default_rng(2)
+    z = (2 * r.standard_normal((rows, cols))).astype(np.float32)
+    y = r.integers(0, cols, rows)
+    fn = jitgraph.value_and_grad(lambda z, y: nn.cross_entropy(z, y))
+    jf = jitgraph.jit(fn)
+    lowered = jf.lower(z, y)
+    assert len(lowered.plan.steps) == 2, [s.name for s in lowered.plan.steps]
+    assert _kernels(jf, z, y).count("exp_f32(") == 1
+    loss, grad = jf(z, y)
+    z64 = z.astype(np.float64)
+    p = np.exp(z64 - z64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(loss, -np.mean(np.log(p[np.arange(rows), y])), rtol=1e-5)
+    p[np.arange(rows), y] -= 1
+    np.testing.assert_allclose(grad, p / rows, rtol=2e-5, atol=1e-9)
+    y[1] = cols                                   # out of range
+    for g, w in zip(jf(z, y), _reference(fn, z, y)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-9)
