@@ -433,6 +433,36 @@ def test_leading_axis_reductions(products):
         assert any(parallel(k.source) for k in loop_kernels(lowered))
 
 
+def test_leading_axis_sums_beside_products_split_their_rows():
+    """Above the threshold beside products, a column-order sum over (batch, h, w) runs its
+    batch rows on threads, each row's sums apart, added in row order by the driver (a
+    convolution's bias gradient): the same bits on one thread and on two, and the
+    reference's numbers. Its elementwise output (the masked gradient) is written as before."""
+    import numba
+    batch, hw, ch = 2 * T.PARALLEL_MIN_WORK_BESIDE_PRODUCTS // (8 * 8 * 32), 8, 32
+    x = rn(batch, hw, hw, ch, dtype=F32)
+    w = rn(ch, 16, dtype=F32)
+
+    def f(x, w):
+        y = jnp.maximum(x, 0.0)
+        return jnp.sum(y, axis=(0, 1, 2)), y.reshape(-1, ch) @ w
+    lowered = check_value_and_grad(f, (x, w), (0, 1), tol={np.dtype(F32): (1e-4, 1e-5)})
+    split = [k.source for k in loop_kernels(lowered) if "part = r0 *" in k.source]
+    assert split and all(threaded.rows_of(s) == batch for s in split), "no split column kernel"
+    assert f"np.sum(k0_loop_acc0.reshape(({batch}, {ch}))" in lowered.source
+    jf = jitgraph.jit(f)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = np.asarray(jf(x, w)[0])
+        numba.set_num_threads(before)
+        two = np.asarray(jf(x, w)[0])
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(two, np.maximum(x, 0).astype(F64).sum((0, 1, 2)), rtol=1e-5)
+
+
 @pytest.mark.parametrize("rows", [2, 2 * T.PARALLEL_MIN_OUTER])
 def test_long_rows(rows):
     """Rows of LONG_ROW columns: softmax, log-softmax, logsumexp, cross-entropy, layernorm,

@@ -32,6 +32,12 @@ PARALLEL_MIN_OUTER = 8
 # Reductions over leading axes (a bias gradient) with at least this many outputs loop in
 # column order (reduced dims outside, kept dims inside, one accumulator per output).
 COLUMN_ORDER_MIN_OUTER = 8
+# A column-order reduction beside products splits its rows over threads (each row's sums apart,
+# added in order afterwards) when its first reduced dim has at least this many rows and its
+# partial sums are at most 1/SPLIT_COLUMN_MAX_PARTIAL of the elements it reads: a convolution's
+# bias gradient over (batch, 28, 28, 32), 3.1 ms serial.
+SPLIT_COLUMN_MIN_ROWS = 4
+SPLIT_COLUMN_MAX_PARTIAL = 8
 # Programs of at most this many steps (and no matmul) get a compiled driver; larger ones run
 # their steps from a Python driver (see ``codegen_cpu``).
 SMALL_PROGRAM_STEPS = 2

@@ -27,7 +27,7 @@ from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, colum
 from ..memory import Buffers, MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_PRODUCT, PARALLEL_MIN_WORK,
                           PARALLEL_MIN_WORK_BESIDE_PRODUCTS, PARALLEL_MIN_WORK_WITH_BLAS,
-                          SMALL_PROGRAM_STEPS)
+                          SMALL_PROGRAM_STEPS, SPLIT_COLUMN_MAX_PARTIAL, SPLIT_COLUMN_MIN_ROWS)
 from ..syntax import Syntax
 from .base import ModuleText
 
@@ -158,6 +158,7 @@ class LoopDecision:
     outer_par: bool
     inner_par: bool
     column: bool
+    split: bool = False     # column order, its rows split over threads (``_split_column_body``)
 
 
 class CpuCodegen:
@@ -202,6 +203,7 @@ class CpuCodegen:
         self.made_decisions: list[LoopDecision] = []
         # kernel name -> (parameter, size, dtype) of accumulators the driver gives scratch for
         self.accumulators: dict[str, list] = {}
+        self._combines: dict[str, list] = {}    # kernel name -> driver lines after its call
         self.chunks = [HEADER]                  # the module's text: header, kernels, driver
         self.kernels: list[KernelSource] = []   # one per loop or scatter step
         self._by_structure: dict[tuple, KernelSource] = {}
@@ -215,14 +217,26 @@ class CpuCodegen:
         work = int(np.prod(k.shape, dtype=np.int64))
         has_arg = has_arg_reduction(k)
         if self._one_pool and column_order(k, False, has_arg):
-            # a leading-axis reduction (a bias gradient) beside products: serial in column order
-            # reads memory contiguously; threads over its outputs read each with a stride (the
-            # GPT step's MLP bias gradient, 512 outputs: 7x slower)
-            return LoopDecision(False, False, True)
+            # a leading-axis reduction (a bias gradient) beside products: in column order it
+            # reads memory contiguously; threads over its outputs would read each with a stride
+            # (the GPT step's MLP bias gradient, 512 outputs: 7x slower), so the threads take
+            # rows instead, each row's sums kept apart and added in order afterwards
+            return LoopDecision(False, False, True, split=self._splits_rows(k, work, o_size))
         outer_par = work >= self.parallel_min and o_size >= PARALLEL_MIN_OUTER
         inner_par = work >= self.parallel_min and o_size == 1 and not has_arg and bool(k.inner_shape)
         return LoopDecision(outer_par, inner_par,
                             column_order(k, outer_par or inner_par, has_arg))
+
+    def _splits_rows(self, k: LoopKernel, work: int, o_size: int) -> bool:
+        """Whether a column-order kernel runs its rows on threads: large enough to thread,
+        one loop stage of sums (the combine is a sum), and a first reduced dim that gives
+        the threads rows while its partial sums stay small beside what the kernel reads."""
+        st = k.body.stages
+        r_dims = [d for d in k.inner_shape if d != 1]
+        return (self._launched and work >= self.parallel_min and len(st) == 1
+                and all(r[3] == "sum" for r in st[0].reductions) and st[0].reductions
+                and bool(r_dims) and r_dims[0] >= SPLIT_COLUMN_MIN_ROWS
+                and r_dims[0] * o_size * SPLIT_COLUMN_MAX_PARTIAL <= work)
 
     # ------------------------------------------------------------ loop kernels
     def loop_kernel(self, k: LoopKernel) -> tuple[str, list]:
@@ -233,13 +247,17 @@ class CpuCodegen:
         outer_par, inner_par = d.outer_par, d.inner_par
         has_red = any(s.reductions for s in body.stages)
         params = kernel_params(plan, k)
-        if d.column:
+        if d.split:
+            params += self._partial_params(k)
+        elif d.column:
             params += self._accumulator_params(k)
         params += [name for name, _, _ in self.symbols]
-        launched = outer_par and self._launched and not d.column
+        launched = (outer_par and self._launched and not d.column) or d.split
         lines = [_decorator((outer_par or inner_par) and not launched, self.fastmath, has_red,
                             self.python_driver),
                  _kernel_head((["lo", "hi"] if launched else []) + params)]
+        if d.split:
+            return "\n".join(lines + self._split_column_body(k)), params
         if d.column:
             return "\n".join(lines + self._column_body(k)), params
         ind = 1
@@ -311,6 +329,51 @@ class CpuCodegen:
                     (name, o_size, n.inputs[0].aval.dtype))
                 names.append(name)
         return names
+
+    def _partial_params(self, k: LoopKernel) -> list[str]:
+        """Parameters of a split column kernel's partial sums, one row of them per row of its
+        first reduced dim (scratch from the driver), and the driver's combine: each output is
+        the sum of its partial rows in row order, so the result is the same on any number of
+        threads."""
+        rows = next(d for d in k.inner_shape if d != 1)
+        o_size = int(np.prod(k.outer_shape, dtype=np.int64))
+        names = []
+        for j, (n, _, _, _) in enumerate(k.body.stages[0].reductions):
+            name = _accumulator_name(k, j)
+            self.accumulators.setdefault(k.name, []).append(
+                (name, rows * o_size, n.inputs[0].aval.dtype))
+            if n.out in self.plan.needed:
+                self._combines.setdefault(k.name, []).append(
+                    f"np.sum({name}.reshape(({rows}, {o_size})), axis=0, "
+                    f"out={self.plan.array_name(n.out)}.reshape({o_size}))")
+            names.append(name)
+        return names
+
+    def _split_column_body(self, k: LoopKernel) -> list[str]:
+        """A column-order kernel over rows ``lo:hi`` of its first reduced dim (a launcher runs
+        it on threads): each row sums into its own row of partial sums."""
+        plan, body = self.plan, k.body
+        o_size = int(np.prod(k.outer_shape, dtype=np.int64))
+        o_loops = [(v, d) for v, d in zip(body.o_vars, k.outer_shape) if d != 1]
+        (rv, rows), *r_loops = [(v, d) for v, d in zip(body.r_vars, k.inner_shape) if d != 1]
+        olin = self.ctx.offset(body.o_vars, k.outer_shape)
+        st = body.stages[0]
+        out = loop_header(self.ctx, rv, rows, False, "    ", launched=True)
+        out.append(f"        part = {rv} * {o_size}")
+        for j, (n, acc, _, monoid) in enumerate(st.reductions):
+            out.append(f"        {acc} = {_accumulator_name(k, j)}")
+            out.append("        " + self.ctx.for_range("z", o_size))
+            out.append(f"            {acc}[part + z] = "
+                       f"{init_value(self.ctx, monoid, n.inputs[0].aval.dtype)}")
+        ind = 2
+        for v, d in r_loops + o_loops:
+            out.append("    " * ind + self.ctx.for_range(v, d))
+            ind += 1
+        pad = "    " * ind
+        out += [pad + line for line in st.lines]
+        out += [pad + f"{acc}[part + {olin}] += {val}" for (_, acc, val, _) in st.reductions]
+        out += store_lines(self.ctx, plan, st, k, pad)
+        return out
 
     def _column_body(self, k: LoopKernel) -> list[str]:
         plan, body = self.plan, k.body
@@ -404,7 +467,8 @@ class CpuCodegen:
 
     def kernel_call(self, s, params: list) -> list[str]:
         prefix = threaded.PREFIX if s.name in self._launched_steps else ""
-        return [f"{prefix}{_call_field(self._callee[s.name])}({', '.join(params)})"]
+        return [f"{prefix}{_call_field(self._callee[s.name])}({', '.join(params)})"] + \
+            self._combines.get(s.name, [])
 
     def module(self, body: list[str], memory: MemoryPlan) -> ModuleText:
         """The module source template, its kernels, the driver name template and the buffer
