@@ -365,15 +365,20 @@ class CpuCodegen:
             out.append("        " + self.ctx.for_range("z", o_size))
             out.append(f"            {acc}[part + z] = "
                        f"{init_value(self.ctx, monoid, n.inputs[0].aval.dtype)}")
-        ind = 2
-        for v, d in r_loops + o_loops:
-            out.append("    " * ind + self.ctx.for_range(v, d))
-            ind += 1
-        pad = "    " * ind
-        out += [pad + line for line in st.lines]
+        loops, pad = self._nest(r_loops + o_loops, 2)
+        out += loops + [pad + line for line in st.lines]
         out += [pad + f"{acc}[part + {olin}] += {val}" for (_, acc, val, _) in st.reductions]
         out += store_lines(self.ctx, plan, st, k, pad)
         return out
+
+    def _nest(self, loops, ind: int) -> tuple[list[str], str]:
+        """The ``for`` lines of ``loops`` (outermost first) from indent level ``ind``, and the
+        indent of their body."""
+        out = []
+        for v, d in loops:
+            out.append("    " * ind + self.ctx.for_range(v, d))
+            ind += 1
+        return out, "    " * ind
 
     def _column_body(self, k: LoopKernel) -> list[str]:
         plan, body = self.plan, k.body
@@ -392,12 +397,8 @@ class CpuCodegen:
                 out.append(f"    {acc} = {_accumulator_name(k, j)}")
             out.append("    " + self.ctx.for_range("z", o_size))
             out.append(f"        {acc}[z] = {init_value(self.ctx, monoid, dt)}")
-        ind = 1
-        for v, d in r_loops + o_loops:
-            out.append("    " * ind + self.ctx.for_range(v, d))
-            ind += 1
-        pad = "    " * ind
-        out += [pad + l for l in loop_st.lines]
+        loops, pad = self._nest(r_loops + o_loops, 1)
+        out += loops + [pad + l for l in loop_st.lines]
         for (n, acc, val, monoid) in loop_st.reductions:
             if monoid == "sum":
                 out.append(pad + f"{acc}[{olin}] += {val}")
@@ -412,11 +413,8 @@ class CpuCodegen:
             # through a local named ``<acc>_x``
             pos = next(i for i, s in enumerate(plan.steps) if s is k)
             sc = build_body(plan, k, pos, self.ctx, acc_reads="_x").stages[1]
-            ind = 1
-            for v, d in o_loops:
-                out.append("    " * ind + self.ctx.for_range(v, d))
-                ind += 1
-            pad = "    " * ind
+            loops, pad = self._nest(o_loops, 1)
+            out += loops
             accs = [acc for (_, acc, _, _) in loop_st.reductions]
             out += [pad + self.ctx.assign(f"{acc}_x", self.ctx.index(acc, olin)) for acc in accs]
             out += [pad + line for line in sc.lines]
