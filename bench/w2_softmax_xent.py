@@ -6,6 +6,11 @@ written out with the max subtracted, as users write it. Implementations: NumPy (
 derivative), torch eager, torch.compile, jax.jit(jax.value_and_grad), jitgraph.jit(
 jitgraph.value_and_grad). GB/s = (z and y read, gradient written: 12 bytes/element) / time.
 
+A second table per shape takes integer labels, each framework's own loss as its users call
+it: ``torch.nn.functional.cross_entropy``, ``jitgraph.nn.cross_entropy``, and in JAX the
+labelled entries of ``jax.nn.log_softmax`` (``optax``'s formula); GB/s counts z read and the
+gradient written (8 bytes/element).
+
     python bench/w2_softmax_xent.py [--quick] [--json out.json]
 """
 
@@ -122,6 +127,80 @@ def run_shape(shape, args) -> ResultTable:
     return table
 
 
+def numpy_labels(z, labels):
+    """Value and gradient of the integer-label loss in z's own dtype (float64: the
+    reference)."""
+    m = z.max(axis=1, keepdims=True)
+    e = np.exp(z - m)
+    s = e.sum(axis=1, keepdims=True)
+    rows = np.arange(z.shape[0])
+    loss = np.mean(np.log(s[:, 0]) + m[:, 0] - z[rows, labels])
+    g = e / s
+    g[rows, labels] -= 1.0
+    return loss, g * z.dtype.type(1.0 / z.shape[0])
+
+
+def run_labels(shape, args) -> ResultTable:
+    """The same rows with integer labels, through each framework's cross-entropy."""
+    z, y = make_data(*shape)
+    labels = y.argmax(axis=1)
+    ref = numpy_labels(z.astype(np.float64), labels)
+    nbytes = 8 * z.size
+    table = ResultTable(f"W2 with integer labels: each framework's cross-entropy, {shape[0]}x"
+                        f"{shape[1]} float32 (ms/call)", unit="ms", extra_cols=("GB/s", "check"))
+    guarded("numpy", add_row, table, "numpy (manual derivative)",
+            lambda: numpy_labels(z, labels), nbytes, ref, args)
+    torch = import_torch()
+    if torch is None:
+        for name in ("torch eager", "torch.compile"):
+            table.add_unavailable(name, f"n/a ({import_error('torch')})")
+    else:
+        import torch.nn.functional as F
+        zt, yt = torch.tensor(z), torch.tensor(labels)
+
+        def eager():
+            zg = zt.detach().requires_grad_()
+            v = F.cross_entropy(zg, yt)
+            v.backward()
+            return v.detach(), zg.grad
+        guarded("torch eager", add_row, table, "torch eager", eager, nbytes, ref, args)
+
+        def compiled():
+            vg = torch.compile(torch.func.grad_and_value(F.cross_entropy), dynamic=False)
+
+            def call():
+                g, v = vg(zt, yt)
+                return v, g
+            add_row(table, "torch.compile", call, nbytes, ref, args)
+        guarded("torch.compile", compiled)
+    jax = import_jax()
+    if jax is None:
+        table.add_unavailable("jax.jit", f"n/a ({import_error('jax')})")
+    else:
+        def jax_row():
+            jnp = jax.numpy
+
+            def loss(z, y):
+                logp = jax.nn.log_softmax(z, axis=-1)
+                return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
+            vg = jax.jit(jax.value_and_grad(loss))
+            zj, yj = jnp.asarray(z), jnp.asarray(labels)
+            add_row(table, "jax.jit", lambda: vg(zj, yj), nbytes, ref, args)
+        guarded("jax.jit", jax_row)
+
+    def jitgraph_row():
+        jg = import_jitgraph()
+        if jg is None:
+            raise RuntimeError(import_error("jitgraph"))
+        from jitgraph import nn
+        vg = jg.jit(jg.value_and_grad(nn.cross_entropy))
+        add_row(table, "jitgraph.jit", lambda: vg(z, labels), nbytes, ref, args)
+    guarded("jitgraph", jitgraph_row)
+    table.print()
+    print()
+    return table
+
+
 def torch_namespace(torch):
     """The few jnp-style functions the loss uses, on torch tensors."""
     class T:
@@ -136,7 +215,11 @@ def torch_namespace(torch):
 
 def run(args) -> dict:
     shapes = SHAPES_QUICK if args.quick else SHAPES_FULL
-    return {f"{r}x{c}": run_shape((r, c), args).as_dict() for r, c in shapes}
+    out = {}
+    for r, c in shapes:
+        out[f"{r}x{c}"] = run_shape((r, c), args).as_dict()
+        out[f"{r}x{c} labels"] = run_labels((r, c), args).as_dict()
+    return out
 
 
 def main(argv=None) -> dict:

@@ -187,11 +187,22 @@ class Emitter:
                     v in self.stored_here and self.full_idx is not None
                     and idx == norm_idx(self.full_idx, v.aval.shape)):
                 raise CannotFuse(f"{v} is produced by step {pos}, not before step {self.step_pos}")
-            self.loads.add(v)
-            off = self.ctx.offset(idx, v.aval.shape)
-            self.load_offsets.setdefault(v, set()).add(off)
-            return self._new(self.ctx.index(self.plan.array_name(v), off))
+            return self._load(v, self.ctx.offset(idx, v.aval.shape))
         return self._expand(v, idx)
+
+    def _load(self, v: Var, off: str) -> str:
+        """The element of stored ``v`` at flat offset ``off``."""
+        self.loads.add(v)
+        self.load_offsets.setdefault(v, set()).add(off)
+        return self._new(self.ctx.index(self.plan.array_name(v), off))
+
+    def _stored_before(self, v: Var) -> bool:
+        """Whether ``v`` is an array an earlier step (or the caller) wrote, read as it is: a
+        program input or a stored value, not a constant (computed from the index, or a
+        literal) nor anything this kernel computes."""
+        return (v in self.plan.input_set or v in self.plan.materialized) and \
+            v not in self.full_locals and v not in self.aligned_locals and \
+            v not in self.cached and self.plan.available_at(v) < self.step_pos
 
     def compute(self, v: Var, idx: Sequence[str]) -> str:
         """Compute ``v`` from its producer (for the values a kernel itself produces)."""
@@ -251,6 +262,11 @@ class Emitter:
                       for e, o, d, n in zip(in_idx, idx, x[0].aval.shape, out.shape)]
             val = self.value(x[0], in_idx)
             return self._new(self.ctx.select(cond, val, self.ctx.literal(0, out.dtype)))
+        if name == "reshape" and self._stored_before(x[0]):
+            # a reshape keeps each element's row-major position: read the stored input at
+            # the output index's flat offset, rather than split the offset into the input's
+            # dims and join them again (divisions and remainders that stop vectorization)
+            return self._load(x[0], self.ctx.offset(idx, out.shape))
         in_idx = node.prim.lowering.rule(self.ctx, list(idx), x[0].aval, out, **node.params)
         return self.value(x[0], in_idx)
 
