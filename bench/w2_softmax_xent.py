@@ -72,21 +72,17 @@ def add_row(table, name, fn, nbytes, ref, args, note=""):
     table.add(name, t, note, check=check, **{"GB/s": f"{nbytes / t.median / 1e9:.2f}"})
 
 
-def run_shape(shape, args) -> ResultTable:
-    z, y = make_data(*shape)
-    ref = reference(z, y)
-    nbytes = 12 * z.size
-    table = ResultTable(f"W2: softmax cross-entropy value+grad, {shape[0]}x{shape[1]} float32 "
-                        "(ms/call)", unit="ms", extra_cols=("GB/s", "check"))
+def framework_rows(table, z, y, losses, nbytes, ref, args) -> None:
+    """One row per framework: ``losses`` maps 'numpy' to a value-and-gradient function and
+    'torch', 'jax', 'jitgraph' to a function of the framework's module giving its loss."""
     guarded("numpy", add_row, table, "numpy (manual derivative)",
-            lambda: numpy_value_and_grad(z, y), nbytes, ref, args)
-
+            lambda: losses["numpy"](z, y), nbytes, ref, args)
     torch = import_torch()
     if torch is None:
         for name in ("torch eager", "torch.compile"):
             table.add_unavailable(name, f"n/a ({import_error('torch')})")
     else:
-        loss = make_loss(torch_namespace(torch))
+        loss = losses["torch"](torch)
         zt, yt = torch.tensor(z), torch.tensor(y)
 
         def eager():
@@ -110,7 +106,7 @@ def run_shape(shape, args) -> ResultTable:
         table.add_unavailable("jax.jit", f"n/a ({import_error('jax')})")
     else:
         def jax_row():
-            vg = jax.jit(jax.value_and_grad(make_loss(jax.numpy)))
+            vg = jax.jit(jax.value_and_grad(losses["jax"](jax)))
             zj, yj = jax.numpy.asarray(z), jax.numpy.asarray(y)
             add_row(table, "jax.jit", lambda: vg(zj, yj), nbytes, ref, args)
         guarded("jax.jit", jax_row)
@@ -119,11 +115,23 @@ def run_shape(shape, args) -> ResultTable:
         jg = import_jitgraph()
         if jg is None:
             raise RuntimeError(import_error("jitgraph"))
-        vg = jg.jit(jg.value_and_grad(make_loss(jg.numpy)))
+        vg = jg.jit(jg.value_and_grad(losses["jitgraph"](jg)))
         add_row(table, "jitgraph.jit", lambda: vg(z, y), nbytes, ref, args)
     guarded("jitgraph", jitgraph_row)
     table.print()
     print()
+
+
+def run_shape(shape, args) -> ResultTable:
+    z, y = make_data(*shape)
+    table = ResultTable(f"W2: softmax cross-entropy value+grad, {shape[0]}x{shape[1]} float32 "
+                        "(ms/call)", unit="ms", extra_cols=("GB/s", "check"))
+    framework_rows(table, z, y, {
+        "numpy": numpy_value_and_grad,
+        "torch": lambda torch: make_loss(torch_namespace(torch)),
+        "jax": lambda jax: make_loss(jax.numpy),
+        "jitgraph": lambda jg: make_loss(jg.numpy),
+    }, 12 * z.size, reference(z, y), args)
     return table
 
 
@@ -140,64 +148,28 @@ def numpy_labels(z, labels):
     return loss, g * z.dtype.type(1.0 / z.shape[0])
 
 
+def jax_label_loss(jax):
+    """optax's softmax_cross_entropy_with_integer_labels, as a mean."""
+    jnp = jax.numpy
+
+    def loss(z, y):
+        logp = jax.nn.log_softmax(z, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
+    return loss
+
+
 def run_labels(shape, args) -> ResultTable:
     """The same rows with integer labels, through each framework's cross-entropy."""
     z, y = make_data(*shape)
     labels = y.argmax(axis=1)
-    ref = numpy_labels(z.astype(np.float64), labels)
-    nbytes = 8 * z.size
     table = ResultTable(f"W2 with integer labels: each framework's cross-entropy, {shape[0]}x"
                         f"{shape[1]} float32 (ms/call)", unit="ms", extra_cols=("GB/s", "check"))
-    guarded("numpy", add_row, table, "numpy (manual derivative)",
-            lambda: numpy_labels(z, labels), nbytes, ref, args)
-    torch = import_torch()
-    if torch is None:
-        for name in ("torch eager", "torch.compile"):
-            table.add_unavailable(name, f"n/a ({import_error('torch')})")
-    else:
-        import torch.nn.functional as F
-        zt, yt = torch.tensor(z), torch.tensor(labels)
-
-        def eager():
-            zg = zt.detach().requires_grad_()
-            v = F.cross_entropy(zg, yt)
-            v.backward()
-            return v.detach(), zg.grad
-        guarded("torch eager", add_row, table, "torch eager", eager, nbytes, ref, args)
-
-        def compiled():
-            vg = torch.compile(torch.func.grad_and_value(F.cross_entropy), dynamic=False)
-
-            def call():
-                g, v = vg(zt, yt)
-                return v, g
-            add_row(table, "torch.compile", call, nbytes, ref, args)
-        guarded("torch.compile", compiled)
-    jax = import_jax()
-    if jax is None:
-        table.add_unavailable("jax.jit", f"n/a ({import_error('jax')})")
-    else:
-        def jax_row():
-            jnp = jax.numpy
-
-            def loss(z, y):
-                logp = jax.nn.log_softmax(z, axis=-1)
-                return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
-            vg = jax.jit(jax.value_and_grad(loss))
-            zj, yj = jnp.asarray(z), jnp.asarray(labels)
-            add_row(table, "jax.jit", lambda: vg(zj, yj), nbytes, ref, args)
-        guarded("jax.jit", jax_row)
-
-    def jitgraph_row():
-        jg = import_jitgraph()
-        if jg is None:
-            raise RuntimeError(import_error("jitgraph"))
-        from jitgraph import nn
-        vg = jg.jit(jg.value_and_grad(nn.cross_entropy))
-        add_row(table, "jitgraph.jit", lambda: vg(z, labels), nbytes, ref, args)
-    guarded("jitgraph", jitgraph_row)
-    table.print()
-    print()
+    framework_rows(table, z, labels, {
+        "numpy": numpy_labels,
+        "torch": lambda torch: torch.nn.functional.cross_entropy,
+        "jax": jax_label_loss,
+        "jitgraph": lambda jg: jg.nn.cross_entropy,
+    }, 8 * z.size, numpy_labels(z.astype(np.float64), labels), args)
     return table
 
 
