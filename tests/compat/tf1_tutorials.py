@@ -31,6 +31,17 @@ def init(rng, *shape, scale=0.1):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
+def conv2d(x, W, b, strides=1):
+    """The tutorials' convolution layer: a SAME convolution, its bias, ReLU."""
+    x = tf.nn.conv2d(x, W, strides=[1, strides, strides, 1], padding="SAME")
+    return tf.nn.relu(tf.nn.bias_add(x, b))
+
+
+def maxpool2d(x, k=2):
+    """A k x k max pool of stride k, SAME padding."""
+    return tf.nn.max_pool(x, ksize=[1, k, k, 1], strides=[1, k, k, 1], padding="SAME")
+
+
 def linear_regression():
     """Per-sample gradient descent on a line, with "float" placeholders fed Python scalars."""
     tf.reset_default_graph()
@@ -169,13 +180,6 @@ def cnn():
     biases = {"bc1": tf.Variable(tf.zeros([8])), "bc2": tf.Variable(tf.zeros([16])),
               "bd1": tf.Variable(tf.constant(0.1, shape=[32])), "out": tf.Variable(tf.zeros([10]))}
 
-    def conv2d(x, W, b, strides=1):
-        x = tf.nn.conv2d(x, W, strides=[1, strides, strides, 1], padding="SAME")
-        return tf.nn.relu(tf.nn.bias_add(x, b))
-
-    def maxpool2d(x, k=2):
-        return tf.nn.max_pool(x, ksize=[1, k, k, 1], strides=[1, k, k, 1], padding="SAME")
-
     x = tf.reshape(X, shape=[-1, 8, 8, 1])
     conv1 = maxpool2d(conv2d(x, weights["wc1"], biases["bc1"]))
     conv2 = maxpool2d(conv2d(conv1, weights["wc2"], biases["bc2"]))
@@ -232,13 +236,6 @@ def cnn_mnist(steps=200, batch_size=128, display_step=10):
                "out": tf.Variable(init(rng, 1024, 10, scale=0.05))}
     biases = {"bc1": tf.Variable(tf.zeros([32])), "bc2": tf.Variable(tf.zeros([64])),
               "bd1": tf.Variable(tf.zeros([1024])), "out": tf.Variable(tf.zeros([10]))}
-
-    def conv2d(x, W, b, strides=1):
-        x = tf.nn.conv2d(x, W, strides=[1, strides, strides, 1], padding="SAME")
-        return tf.nn.relu(tf.nn.bias_add(x, b))
-
-    def maxpool2d(x, k=2):
-        return tf.nn.max_pool(x, ksize=[1, k, k, 1], strides=[1, k, k, 1], padding="SAME")
 
     x = tf.reshape(X, shape=[-1, 28, 28, 1])
     conv1 = maxpool2d(conv2d(x, weights["wc1"], biases["bc1"]))
