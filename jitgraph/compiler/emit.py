@@ -156,11 +156,11 @@ class Emitter:
         return res
 
     def _value(self, v: Var, idx: tuple) -> str:
-        if v in self.full_locals and self.full_idx is not None and \
-                idx == norm_idx(self.full_idx, v.aval.shape):
+        own = self.full_idx is not None and idx == norm_idx(self.full_idx, v.aval.shape)
+        if own and v in self.full_locals:
             return self.full_locals[v]
-        w = self.cached.get(v)
-        if w is not None and self.full_idx is not None and idx == norm_idx(self.full_idx, v.aval.shape):
+        if own and v in self.cached:        # (not a load: this kernel wrote it)
+            w = self.cached[v]
             return self._new(self.ctx.index(self.plan.array_name(w),
                                             self.ctx.offset(idx, w.aval.shape)))
         if v in self.aligned_locals:
@@ -183,9 +183,7 @@ class Emitter:
                 return self._new(self.ctx.cast(expr, v.aval.dtype))
         if v in self.plan.materialized or v in self.plan.graph.consts or v in self.plan.input_set:
             pos = self.plan.available_at(v)
-            if pos >= self.step_pos and not (
-                    v in self.stored_here and self.full_idx is not None
-                    and idx == norm_idx(self.full_idx, v.aval.shape)):
+            if pos >= self.step_pos and not (v in self.stored_here and own):
                 raise CannotFuse(f"{v} is produced by step {pos}, not before step {self.step_pos}")
             return self._load(v, self.ctx.offset(idx, v.aval.shape))
         return self._expand(v, idx)

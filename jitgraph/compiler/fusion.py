@@ -394,8 +394,8 @@ def build_body(plan: Plan, k: LoopKernel, pos: int, ctx, copy: str = "",
         ops |= em.ops
         for v, offs in em.load_offsets.items():
             load_offsets.setdefault(v, set()).update(offs)
-        stages.append(StageBody(st.kind, em.lines, reds, stores, set(em.loads),
-                                _expanded(plan, k, em, full) if st.kind == "loop" else frozenset()))
+        expanded = _expanded(plan, k, em, full) if st.kind == "loop" else frozenset()
+        stages.append(StageBody(st.kind, em.lines, reds, stores, set(em.loads), expanded))
         if st.kind == "loop":
             stored_full.update(v for v, _, where in stores if where == "full")  # not "cache"
     return KernelBody(o_vars, r_vars, full, stages, loads, ops, load_offsets)
