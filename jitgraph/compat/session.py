@@ -3,15 +3,16 @@
 A run becomes one function ``program(*feeds, variables, counter) -> (fetched values, new
 variable values)``, evaluated node by node in topological order with jitgraph.numpy; there is
 one per (fetches, fed nodes, variables) combination. It runs eagerly (op by op on NumPy
-arrays) until its runs have cost ``jit_after_s`` seconds of CPU time in all, then it is jitted
-(``jit`` caches one compiled program per fed shape). Why: compiling a run costs about a second
+arrays) until its runs, with the next one priced as the last, would cost ``jit_after_s``
+seconds of CPU time in all, then it is jitted (``jit`` compiles at the next run and caches one
+compiled program per fed shape). Why: compiling a run costs about a second
 of CPU (a training step's program: 0.5-1.1 s of wall time on two cores, less from the disk
 cache), while a tutorial's initializer, evaluation or short loop runs eagerly in milliseconds
 and is never worth compiling. Compiling once the eager runs have cost as much as a compile
 (``JIT_AFTER_S``, one CPU second; ``Session(jit_after_s=...)``) bounds either choice's loss at
 about twice the better one's (the ski-rental rule), while a training step that costs 0.5 s
 or more eagerly (a convolutional network's at MNIST's size) is compiled after its first step
-instead of after dozens. CPU time, not wall time: on a busy machine the eager runs and the
+(its second would reach the limit) instead of after dozens. CPU time, not wall time: on a busy machine the eager runs and the
 compile both take longer by the same factor, so the choice does not change with the load
 (timed by the wall clock, a short loop on a busy machine crossed the limit and paid a
 compile four times its eager cost).
@@ -190,8 +191,10 @@ def _flatten_fetches(fetches):
 
 
 class _Program:
-    """One run's function: called eagerly until those calls have cost ``jit_after_s``
-    seconds of CPU time (the process's, every thread's), then through ``jit``.
+    """One run's function: called eagerly until those calls, with the next one priced as the
+    last, would cost ``jit_after_s`` seconds of CPU time (the process's, every thread's), then
+    through ``jit`` (which compiles at the next call: a run that is never repeated costs no
+    compile).
     ``dynamic_dims`` (``jit``'s) names the fed dims a placeholder leaves open (``None``):
     they are compiled as runtime sizes from the first compile, so a short last batch or a
     test set of another size runs the same program instead of compiling its own (as
@@ -210,8 +213,9 @@ class _Program:
             return self.compiled(*args)
         t0 = time.process_time()
         out = self.fn(*args)
-        self.eager_s += time.process_time() - t0
-        if self.eager_s >= self.jit_after_s:
+        cost = time.process_time() - t0
+        self.eager_s += cost
+        if self.eager_s + cost >= self.jit_after_s:     # the next run would reach it
             self.compiled = self._jit()
         return out
 

@@ -121,10 +121,11 @@ def test_cnn_at_mnist_size(monkeypatch, jit_after_s):
 
 
 def test_a_costly_eager_run_is_compiled_after_the_threshold(monkeypatch):
-    """The default session compiles a fetch set once its eager runs have cost
-    ``JIT_AFTER_S`` seconds of CPU in all: a run that costs a tenth of that is compiled after
-    ten runs, not before; a run that only waits (no CPU) is never compiled; the compiled runs
-    give the eager runs' values."""
+    """The default session compiles a fetch set once its eager runs, with the next priced as
+    the last, would cost ``JIT_AFTER_S`` seconds of CPU in all: a run that costs a tenth of
+    that is compiled after about ten runs, not before; one that costs over half of it after its
+    first (compiled at the next call: nothing is compiled for a run never repeated); a run that
+    only waits (no CPU) is never compiled; the compiled runs give the eager runs' values."""
     import time
 
     from jitgraph.compat import session
@@ -150,10 +151,26 @@ def test_a_costly_eager_run_is_compiled_after_the_threshold(monkeypatch):
     runs = 0
     while prog.compiled is None:
         assert prog.eager_s < session.JIT_AFTER_S       # not compiled before it paid
+        before = prog.eager_s
         np.testing.assert_array_equal(prog(x), x * 2.0)
+        last = prog.eager_s - before
         runs += 1
-    assert prog.eager_s >= session.JIT_AFTER_S and runs <= 10, (runs, prog.eager_s)
+    # compiled once the next run, priced as the last, would reach the limit: not sooner
+    assert prog.eager_s + last >= session.JIT_AFTER_S and runs <= 10, (runs, prog.eager_s)
+    assert prog.eager_s >= session.JIT_AFTER_S / 2, prog.eager_s
     np.testing.assert_array_equal(np.asarray(prog(x)), x * 2.0)
+
+    def costly(x):
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.12:    # over half the limit
+            pass
+        return x * 3.0
+
+    once = session._Program(costly, session.JIT_AFTER_S)
+    np.testing.assert_array_equal(once(x), x * 3.0)
+    assert once.compiled is not None and once.compiled.cache_entries() == []    # not yet compiled
+    np.testing.assert_array_equal(np.asarray(once(x)), x * 3.0)
+    assert len(once.compiled.cache_entries()) == 1
 
 
 TF_AUTOENCODER = {"names": ["encoder/w1:0", "encoder/b1:0", "encoder/w2:0", "encoder/b2:0",
