@@ -13,6 +13,8 @@ import numpy as np
 from . import _cache  # noqa: F401  (first: compiled code goes to jitgraph's cache)
 from numba import njit, prange
 
+from . import gemm_split
+
 
 @njit(cache=True, error_model="numpy")
 def matmul_loop(a, b, out):
@@ -206,42 +208,49 @@ def gemm(alpha, a, b, beta, c):
 
 # ---------------------------------------------------------------------------- one thread pool
 @intrinsic
-def _xxgemm_block(typingctx, alpha, a, ta, b, tb, beta, c, r0, r1, c0, c1):
-    """Rows ``r0:r1`` and columns ``c0:c1`` of ``blas_gemm``'s product, one ``?gemm`` call on
-    pointers into the operands as stored (leading dimensions are the stored rows): the tile one
-    thread of ``par_gemm`` computes, with BLAS itself on one thread."""
+def _xxgemm_block(typingctx, alpha, a, ta, b, tb, beta, c, r0, r1, c0, c1, k0, k1):
+    """Rows ``r0:r1`` and columns ``c0:c1`` of ``blas_gemm``'s product over the contraction's
+    indices ``k0:k1``, one ``?gemm`` call on pointers into the operands as stored (leading
+    dimensions are the stored rows), written at those rows and columns of ``c``: the band one
+    thread of ``par_gemm`` computes (``k0:k1`` the whole contraction), or one part of a deep
+    product (every row and column, ``c`` the part's own array), with BLAS itself on one
+    thread."""
     if not (_gemm_operands(a, b, c) and a.layout == b.layout == "C"
             and all(isinstance(t, (types.Integer, types.Boolean)) for t in (ta, tb))
-            and all(isinstance(t, types.Integer) for t in (r0, r1, c0, c1))):
+            and all(isinstance(t, types.Integer) for t in (r0, r1, c0, c1, k0, k1))):
         return None
     dtype = c.dtype
-    sig = types.void(alpha, a, ta, b, tb, beta, c, r0, r1, c0, c1)
+    sig = types.void(alpha, a, ta, b, tb, beta, c, r0, r1, c0, c1, k0, k1)
 
     def codegen(context, builder, sig, args):
         alpha_v, a_v, ta_v, b_v, tb_v, beta_v, c_v = args[:7]
         a_arr, b_arr, c_arr = (context.make_array(t)(context, builder, v) for t, v in
                                zip((sig.args[1], sig.args[3], sig.args[6]), (a_v, b_v, c_v)))
-        row0, row1, col0, col1 = (context.cast(builder, v, t, types.int64)
-                                  for v, t in zip(args[7:], sig.args[7:]))
+        row0, row1, col0, col1, kk0, kk1 = (context.cast(builder, v, t, types.int64)
+                                            for v, t in zip(args[7:], sig.args[7:]))
         t_a = context.cast(builder, ta_v, sig.args[2], types.boolean)
         t_b = context.cast(builder, tb_v, sig.args[4], types.boolean)
-        a_rows, a_cols = cgutils.unpack_tuple(builder, a_arr.shape)
-        b_rows, b_cols = cgutils.unpack_tuple(builder, b_arr.shape)
+        a_cols = cgutils.unpack_tuple(builder, a_arr.shape)[1]
+        b_cols = cgutils.unpack_tuple(builder, b_arr.shape)[1]
         c_cols = cgutils.unpack_tuple(builder, c_arr.shape)[1]
 
         def trans(flag):
             return builder.select(flag, ir.Constant(_CHAR, ord("T")), ir.Constant(_CHAR, ord("N")))
-        # op(a)'s rows row0..: whole stored rows, or stored columns (then the next row of
-        # op(a) is the next element); op(b)'s columns col0..: the mirror image
-        a_data = builder.gep(a_arr.data, [builder.select(t_a, row0, builder.mul(row0, a_cols))])
-        b_data = builder.gep(b_arr.data, [builder.select(t_b, builder.mul(col0, b_cols), col0)])
+        # op(a)'s rows row0.. and columns kk0..: stored rows and columns, or the other way
+        # round where transposed; op(b)'s rows kk0.. and columns col0..: the mirror image
+        a_off = builder.select(t_a, builder.add(builder.mul(kk0, a_cols), row0),
+                               builder.add(builder.mul(row0, a_cols), kk0))
+        b_off = builder.select(t_b, builder.add(builder.mul(col0, b_cols), kk0),
+                               builder.add(builder.mul(kk0, b_cols), col0))
+        a_data = builder.gep(a_arr.data, [a_off])
+        b_data = builder.gep(b_arr.data, [b_off])
         c_data = builder.gep(c_arr.data, [builder.add(builder.mul(row0, c_cols), col0)])
         _call_gemm(context, builder, dtype,
                    context.cast(builder, alpha_v, sig.args[0], dtype),
                    context.cast(builder, beta_v, sig.args[5], dtype),
                    (trans(t_a), a_cols, a_data), (trans(t_b), b_cols, b_data),
                    builder.sub(row1, row0), builder.sub(col1, col0),
-                   builder.select(t_a, a_rows, a_cols), c_data, ldc=c_cols)
+                   builder.sub(kk1, kk0), c_data, ldc=c_cols)
         return context.get_dummy_value()
     return sig, codegen
 
@@ -278,6 +287,23 @@ def _take(typingctx, counter):
 # smaller BLAS call packs its operands again. The loop kernels' launchers, whose chunks cost
 # nothing to start, take 4 per thread (compiler/threaded.py).
 
+# A deep product is split along its contraction instead (``gemm_split``: why, and when).
+
+
+deep_parts = njit(cache=True, nogil=True)(gemm_split.deep_parts)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _add_parts(part, beta, c):
+    """c = the parts' sum (in part order) + beta * c, c not read where beta is 0."""
+    kparts, m, n = part.shape
+    for i in range(m):
+        for j in range(n):
+            s = part[0, i, j]
+            for p in range(1, kparts):
+                s += part[p, i, j]
+            c[i, j] = s + beta * c[i, j] if beta != 0 else s
+
 
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def par_gemm(alpha, a, ta, b, tb, beta, c):
@@ -286,9 +312,22 @@ def par_gemm(alpha, a, ta, b, tb, beta, c):
     loops and hand-written kernels then share one thread pool (the program runs with BLAS on
     one thread, ``compiler/host.py``'s ``one_blas_thread``), instead of BLAS's own workers
     spinning beside Numba's after every call. Each thread takes the next band until none is
-    left: the result does not depend on which thread computes a band."""
+    left: the result does not depend on which thread computes a band. A deep product
+    (``deep_parts``) is split along its contraction instead, into parts added in order."""
     m, n = c.shape
     k = a.shape[0] if ta else a.shape[1]
+    kparts = deep_parts(m, n, k) if m > 0 and n > 0 and max(m, k, n) <= _INT32_MAX else 0
+    if kparts > 0:
+        part = np.empty((kparts, m, n), c.dtype)
+        counter = np.zeros(1, np.int64)
+        for _ in prange(max(1, min(_threads(), kparts))):
+            p = _take(counter)
+            while p < kparts:
+                _xxgemm_block(alpha, a, ta, b, tb, 0.0, part[p], 0, m, 0, n,
+                              p * k // kparts, (p + 1) * k // kparts)
+                p = _take(counter)
+        _add_parts(part, beta, c)
+        return
     by_rows = m >= n
     size = m if by_rows else n
     parts = min(_threads(), size)
@@ -301,9 +340,9 @@ def par_gemm(alpha, a, ta, b, tb, beta, c):
         while p < parts:
             lo, hi = p * size // parts, (p + 1) * size // parts
             if by_rows:
-                _xxgemm_block(alpha, a, ta, b, tb, beta, c, lo, hi, 0, n)
+                _xxgemm_block(alpha, a, ta, b, tb, beta, c, lo, hi, 0, n, 0, k)
             else:
-                _xxgemm_block(alpha, a, ta, b, tb, beta, c, 0, m, lo, hi)
+                _xxgemm_block(alpha, a, ta, b, tb, beta, c, 0, m, lo, hi, 0, k)
             p = _take(counter)
 
 

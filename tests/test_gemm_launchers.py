@@ -221,3 +221,66 @@ def test_a_program_with_small_products_starts_no_threads(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["('blas_gemm',)", "False", "False"]
+
+
+# (m, n, k, parts): deep products, split along the contraction (kernels/gemm_split.py)
+DEEP = [(25, 32, 9000, 4), (3, 7, 4096, 2), (7, 1, 20000, 8), (64, 64, 8192, 4)]
+
+
+def test_deep_products_are_split_along_the_contraction():
+    from jitgraph.kernels import gemm_split
+    for m, n, k, parts in DEEP:
+        assert gemm_split.deep_parts(m, n, k) == parts
+    assert gemm_split.deep_parts(25, 32, 4095) == 0            # too short a contraction
+    assert gemm_split.deep_parts(600, 64, 4096) == 0           # too short beside 600 rows
+    assert gemm_split.deep_parts(300, 300, 1 << 20) == 0       # too large an output
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_deep_products_match_float64_numpy(fns, dt):
+    """Deep products at every transpose, with alpha and an update in place, and beta 0 over
+    an output holding NaN (not read): against float64 NumPy."""
+    rng = np.random.default_rng(5)
+    tol = 1e-5 if dt == np.float32 else 1e-12
+    for m, n, k, _ in DEEP:
+        for ta in (0, 1):
+            for tb in (0, 1):
+                for alpha, beta in ((1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)):
+                    a, b, c = _operands(rng, "par_gemm", dt, m, n, k, ta, tb)
+                    if beta == 0:
+                        c[...] = np.nan
+                    want = _expected(alpha, a, ta, b, tb, beta, np.nan_to_num(c))
+                    with one_blas_thread():
+                        fns["par_gemm"](alpha, a, ta, b, tb, beta, c)
+                    scale = np.abs(want).max()
+                    np.testing.assert_allclose(c, want, rtol=tol, atol=tol * scale,
+                                               err_msg=f"{(m, n, k, ta, tb, alpha, beta)}")
+
+
+def test_deep_products_bit_for_bit_at_any_thread_count_and_with_numba(fns):
+    """A deep product's parts depend on its shape alone: the same bits on one thread and two,
+    and the same as ``kernels/matmul.py``'s ``par_gemm`` (the same ``?gemm`` calls on the same
+    parts, added in the same order)."""
+    numba = pytest.importorskip("numba")
+    from jitgraph.kernels import matmul
+    rng = np.random.default_rng(6)
+    threads = numba.get_num_threads()
+    cases = [(m, n, k, ta, tb, dt) for m, n, k, _ in DEEP[:3] for ta, tb in ((0, 0), (1, 0),
+             (0, 1), (1, 1)) for dt in (np.float32, np.float64)]
+    operands = [(_operands(rng, "par_gemm", dt, m, n, k, ta, tb), ta, tb)
+                for m, n, k, ta, tb, dt in cases]
+    seen = {}
+    try:
+        for nt in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(nt)
+            for i, ((a, b, c), ta, tb) in enumerate(operands):
+                for beta in (0.0, 0.5):
+                    c1, c2 = c.copy(), c.copy()
+                    with one_blas_thread():
+                        fns["par_gemm"](0.75, a, ta, b, tb, beta, c1)
+                        matmul.par_gemm(0.75, a, ta, b, tb, beta, c2)
+                    assert c1.tobytes() == c2.tobytes(), (nt, cases[i], beta)
+                    assert seen.setdefault((i, beta), c1.tobytes()) == c1.tobytes(), \
+                        (nt, cases[i], beta)
+    finally:
+        numba.set_num_threads(threads)

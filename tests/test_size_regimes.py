@@ -500,6 +500,8 @@ def test_products_program_crosses_the_blas_threshold():
     ((1024, 64), (64, 16), "par_gemm"),              # tall: a band of rows per thread
     ((4, 256), (256, 512), "par_gemm"),              # wide: a band of columns per thread
     ((8, 64, 32), (8, 32, 64), "par_batched_gemm"),  # a batch: one product per thread
+    ((6000, 9), (9, 32), "par_gemm"),                # the weight gradient (9, 32) summed over
+    # 6000 rows is deep: split along its contraction (kernels/gemm_split.py)
     ((16, 32), (32, 64), "blas_gemm"),               # below PARALLEL_MIN_PRODUCT: one call
 ])
 @pytest.mark.parametrize("dtype", [F32, F64])

@@ -28,6 +28,7 @@ import numpy as np
 
 from . import native, numba_patches, threaded
 from .state import STATE
+from ..kernels import gemm_split  # type: ignore[attr-defined]  (no Numba)
 
 #: the functions, and whether each takes a batch (3-d operands)
 NAMES = {"blas_gemm": False, "par_gemm": False, "par_batched_gemm": True}
@@ -36,8 +37,9 @@ _TYPES = (("f32", "float", np.dtype(np.float32), "jitgraph_sgemm64"),
 _INT32_MAX = 2**31 - 1
 # the block a product's threads share (i64 slots)
 (_CTR, _PARTS, _BYROWS, _SIZE, _A, _B, _C, _AC, _BC, _M, _N, _K, _TA, _TB, _ALPHA, _BETA, _SA,
- _SB, _SC, _BATCH) = range(20)
-_SLOTS = _BATCH + 1
+ _SB, _SC, _BATCH, _PBUF) = range(21)
+_SLOTS = _PBUF + 1
+
 _LOCK = threading.Lock()
 
 
@@ -47,45 +49,56 @@ def _slot(name: str, index: int, ty: str = "i64", block: str = "%blk") -> list[s
             f"  %{name} = load {ty}, ptr %{name}p"]
 
 
-def _store(index: int, value: str, ty: str = "i64") -> list[str]:
-    return [f"  %s{index}p = getelementptr i64, ptr %blk, i64 {index}",
-            f"  store {ty} {value}, ptr %s{index}p"]
+def _store(index: int, value: str, ty: str = "i64", tag: str = "s") -> list[str]:
+    """Store ``value`` in slot ``index`` of the shared block (``tag``: a prefix keeping the
+    pointer's name unique where a function stores one slot twice)."""
+    return [f"  %{tag}{index}p = getelementptr i64, ptr %blk, i64 {index}",
+            f"  store {ty} {value}, ptr %{tag}{index}p"]
 
 
 def _tile_ir(t: str, real: str, gemm: str) -> str:
-    """``@jgp_tile_<t>(blk, a, b, c, r0, r1, c0, c1)``: rows ``r0:r1``, columns ``c0:c1`` of
-    ``c = alpha * op(a) @ op(b) + beta * c`` for one product whose operands start at ``a``,
-    ``b``, ``c`` (shapes and flags in the block), one ``?gemm`` call on its column-major
-    transpose, C^T = op(B)^T op(A)^T, as ``kernels/matmul.py``'s ``_xxgemm_block``."""
+    """``@jgp_tile_<t>(blk, a, b, c, r0, r1, c0, c1, k0, k1, zero_beta)``: rows ``r0:r1``,
+    columns ``c0:c1`` of ``c = alpha * op(a) @ op(b) + beta * c`` over the contraction's
+    indices ``k0:k1`` (beta 0 where ``zero_beta``) for one product whose operands start at
+    ``a``, ``b``, ``c`` (shapes and flags in the block), one ``?gemm`` call on its
+    column-major transpose, C^T = op(B)^T op(A)^T, as ``kernels/matmul.py``'s
+    ``_xxgemm_block``."""
     loads = []
-    for name, index in (("ac", _AC), ("bc", _BC), ("n", _N), ("k", _K), ("ta", _TA),
-                        ("tb", _TB)):
+    for name, index in (("ac", _AC), ("bc", _BC), ("n", _N), ("ta", _TA), ("tb", _TB)):
         loads += _slot(name, index)
     wide = "d" if real == "float" else ""       # float32: the doubles, then rounded
-    for name, index in (("alpha", _ALPHA), ("beta", _BETA)):
+    for name, index in (("alpha", _ALPHA), ("beta0", _BETA)):
         loads += _slot(name + wide, index, "double")
-    conv = ("  %alpha = fptrunc double %alphad to float\n  %beta = fptrunc double %betad to float"
-            if wide else "")
+    conv = ("  %alpha = fptrunc double %alphad to float\n"
+            "  %beta0 = fptrunc double %beta0d to float" if wide else "")
     refs = {"tb_": "i8", "ta_": "i8", "nn": "i64", "mm": "i64", "kk": "i64", "al": real,
             "ldb": "i64", "lda": "i64", "be": real, "ldc": "i64"}
-    values = {"tb_": "%tch_b", "ta_": "%tch_a", "nn": "%ncols", "mm": "%nrows", "kk": "%k",
+    values = {"tb_": "%tch_b", "ta_": "%tch_a", "nn": "%ncols", "mm": "%nrows", "kk": "%nk",
               "al": "%alpha", "ldb": "%bc", "lda": "%ac", "be": "%beta", "ldc": "%n"}
     allocas = [f"  %r_{r} = alloca {ty}, align 8\n  store {ty} {values[r]}, ptr %r_{r}"
                for r, ty in refs.items()]
     return "\n".join([
         f"define internal void @jgp_tile_{t}(ptr %blk, ptr %a, ptr %b, ptr %c, i64 %r0, "
-        "i64 %r1, i64 %c0, i64 %c1) {",
+        "i64 %r1, i64 %c0, i64 %c1, i64 %k0, i64 %k1, i64 %zero_beta) {",
         "entry:", *loads, conv,
+        "  %zb = icmp ne i64 %zero_beta, 0",
+        f"  %beta = select i1 %zb, {real} 0.0, {real} %beta0",
         "  %tab = icmp ne i64 %ta, 0",
         "  %tbb = icmp ne i64 %tb, 0",
         "  %tch_a = select i1 %tab, i8 84, i8 78",        # 'T' / 'N'
         "  %tch_b = select i1 %tbb, i8 84, i8 78",
-        # op(a)'s rows r0..: whole stored rows, or stored columns (then the next row of op(a)
-        # is the next element); op(b)'s columns c0..: the mirror image
+        # op(a)'s rows r0.. and columns k0..: stored rows and columns, or the other way round
+        # where transposed; op(b)'s rows k0.. and columns c0..: the mirror image
+        "  %akr = mul i64 %k0, %ac",
+        "  %aoff_t = add i64 %akr, %r0",
         "  %arow = mul i64 %r0, %ac",
-        "  %aoff = select i1 %tab, i64 %r0, i64 %arow",
+        "  %aoff_n = add i64 %arow, %k0",
+        "  %aoff = select i1 %tab, i64 %aoff_t, i64 %aoff_n",
         "  %bcol = mul i64 %c0, %bc",
-        "  %boff = select i1 %tbb, i64 %bcol, i64 %c0",
+        "  %boff_t = add i64 %bcol, %k0",
+        "  %bkr = mul i64 %k0, %bc",
+        "  %boff_n = add i64 %bkr, %c0",
+        "  %boff = select i1 %tbb, i64 %boff_t, i64 %boff_n",
         "  %crow = mul i64 %r0, %n",
         "  %coff = add i64 %crow, %c0",
         f"  %ap = getelementptr {real}, ptr %a, i64 %aoff",
@@ -93,16 +106,37 @@ def _tile_ir(t: str, real: str, gemm: str) -> str:
         f"  %cp = getelementptr {real}, ptr %c, i64 %coff",
         "  %nrows = sub i64 %r1, %r0",
         "  %ncols = sub i64 %c1, %c0",
+        "  %nk = sub i64 %k1, %k0",
         *allocas,
         f"  call void @{gemm}(ptr %r_tb_, ptr %r_ta_, ptr %r_nn, ptr %r_mm, ptr %r_kk, "
         "ptr %r_al, ptr %bp, ptr %r_ldb, ptr %ap, ptr %r_lda, ptr %r_be, ptr %cp, ptr %r_ldc)",
         "  ret void", "}", ""])
 
 
+def _take_parts(size: str) -> list[str]:
+    """A worker's loop head: part ``%p`` of ``%parts`` taken from the block's shared counter
+    until none is left, and its share ``%lo:%hi`` of ``size``; ``_NEXT_PART`` closes it."""
+    return ["  br label %loop",
+            "loop:",
+            "  %p = atomicrmw add ptr %ctrp, i64 1 monotonic",
+            "  %more = icmp slt i64 %p, %parts",
+            "  br i1 %more, label %body, label %done",
+            "body:",
+            f"  %lo0 = mul i64 %p, {size}",
+            "  %lo = sdiv i64 %lo0, %parts",
+            "  %p1 = add i64 %p, 1",
+            f"  %hi0 = mul i64 %p1, {size}",
+            "  %hi = sdiv i64 %hi0, %parts"]
+
+
+_NEXT_PART = ["  br label %loop", "done:", "  ret void", "}", ""]
+
+
 def _workers_ir(t: str, real: str) -> str:
     """What each thread runs (``numba_parallel_for``'s kernel signature): ``@jgp_band_<t>``
-    takes bands of one product's rows or columns, ``@jgp_batch_<t>`` products of a batch,
-    each from the block's shared counter until none is left."""
+    takes bands of one product's rows or columns, ``@jgp_deep_<t>`` parts of a deep product's
+    contraction (each into its own array of the block's buffer), ``@jgp_batch_<t>`` products
+    of a batch, each from the block's shared counter until none is left."""
     head = ["entry:", *_slot("ctr", _CTR, "i64", "%data")[:1],   # (its address)
             *_slot("parts", _PARTS, "i64", "%data")]
     common = [*_slot("a", _A, "ptr", "%data"), *_slot("b", _B, "ptr", "%data"),
@@ -111,33 +145,33 @@ def _workers_ir(t: str, real: str) -> str:
         f"define internal void @jgp_band_{t}(ptr %args, ptr %dims, ptr %steps, ptr %data) {{",
         *head, *common, *_slot("byrows", _BYROWS, "i64", "%data"),
         *_slot("size", _SIZE, "i64", "%data"), *_slot("m", _M, "i64", "%data"),
-        *_slot("n", _N, "i64", "%data"),
+        *_slot("n", _N, "i64", "%data"), *_slot("k", _K, "i64", "%data"),
         "  %rows = icmp ne i64 %byrows, 0",
-        "  br label %loop",
-        "loop:",
-        "  %p = atomicrmw add ptr %ctrp, i64 1 monotonic",
-        "  %more = icmp slt i64 %p, %parts",
-        "  br i1 %more, label %body, label %done",
-        "body:",
-        "  %lo0 = mul i64 %p, %size",
-        "  %lo = sdiv i64 %lo0, %parts",
-        "  %p1 = add i64 %p, 1",
-        "  %hi0 = mul i64 %p1, %size",
-        "  %hi = sdiv i64 %hi0, %parts",
+        *_take_parts("%size"),
         "  %r0 = select i1 %rows, i64 %lo, i64 0",
         "  %r1 = select i1 %rows, i64 %hi, i64 %m",
         "  %c0 = select i1 %rows, i64 0, i64 %lo",
         "  %c1 = select i1 %rows, i64 %n, i64 %hi",
         f"  call void @jgp_tile_{t}(ptr %data, ptr %a, ptr %b, ptr %c, i64 %r0, i64 %r1, "
-        "i64 %c0, i64 %c1)",
-        "  br label %loop",
-        "done:", "  ret void", "}", ""]
+        "i64 %c0, i64 %c1, i64 0, i64 %k, i64 0)", *_NEXT_PART]
+    deep = [
+        f"define internal void @jgp_deep_{t}(ptr %args, ptr %dims, ptr %steps, ptr %data) {{",
+        *head, *common, *_slot("pbuf", _PBUF, "ptr", "%data"),
+        *_slot("m", _M, "i64", "%data"), *_slot("n", _N, "i64", "%data"),
+        *_slot("k", _K, "i64", "%data"),
+        "  %mn = mul i64 %m, %n",
+        *_take_parts("%k"),
+        "  %po = mul i64 %p, %mn",
+        f"  %pp = getelementptr {real}, ptr %pbuf, i64 %po",
+        f"  call void @jgp_tile_{t}(ptr %data, ptr %a, ptr %b, ptr %pp, i64 0, i64 %m, "
+        "i64 0, i64 %n, i64 %lo, i64 %hi, i64 1)", *_NEXT_PART]
     batch = [
         f"define internal void @jgp_batch_{t}(ptr %args, ptr %dims, ptr %steps, ptr %data) {{",
         *head, *common,
         *_slot("m", _M, "i64", "%data"), *_slot("n", _N, "i64", "%data"),
         *_slot("sa", _SA, "i64", "%data"), *_slot("sb", _SB, "i64", "%data"),
         *_slot("sc", _SC, "i64", "%data"), *_slot("batch", _BATCH, "i64", "%data"),
+        *_slot("k", _K, "i64", "%data"),
         "  br label %loop",
         "loop:",
         "  %i = atomicrmw add ptr %ctrp, i64 1 monotonic",
@@ -151,10 +185,10 @@ def _workers_ir(t: str, real: str) -> str:
         f"  %bi = getelementptr {real}, ptr %b, i64 %ob",
         f"  %ci = getelementptr {real}, ptr %c, i64 %oc",
         f"  call void @jgp_tile_{t}(ptr %data, ptr %ai, ptr %bi, ptr %ci, i64 0, i64 %m, "
-        "i64 0, i64 %n)",
+        "i64 0, i64 %n, i64 0, i64 %k, i64 0)",
         "  br label %loop",
         "done:", "  ret void", "}", ""]
-    return "\n".join(band + batch)
+    return "\n".join(band + deep + batch)
 
 
 def _shape_ir(nd: int) -> list[str]:
@@ -189,6 +223,109 @@ def _shape_ir(nd: int) -> list[str]:
     return lines + ["  br i1 %fits1, label %shaped, label %shapes", "shaped:"]
 
 
+def _deep_check_ir() -> list[str]:
+    """Branch to ``%deepalloc`` where ``par_gemm``'s product is deep (``gemm_split``), else to
+    ``%band``."""
+    g = gemm_split
+    return ["  %dk1 = icmp sge i64 %k, " + str(g.DEEP_MIN_K),
+            "  %dmn = icmp sle i64 %mn, " + str(g.DEEP_MAX_OUT),
+            "  %mgt = icmp sgt i64 %m, %n",
+            "  %mside = select i1 %mgt, i64 %m, i64 %n",
+            "  %rk = mul i64 %mside, " + str(g.DEEP_MIN_RATIO),
+            "  %dk2 = icmp sge i64 %k, %rk",
+            "  %dp0 = and i1 %dk1, %dmn",
+            "  %isdeep = and i1 %dp0, %dk2",
+            "  br i1 %isdeep, label %deepalloc, label %band"]
+
+
+def _deep_ir(t: str, real: str, dtype: np.dtype) -> list[str]:
+    """A deep product: its parts' products into one buffer (``@jgp_deep_<t>`` on the threads),
+    then ``c = the parts' sum, in part order, + beta * c`` (c not read where beta is 0; the
+    sum in ``real``, the beta term in double, as ``kernels/matmul.py``'s ``_add_parts``). The
+    band split where the buffer cannot be had."""
+    g = gemm_split
+    if real == "float":
+        beta_term = ["  %cvd = fpext float %cv to double",
+                     "  %bm = fmul double %beta, %cvd",
+                     "  %accd = fpext float %acc to double",
+                     "  %rd = fadd double %accd, %bm",
+                     "  %rv = fptrunc double %rd to float"]
+    else:
+        beta_term = ["  %bm = fmul double %beta, %cv",
+                     "  %rv = fadd double %acc, %bm"]
+    return [
+        "deepalloc:",
+        "  %kq = sdiv i64 %k, " + str(g.DEEP_PART_K),
+        "  %kbig = icmp sgt i64 %kq, " + str(g.DEEP_MAX_PARTS),
+        f"  %kparts = select i1 %kbig, i64 {g.DEEP_MAX_PARTS}, i64 %kq",
+        "  %pn = mul i64 %kparts, %mn",
+        f"  %pbytes = mul i64 %pn, {dtype.itemsize}",
+        "  %pbuf = call ptr @PyMem_RawMalloc(i64 %pbytes)",
+        "  %pnull = icmp eq ptr %pbuf, null",
+        "  br i1 %pnull, label %band, label %deep",
+        "deep:",
+        *_store(_PARTS, "%kparts", tag="deep_slot"),
+        *_store(_PBUF, "%pbuf", "ptr", tag="deep_slot"),
+        "  %dnt0 = call i64 @get_num_threads()",
+        "  %dntpos = icmp sgt i64 %dnt0, 0",
+        "  %dnt = select i1 %dntpos, i64 %dnt0, i64 1",
+        "  %dfew = icmp slt i64 %kparts, %dnt",
+        "  %dthreads = select i1 %dfew, i64 %kparts, i64 %dnt",
+        "  store ptr %blk, ptr %argv",
+        "  store i64 %dthreads, ptr %shape",
+        "  %dshape1 = getelementptr i64, ptr %shape, i64 1",
+        "  store i64 1, ptr %dshape1",
+        "  store i64 0, ptr %steps",
+        "  %done1 = icmp slt i64 %dthreads, 2",
+        "  br i1 %done1, label %dalone, label %dpool",
+        "dalone:",
+        f"  call void @jgp_deep_{t}(ptr %argv, ptr %shape, ptr %steps, ptr %blk)",
+        "  br label %dsum",
+        "dpool:",
+        f"  call void @numba_parallel_for(ptr @jgp_deep_{t}, ptr %argv, ptr %shape, "
+        "ptr %steps, ptr %blk, i64 1, i64 1, i64 %dthreads)",
+        "  br label %dsum",
+        "dsum:",
+        "  %bzero = fcmp oeq double %beta, 0.0",
+        "  br label %dsl",
+        "dsl:",
+        "  %di = phi i64 [0, %dsum], [%di1, %dsn]",
+        f"  %q0p = getelementptr {real}, ptr %pbuf, i64 %di",
+        f"  %q0 = load {real}, ptr %q0p",
+        "  br label %dpl",
+        "dpl:",
+        "  %dp = phi i64 [1, %dsl], [%dp1, %dplb]",
+        f"  %acc = phi {real} [%q0, %dsl], [%acc1, %dplb]",
+        "  %dpm = icmp slt i64 %dp, %kparts",
+        "  br i1 %dpm, label %dplb, label %dsx",
+        "dplb:",
+        "  %qo = mul i64 %dp, %mn",
+        "  %qi = add i64 %qo, %di",
+        f"  %qp = getelementptr {real}, ptr %pbuf, i64 %qi",
+        f"  %qv = load {real}, ptr %qp",
+        f"  %acc1 = fadd {real} %acc, %qv",
+        "  %dp1 = add i64 %dp, 1",
+        "  br label %dpl",
+        "dsx:",
+        f"  %cpp = getelementptr {real}, ptr %d2, i64 %di",
+        "  br i1 %bzero, label %dsz, label %dsb",
+        "dsb:",
+        f"  %cv = load {real}, ptr %cpp",
+        *beta_term,
+        f"  store {real} %rv, ptr %cpp",
+        "  br label %dsn",
+        "dsz:",
+        f"  store {real} %acc, ptr %cpp",
+        "  br label %dsn",
+        "dsn:",
+        "  %di1 = add i64 %di, 1",
+        "  %dend = icmp eq i64 %di1, %mn",
+        "  br i1 %dend, label %dfree, label %dsl",
+        "dfree:",
+        "  call void @PyMem_RawFree(ptr %pbuf)",
+        "  br label %joined"]
+
+
 def _function_ir(name: str, t: str, real: str, dtype: np.dtype) -> str:
     """``@jgp_<name>_<t>(a, b, c, alpha, ta, tb, beta)``: the product for arrays of one
     dtype; 0 when done, 1 when an array is not of its kind, 2 when the shapes do not
@@ -209,7 +346,7 @@ def _function_ir(name: str, t: str, real: str, dtype: np.dtype) -> str:
         stores += _store(index, value, ty)
     if name == "blas_gemm":
         run = [f"  call void @jgp_tile_{t}(ptr %blk, ptr %d0, ptr %d1, ptr %d2, i64 0, i64 %m, "
-               "i64 0, i64 %n)"]
+               "i64 0, i64 %n, i64 0, i64 %k, i64 0)"]
     else:
         batched = NAMES[name]
         size = ["  %size = add i64 %batch, 0"] if batched else [
@@ -221,7 +358,7 @@ def _function_ir(name: str, t: str, real: str, dtype: np.dtype) -> str:
         serial = (f"  call void {worker}(ptr %argv, ptr %shape, ptr %steps, ptr %blk)"
                   if batched else
                   f"  call void @jgp_tile_{t}(ptr %blk, ptr %d0, ptr %d1, ptr %d2, i64 0, "
-                  "i64 %m, i64 0, i64 %n)")
+                  "i64 %m, i64 0, i64 %n, i64 0, i64 %k, i64 0)")
         run = [*size,
                "  %nt0 = call i64 @get_num_threads()",
                "  %ntpos = icmp sgt i64 %nt0, 0",
@@ -241,7 +378,10 @@ def _function_ir(name: str, t: str, real: str, dtype: np.dtype) -> str:
                f"  call void @numba_parallel_for(ptr {worker}, ptr %argv, ptr %shape, "
                "ptr %steps, ptr %blk, i64 1, i64 1, i64 %parts)",
                "  br label %joined",
+               *([] if batched else _deep_ir(t, real, dtype)),
                "joined:"]
+        if not batched:
+            run = _deep_check_ir() + ["band:"] + run
     return "\n".join([
         f"define internal i32 @jgp_{name}_{t}(ptr %a0, ptr %a1, ptr %a2, double %alpha, "
         "i64 %ta, i64 %tb, double %beta) {",
@@ -344,6 +484,8 @@ declare i32 @PyObject_IsTrue(ptr)
 """
 _PARALLEL_DECLARATIONS = """declare void @numba_parallel_for(ptr, ptr, ptr, ptr, ptr, i64, i64, i64)
 declare i64 @get_num_threads()
+declare ptr @PyMem_RawMalloc(i64)
+declare void @PyMem_RawFree(ptr)
 """
 #: what a program whose products are not split calls (no threading layer needed)
 SERIAL = ("blas_gemm",)
