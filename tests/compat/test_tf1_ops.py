@@ -344,6 +344,27 @@ def test_dropout_keeps_with_probability_and_scales():
     assert (full == 1.0).all() and not np.array_equal(half, again)   # a new mask each run
 
 
+@pytest.mark.parametrize("jit_after_s", [float("inf"), 0.0], ids=["eager", "compiled"])
+def test_dropout_with_keep_prob_one_passes_its_input_unchanged(monkeypatch, jit_after_s):
+    """keep_prob 1 keeps every entry, divided by 1: the input's values bit for bit (NaN, inf,
+    -0.0 included), eagerly (where nothing is drawn) and compiled (where the mask is drawn);
+    the run before it draws the mask it draws in a session without it."""
+    monkeypatch.setattr("jitgraph.compat.session.JIT_AFTER_S", jit_after_s)
+    x_val = np.random.default_rng(3).standard_normal((40, 30)).astype(np.float32)
+    x_val[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    runs = []
+    for keeps in ([0.5, 0.5], [0.5, 1.0, 0.5]):
+        tf.reset_default_graph()
+        tf.set_random_seed(7)
+        x = tf.placeholder(tf.float32, [None, 30])
+        keep_prob = tf.placeholder(tf.float32)
+        y = tf.nn.dropout(x, keep_prob)
+        with tf.Session() as sess:
+            runs.append([sess.run(y, {x: x_val, keep_prob: p}) for p in keeps])
+    assert runs[1][1].tobytes() == x_val.tobytes()
+    assert runs[1][0].tobytes() == runs[0][0].tobytes()
+
+
 def test_random_ops_with_tensor_stddev_follow_their_distribution():
     tf.reset_default_graph()
     tf.set_random_seed(3)
