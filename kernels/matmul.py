@@ -288,8 +288,6 @@ def _take(typingctx, counter):
 # nothing to start, take 4 per thread (compiler/threaded.py).
 
 # A deep product is split along its contraction instead (``gemm_split``: why, and when).
-
-
 deep_parts = njit(cache=True, nogil=True)(gemm_split.deep_parts)
 
 

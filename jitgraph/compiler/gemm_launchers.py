@@ -9,8 +9,9 @@ process imported Numba. The functions here do what those do, with the same threa
 checks its arguments (a Python float, a C-contiguous float32 or float64 array, an int ...),
 releases the GIL and calls one Fortran ``?gemm`` (``kernels/blas.py``'s symbols), or, split
 over Numba's threading layer (``numba_parallel_for``, as every ``prange`` loop and
-``threaded.py``'s launchers), one one-thread ``?gemm`` per band of rows or columns, or per
-product of a batch, each thread taking the next band from a shared counter. The module is
+``threaded.py``'s launchers), one one-thread ``?gemm`` per band of rows or columns, per part
+of a deep product's contraction (``kernels/gemm_split.py``; the parts then added in order), or
+per product of a batch, each thread taking the next band from a shared counter. The module is
 compiled by LLVM once per process (about 15 ms).
 
 Anything else (another argument type, a dimension over 2**31 - 1, operand shapes that do
@@ -39,7 +40,6 @@ _INT32_MAX = 2**31 - 1
 (_CTR, _PARTS, _BYROWS, _SIZE, _A, _B, _C, _AC, _BC, _M, _N, _K, _TA, _TB, _ALPHA, _BETA, _SA,
  _SB, _SC, _BATCH, _PBUF) = range(21)
 _SLOTS = _PBUF + 1
-
 _LOCK = threading.Lock()
 
 
