@@ -69,6 +69,32 @@ def test_generalize_rewrites_only_numbers_and_checks_structure():
         generalize(bad, pts)
 
 
+def test_generalize_sizes_in_strings_comments_and_nesting_are_structure():
+    """Only a number token of code is rewritten: a size in a comment, a one-line string or a
+    triple-quoted one, and a change of indentation alone, are structural differences; numbers
+    in names (``a12``), hex masks, exponents and complex literals that do not move stay as
+    written, and several literals on one line are each rewritten."""
+    pts = sample_points({"n0": 0, "n1": 0})
+
+    def src(p, tail=""):
+        n, m = p["n0"], p["n1"]
+        return ('"""Generated."""\n'
+                f"def k(a12, b):\n    for o0 in range({n}):\n"
+                f"        x = a12[o0 * {m} + {n * m}] * 1e-05 + 2j\n"
+                f"        b[o0] = np.int64(o0) & 0x7FFFFFFFFFFFFFFF  # rows\n{tail}")
+    out = generalize([src(p) for p in pts], pts)
+    assert "range(n0)" in out and "a12[o0 * n1 + (n0 * n1)]" in out
+    assert "* 1e-05 + 2j" in out and "0x7FFFFFFFFFFFFFFF  # rows" in out
+    for tail in (lambda p: f"        # {p['n0']} rows\n",
+                 lambda p: f"        s = '{p['n0']} rows'\n",
+                 lambda p: f'        s = """\n{p["n0"]}\n"""\n'):
+        with pytest.raises(CannotGeneralize):
+            generalize([src(p, tail(p)) for p in pts], pts)
+    nested = [src(p, "    y = 1\n" if i == 1 else "        y = 1\n") for i, p in enumerate(pts)]
+    with pytest.raises(CannotGeneralize):
+        generalize(nested, pts)
+
+
 # ------------------------------------------------------------------ jit
 def mlp_params(sizes=(6, 8, 8, 3)):
     r = np.random.default_rng(0)
