@@ -12,10 +12,10 @@ and is never worth compiling. Compiling once the eager runs have cost as much as
 (``JIT_AFTER_S``, one CPU second; ``Session(jit_after_s=...)``) bounds either choice's loss at
 about twice the better one's (the ski-rental rule), while a training step that costs 0.5 s
 or more eagerly (a convolutional network's at MNIST's size) is compiled after its first step
-(its second would reach the limit) instead of after dozens. CPU time, not wall time: on a busy machine the eager runs and the
-compile both take longer by the same factor, so the choice does not change with the load
-(timed by the wall clock, a short loop on a busy machine crossed the limit and paid a
-compile four times its eager cost).
+(its second would reach the limit) instead of after dozens. CPU time, not wall time: on a busy
+machine the eager runs and the compile both take longer by the same factor, so the choice
+does not change with the load (timed by the wall clock, a short loop on a busy machine
+crossed the limit and paid a compile four times its eager cost).
 Variables live in the session between runs; initializers and train ops return their new
 values, which the session stores.
 """
