@@ -156,7 +156,10 @@ class Emitter:
         return res
 
     def _value(self, v: Var, idx: tuple) -> str:
-        own = self.full_idx is not None and idx == norm_idx(self.full_idx, v.aval.shape)
+        # read at this stage's own index (compared only for the values where it matters)
+        own = self.full_idx is not None and (
+            v in self.full_locals or v in self.cached or v in self.stored_here) and \
+            idx == norm_idx(self.full_idx, v.aval.shape)
         if own and v in self.full_locals:
             return self.full_locals[v]
         if own and v in self.cached:        # (not a load: this kernel wrote it)
