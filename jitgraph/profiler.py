@@ -627,12 +627,13 @@ def _profile_steps(f, args, kwargs, reps: int, hardware: str = "cpu") -> dict:
     a = np.asarray(rows, dtype=np.float64)   # reps x (entry, steps..., exit)
     med = np.median(a, axis=0)
     steps = []
-    for s, t in zip(prog.plan.steps, med[1:-1]):
+    memory = entry.program.stages.get("memory")
+    run_steps = getattr(prog.stages.get("memory"), "steps_run", None) or prog.plan.steps
+    for s, t in zip(run_steps, med[1:-1]):      # (a loop and its product tail: one step)
         c = step_cost(s, prog.plan)
         steps.append(StepProfile(s.name, c.kind, [n.prim.name for n in kernel_ops(s)],
                                  float(t), c.bytes, c.flops))
     whole = a.sum(axis=1)
-    memory = entry.program.stages.get("memory")
     stats = None
     if memory is not None and not getattr(entry.program, "symbols", ()):
         stats = memory.stats()      # the program f runs (with its donation), fixed sizes

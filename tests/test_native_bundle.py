@@ -31,7 +31,8 @@ CHILD = textwrap.dedent('''
     import jitgraph
     import jitgraph.numpy as jnp
     from jitgraph import nn
-    from jitgraph.compiler import threaded
+    from jitgraph.compiler import threaded, thresholds
+    thresholds._TAIL_MIN[:] = [4 << 20]    # pair a loop and its product from 4 MiB (tailed)
 
     def loss(params, x, y):
         w1, b1, w2, b2 = params
@@ -54,6 +55,10 @@ CHILD = textwrap.dedent('''
     @jitgraph.jit
     def wide(x, w):                        # a product, then a loop a launcher threads
         return jnp.tanh(x @ w) * 2.0 + 1.0
+
+    @jitgraph.jit
+    def tailed(x, w):                      # a threaded loop, the product as its tail
+        return jnp.tanh(x) @ w
 
     sized = jitgraph.jit(lambda x, y: train_step.fun([W1, B1, W2, B2], x, y)[1],
                          dynamic_dims={"x": 0, "y": 0})     # sizes as runtime arguments
@@ -79,16 +84,22 @@ CHILD = textwrap.dedent('''
         xw = r.standard_normal((256, 32)).astype(np.float32)
         ww = (r.standard_normal((32, 1024)) * 0.2).astype(np.float32)
         wide_out = wide(xw, ww)
+        xt = r.standard_normal((2048, 640)).astype(np.float32)
+        wt = (r.standard_normal((640, 64)) * 0.1).astype(np.float32)
+        tail_out = tailed(xt, wt)
     digest = lambda arrays: hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes()
                                                     for v in arrays)).hexdigest()
     programs = [train_step.lower(params, x, y).program, small.lower(a, 1.5).program,
-                wide.lower(xw, ww).program]
+                wide.lower(xw, ww).program, tailed.lower(xt, wt).program]
     print(json.dumps({"losses": losses, "params": digest(params), "small": digest([s, s2]),
                       "rows": digest([big]), "rows_sum": float(big.sum()),
                       "parallel": threaded.is_threaded(rows.lower(v).source),
                       "wide": digest([wide_out]),
                       "wide_error": float(np.abs(wide_out - (np.tanh(xw @ ww) * 2 + 1)).max()),
                       "launched": "threads_loop_" in wide.lower(xw, ww).source,
+                      "tailed": digest([tail_out]),
+                      "tail_error": float(np.abs(tail_out - np.tanh(xt) @ wt).max()),
+                      "paired": threaded.TAIL_PREFIX in tailed.lower(xt, wt).source,
                       "sized": d, "numba_imported": "numba" in sys.modules,
                       "info": jitgraph.cache_info(),
                       "native": [p.native for p in programs],
@@ -119,23 +130,25 @@ def two_processes(tmp_path_factory):
 
 def test_first_process_compiles_and_writes_bundles(two_processes):
     _, cache, first, _ = two_processes
-    assert first["numba_imported"] and first["native"] == [False, False, False]
+    assert first["numba_imported"] and first["native"] == [False] * 4
     assert first["info"]["native_loads"] == 0
     bundles = list(cache.glob("*.native"))
-    assert len(bundles) >= 6, bundles       # step, two small, the sized program, rows, wide
+    assert len(bundles) >= 7, bundles   # step, two small, the sized program, rows, wide, tailed
     assert not first["warnings"], first["warnings"]
 
 
 def test_second_process_runs_without_numba_and_gets_the_same_bits(two_processes):
     _, _, first, second = two_processes
     assert not second["numba_imported"], "a warm process imported Numba"
-    assert second["native"] == [True, True, True]
+    assert second["native"] == [True] * 4
     # every program came from disk (two of them with sizes as runtime arguments), natively
-    assert second["info"]["native_loads"] == second["info"]["disk_hits"] == 6
+    assert second["info"]["native_loads"] == second["info"]["disk_hits"] == 7
     assert second["info"]["dynamic_compiles"] == 2
-    assert second["numba_compiles"] == [0, 0, 0]
-    for key in ("losses", "params", "small", "sized", "rows", "wide"):
+    assert second["numba_compiles"] == [0] * 4
+    for key in ("losses", "params", "small", "sized", "rows", "wide", "tailed"):
         assert second[key] == first[key], key
+    # the product tail ran from its launcher, from the bundle too
+    assert first["paired"] and first["tail_error"] < 1e-4
     # the threaded loop ran from its launcher, in the bundle too, and got the right numbers
     assert first["launched"] and first["wide_error"] < 1e-5
     # the numbers themselves: tanh is odd and the ramp symmetric: the rows sum to the count
@@ -155,12 +168,12 @@ def test_damaged_bundles_take_the_numba_path(two_processes, tmp_path):
         b.write_bytes(bytes(data))
     rep = run_child(tmp_path, copy)
     assert rep["numba_imported"] and rep["info"]["native_loads"] == 0
-    assert rep["numba_compiles"] == [0, 0, 0]       # Numba's own cache still serves it
-    for key in ("losses", "params", "small", "sized", "rows", "wide"):
+    assert rep["numba_compiles"] == [0] * 4        # Numba's own cache still serves it
+    for key in ("losses", "params", "small", "sized", "rows", "wide", "tailed"):
         assert rep[key] == first[key], key
     # that process wrote them again (from machine code it loaded from Numba's cache)
     again = run_child(tmp_path, copy)
-    assert not again["numba_imported"] and again["info"]["native_loads"] == 6
+    assert not again["numba_imported"] and again["info"]["native_loads"] == 7
     assert again["params"] == first["params"]
 
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core import GATHER, SCALAR
-from .fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, kernel_ops
+from .fusion import (HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ScatterStep,
+                     kernel_ops)
 
 
 @dataclass(frozen=True)
 class StepCost:
-    kind: str              # "loop" | "matmul" | "scatter" | "host"
+    kind: str              # "loop" | "matmul" | "loop+matmul" | "scatter" | "host"
     bytes: int
     flops: int
 
@@ -76,6 +77,12 @@ def _prod(shape) -> int:
 
 def step_cost(step, plan: Plan) -> StepCost:
     """What one plan step must move and compute."""
+    if isinstance(step, LoopThenProduct):
+        # the left operand is written and read again in cache, chunk by chunk: the memory
+        # traffic is the two steps' without it (it is still stored once: the backward reads it)
+        lc, pc = step_cost(step.loop, plan), step_cost(step.product, plan)
+        return StepCost("loop+matmul", lc.bytes + pc.bytes - _nbytes(step.product.a[0]),
+                        lc.flops + pc.flops)
     if isinstance(step, LoopKernel):
         body = step.body
         stored = {v for st in body.stages for (v, _, _) in st.stores if v in plan.needed}

@@ -87,6 +87,20 @@ class Epilogue:
 
 
 @dataclass
+class LoopThenProduct:
+    """A threaded loop kernel and the product after it, run as one step: the kernel writes the
+    product's left operand row block by row block, and each thread multiplies the block it
+    has just written (``threaded.py``'s product tail; ``CpuCodegen.pair_steps`` pairs them).
+    The memory plan sees one step: the product's output is never a buffer the kernel reads."""
+    loop: LoopKernel
+    product: MatmulStep
+
+    @property
+    def name(self) -> str:
+        return f"{self.loop.name}+{self.product.name}"
+
+
+@dataclass
 class ScatterStep:
     node: Node
     name: str = ""
@@ -727,6 +741,8 @@ def _finish(plan: Plan, ctx) -> None:
 
 def kernel_ops(step) -> list[Node]:
     """The graph nodes computed by a step (fused ones included)."""
+    if isinstance(step, LoopThenProduct):
+        return kernel_ops(step.loop) + kernel_ops(step.product)
     if isinstance(step, LoopKernel):
         items = step.items()
         ops = set(step.body.ops) | set(items)

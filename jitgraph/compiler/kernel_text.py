@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ..core import Graph, Var
-from .fusion import LoopKernel, MatmulStep, Plan, kernel_ops
+from .fusion import LoopKernel, LoopThenProduct, MatmulStep, Plan, kernel_ops
 from .syntax import NARROW_FUNCTIONS, Syntax
 from .thresholds import COLUMN_ORDER_MIN_OUTER
 
@@ -169,6 +169,8 @@ def store_lines(syntax: Syntax, plan: Plan, st, k: LoopKernel, pad: str,
 def reads(s) -> list:
     """Arrays a step reads, in a fixed order (generated source must not depend on set order,
     or the same program would miss the disk cache in the next process)."""
+    if isinstance(s, LoopThenProduct):
+        return sorted(set(reads(s.loop)) | set(reads(s.product)), key=lambda v: v.id)
     if isinstance(s, LoopKernel):
         vs = s.body.loads
     elif isinstance(s, MatmulStep):
@@ -181,6 +183,8 @@ def reads(s) -> list:
 
 def writes(s) -> list:
     """Arrays a step writes."""
+    if isinstance(s, LoopThenProduct):
+        return list(dict.fromkeys(writes(s.loop) + writes(s.product)))
     if isinstance(s, LoopKernel):
         out = [v for st in s.body.stages for (v, _, _) in st.stores]
         out += [r[0].out for st in s.body.stages for r in st.reductions]

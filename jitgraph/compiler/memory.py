@@ -189,6 +189,7 @@ class MemoryPlan:
                 if v in slot_of and v not in last_use:
                     live.pop(v, None)
         self.timeline = timeline
+        self.steps_run = [s for s, _ in calls]     # as the driver runs them (a pair is one)
         lines.append("return None")
         order = list(dict.fromkeys(v for v in g.outputs if v in out_specs))  # one buffer each
         self.walked_scratch = list(scratch_specs)

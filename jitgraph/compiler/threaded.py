@@ -15,6 +15,14 @@ loop calls) with a function that calls the kernel's native entry point on chunks
 from a shared counter. The threads and their count (``numba.set_num_threads``) are Numba's
 own, as for ``prange``; on one thread the launcher calls the kernel directly.
 
+A launcher may also take a *product tail* (``Launch.tail``): after each chunk of rows, the
+thread that computed it multiplies the rows of the kernel's output array that chunk wrote by a
+second operand, one one-thread ``?gemm`` call (``kernels/blas.py``'s symbols), while those rows
+are still in its cache. The code generator pairs a kernel with the product after it this way
+when the kernel writes the product's left operand, row block by row block (a convolution's
+im2col, then its product: ``CpuCodegen.pair_steps``). Its chunks are cut by size alone
+(``PRODUCT_TAIL_CHUNK_BYTES``), so results do not depend on the number of threads.
+
 Native bundles carry the same IR (``bundle_ir``, compiled with a bundle's wrappers), so a
 process that loads a bundle gets the same launchers without Numba.
 """
@@ -31,6 +39,7 @@ import numpy as np
 
 from . import native, numba_patches
 from .state import STATE
+from .thresholds import PRODUCT_TAIL_CHUNK_BYTES, PRODUCT_TAIL_MIN_ROWS
 
 #: what a threaded kernel's source says about its rows (the loader reads the count back): a
 #: statement ``launch_rows = <count>`` so marked, a count in code (a literal, or in a program
@@ -42,6 +51,15 @@ _ROWS = re.compile(r"^\s*launch_rows = (.+?)  " + re.escape(ROWS_MARK) + "$", re
 _LINEAR = re.compile(r"^\(?(?:(\d+) \* )?a(\d+)(?: \* (\d+))?(?: \+ (\d+))?\)?$")
 #: the prefix of a launcher's name in the driver
 PREFIX = "threads_"
+#: the prefix of a launcher with a product tail: ``gemm_after<a>_<kernel>``, ``a`` the kernel
+#: array argument that is the product's left operand
+TAIL_PREFIX = "gemm_after"
+_TAIL_NAME = re.compile(r"^" + TAIL_PREFIX + r"(\d+)_(\w+)$")
+#: a tail's arguments after the kernel's: the right operand and the output (flat arrays of the
+#: left operand's dtype), the left operand's rows per kernel row, its columns, the output's
+#: columns, and whether the right operand is stored transposed
+TAIL_ARGS = 6
+_GEMM = {"float32": ("float", "jitgraph_sgemm64"), "float64": ("double", "jitgraph_dgemm64")}
 #: a kernel parameter that is an int64 scalar (a size passed at run time), not an array
 SIZE = "size"
 
@@ -67,11 +85,42 @@ class Launch:
     serial: bool = False
     rows_scale: int = 0     # the rows are rows + rows_scale * (size argument rows_arg)
     rows_arg: int = -1
+    tail: int = -1          # the array argument a product tail multiplies (-1: no tail)
 
     @property
     def callable_name(self) -> str:
         """The name the driver calls the launcher by."""
+        if self.tail >= 0:
+            return f"{TAIL_PREFIX}{self.tail}_{self.name}"
         return self.name if self.serial else PREFIX + self.name
+
+
+def tail_call(name: str) -> tuple[str, int] | None:
+    """``(kernel, left operand argument)`` of a launcher name with a product tail, else None."""
+    m = _TAIL_NAME.match(name)
+    return (m.group(2), int(m.group(1))) if m else None
+
+
+def launched_kernel(name: str) -> str | None:
+    """The kernel a launcher name in a driver runs (``threads_<kernel>`` or a tail's)."""
+    tail = tail_call(name)
+    if tail is not None:
+        return tail[0]
+    return name[len(PREFIX):] if name.startswith(PREFIX) else None
+
+
+def serial_tail(run_rows: Callable, nargs: int, a_arg: int, product: Callable) -> Callable:
+    """A tail's launcher where none can be built: the kernel over all its rows
+    (``run_rows``: the kernel's own launcher, or its serial call), then the product as the
+    driver would call it unpaired (``product`` takes ``par_gemm``'s arguments)."""
+    def call(*args):
+        kernel_args, (b, c, _, k, n, tb) = args[:nargs], args[nargs:]
+        run_rows(*kernel_args)
+        m = c.size // n
+        b2 = b[:k * n].reshape((n, k) if tb else (k, n))
+        product(1.0, kernel_args[a_arg][:m * k].reshape((m, k)), 0, b2, tb, 0.0,
+                c.reshape((m, n)))
+    return call
 
 
 def available() -> bool:
@@ -137,9 +186,16 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     next chunk from a shared counter until none is left: a thread the operating system
     preempts (a busy machine) leaves its share to the others instead of holding every other
     thread at the region's end for its whole half. Each row is computed by one kernel call
-    whatever the split, so results do not depend on it."""
+    whatever the split, so results do not depend on it. A launcher with a product tail
+    (``launch.tail``) cuts its chunks by size instead, and after each one calls ``?gemm`` on
+    the rows of the left operand it wrote (``_tail_ir``)."""
     n = len(launch.dtypes)
     sym = launch.symbol
+    tail = launch.tail >= 0
+    if tail and (launch.serial or launch.dtypes[launch.tail] not in _GEMM):
+        raise ValueError(f"{launch.name}: no product tail for argument {launch.tail}")
+    nargs = n + TAIL_ARGS * tail
+    tslot = _ARRAYS + 2 * n             # a tail's slots: after the kernel's arrays
     # the count of rows: a constant, or base + scale * a size argument (unboxed by the checks)
     rows_ir = [f"  %rows = add i64 {int(launch.rows)}, 0"] if launch.rows_arg < 0 else [
         f"  %rowss = mul i64 %v{launch.rows_arg}, {int(launch.rows_scale)}",
@@ -167,7 +223,10 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         entry_args += ["ptr null", "ptr null", f"i64 %n{j}", f"i64 {size}", f"ptr %d{j}",
                        f"i64 %n{j}", f"i64 {size}"]
     sig = ", ".join(a.split(" ")[0] for a in entry_args)
-    tramp_fn = [f'declare i32 @"{sym}"({sig})'] * (declare or launch.direct) + [
+    if tail:
+        tramp += _tail_setup_ir(launch, tslot)
+    # (a tail's kernel has its own launcher in the same module, which declares it)
+    tramp_fn = [f'declare i32 @"{sym}"({sig})'] * ((declare or launch.direct) and not tail) + [
         f"define void @jgt_{index}(ptr %args, ptr %dims, ptr %steps, ptr %data) {{",
         "entry:", *tramp,
         "  br label %loop",
@@ -185,14 +244,15 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         "  %ok0 = icmp eq i32 %st, 0",          # Numba's "ok" and "returned None"
         "  %ok1 = icmp eq i32 %st, -2",
         "  %ok = or i1 %ok0, %ok1",
-        "  br i1 %ok, label %loop, label %fail",
+        f"  br i1 %ok, label %{'tail' if tail else 'loop'}, label %fail",
+        *(_tail_ir(launch) if tail else []),
         "fail:",
         "  store i64 1, ptr %data",
         "  br label %loop",
         "done:",
         "  ret void",
         "}"]
-    checks = [f"  %cnt = icmp eq i64 %nargs, {n}",
+    checks = [f"  %cnt = icmp eq i64 %nargs, {nargs}",
               "  br i1 %cnt, label %start, label %bad",
               "start:"]
     for j, dt in enumerate(launch.dtypes):
@@ -209,19 +269,27 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
                    f"  store ptr %d{j}, ptr %bd{j}",
                    f"  %bn{j} = getelementptr i64, ptr %block, i64 {_ARRAYS + 1 + 2 * j}",
                    f"  store i64 %n{j}, ptr %bn{j}"]
-    bad = f"{launch.callable_name}: expected {n} arguments: one-dimensional C-contiguous " \
-          f"arrays of dtypes, or ints for sizes: {', '.join(launch.dtypes)}"
+    if tail:
+        checks += _tail_checks_ir(launch, tslot)
+    types = ", ".join(launch.dtypes)
+    if tail:
+        adt = launch.dtypes[launch.tail]
+        types += f", then the product's: {adt}, {adt}, rows, columns, columns, transposed"
+    bad = f"{launch.callable_name}: expected {nargs} arguments: one-dimensional " \
+          f"C-contiguous arrays of dtypes, or ints for sizes: {types}"
     failed = f"{launch.callable_name}: the kernel reported an error"
     launcher = [
         f"@jgl_bad_{index} = private constant [{len(bad) + 1} x i8] c\"{bad}\\00\"",
         f"@jgl_failed_{index} = private constant [{len(failed) + 1} x i8] c\"{failed}\\00\"",
         f"define ptr @jgl_{index}(ptr %self, ptr %args, i64 %nargs) {{",
         "entry:",
-        f"  %block = alloca [{_ARRAYS + 2 * n} x i64], align 16",
+        f"  %block = alloca [{tslot + TAIL_ARGS * tail} x i64], align 16",
         "  %argv = alloca ptr, align 8",
         "  %shape = alloca [2 x i64], align 8",
         "  %steps = alloca i64, align 8",
         *checks,
+        *rows_ir,
+        *(_tail_sizes_ir(launch) if tail else []),
         "  store i64 0, ptr %block",
         "  %ctr = getelementptr i64, ptr %block, i64 1",
         "  store i64 0, ptr %ctr",
@@ -230,12 +298,12 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         "  %nt0 = call i64 @get_num_threads()" if not launch.serial else "  %nt0 = add i64 1, 0",
         "  %ntpos = icmp sgt i64 %nt0, 0",
         "  %nt = select i1 %ntpos, i64 %nt0, i64 1",
-        *rows_ir,
         "  %rowsp = getelementptr i64, ptr %block, i64 3",
         "  store i64 %rows, ptr %rowsp",
         f"  %want = mul i64 %nt, {CHUNKS_PER_THREAD}",
         "  %fewrows = icmp slt i64 %rows, %want",
-        "  %nch0 = select i1 %fewrows, i64 %rows, i64 %want",
+        "  %nch0 = " + ("add i64 %tnch, 0" if tail else
+                        "select i1 %fewrows, i64 %rows, i64 %want"),
         "  %nopos = icmp slt i64 %nch0, 0",            # (no rows at all: no chunk)
         "  %nch = select i1 %nopos, i64 0, i64 %nch0",
         "  %nchp = getelementptr i64, ptr %block, i64 2",
@@ -277,9 +345,112 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     return "\n".join(tramp_fn + launcher) + "\n"
 
 
+def _tail_checks_ir(launch: Launch, tslot: int) -> list[str]:
+    """The launcher's checks of a tail's arguments (after the kernel's), stored in the
+    block: the right operand's and the output's data, then the four sizes."""
+    n, out = len(launch.dtypes), []
+    for j in range(n, n + TAIL_ARGS):
+        out += [f"  %a{j}pp = getelementptr ptr, ptr %args, i64 {j}",
+                f"  %a{j} = load ptr, ptr %a{j}pp"]
+    for j in (n, n + 1):
+        out += native.check_ir(j, _kind(launch.dtypes[launch.tail]), flags=False)
+        out += native.array_fields_ir(j) + [
+            f"  %n{j} = load i64, ptr %h{j}",
+            f"  %bd{j} = getelementptr i64, ptr %block, i64 {tslot + j - n}",
+            f"  store ptr %d{j}, ptr %bd{j}"]
+    for j in range(n + 2, n + TAIL_ARGS):
+        out += native.scalar_ir(j, "jgw_int", "PyLong_AsLongLong", "i64") + [
+            f"  %bv{j} = getelementptr i64, ptr %block, i64 {tslot + j - n}",
+            f"  store i64 %v{j}, ptr %bv{j}"]
+    return out
+
+
+def _tail_sizes_ir(launch: Launch) -> list[str]:
+    """Refuse (``%bad``) a tail whose sizes are not positive, over 2**31 - 1, or whose arrays
+    are shorter than the rows need; then its chunk count ``%tnch``: rows of the kernel per
+    chunk for about ``PRODUCT_TAIL_CHUNK_BYTES`` of the left operand, and at least
+    ``PRODUCT_TAIL_MIN_ROWS`` rows of it."""
+    n, a = len(launch.dtypes), launch.tail
+    r, k, c, tb = (f"%v{j}" for j in range(n + 2, n + TAIL_ARGS))
+    size = np.dtype(launch.dtypes[a]).itemsize
+    out = ["  br label %tchk", "tchk:"]
+    conds = []
+    for i, (v, lo) in enumerate(((r, 1), (k, 1), (c, 1), ("%rows", 0))):
+        out += [f"  %tlo{i} = icmp sge i64 {v}, {lo}",
+                f"  %thi{i} = icmp sle i64 {v}, 2147483647"]
+        conds += [f"%tlo{i}", f"%thi{i}"]
+    out += [f"  %tbok = icmp ule i64 {tb}, 1",
+            f"  %tar = mul i64 %rows, {r}", f"  %tna = mul i64 %tar, {k}",
+            f"  %tnc = mul i64 %tar, {c}", f"  %tnb = mul i64 {k}, {c}",
+            f"  %taok = icmp sle i64 %tna, %n{a}", f"  %tbok2 = icmp sle i64 %tnb, %n{n}",
+            f"  %tcok = icmp sle i64 %tnc, %n{n + 1}"]
+    conds += ["%tbok", "%taok", "%tbok2", "%tcok"]
+    acc = conds[0]
+    for i, cnd in enumerate(conds[1:]):
+        out.append(f"  %tall{i} = and i1 {acc}, {cnd}")
+        acc = f"%tall{i}"
+    out += [f"  br i1 {acc}, label %tgo, label %bad", "tgo:",
+            f"  %trk = mul i64 {r}, {k}",
+            f"  %trb = mul i64 %trk, {size}",
+            f"  %trpc0 = sdiv i64 {PRODUCT_TAIL_CHUNK_BYTES}, %trb",
+            f"  %tmin0 = add i64 {r}, {PRODUCT_TAIL_MIN_ROWS - 1}",
+            f"  %tmin = sdiv i64 %tmin0, {r}",
+            "  %tsmall = icmp slt i64 %trpc0, %tmin",
+            "  %trpc = select i1 %tsmall, i64 %tmin, i64 %trpc0",
+            "  %tnch0 = add i64 %rows, %trpc",
+            "  %tnch1 = sub i64 %tnch0, 1",
+            "  %tnch = sdiv i64 %tnch1, %trpc"]
+    return out
+
+
+def _tail_setup_ir(launch: Launch, tslot: int) -> list[str]:
+    """What a thread of a tail's launcher reads once: the product's operands, sizes and
+    ``?gemm``'s arguments (Fortran's: by reference)."""
+    real = _GEMM[launch.dtypes[launch.tail]][0]
+    out = []
+    for i, name in enumerate(("tbd", "tcd")):
+        out += [f"  %{name}p = getelementptr i64, ptr %data, i64 {tslot + i}",
+                f"  %{name} = load ptr, ptr %{name}p"]
+    for i, name in enumerate(("tr", "tk", "tn", "ttb"), 2):
+        out += [f"  %{name}p = getelementptr i64, ptr %data, i64 {tslot + i}",
+                f"  %{name} = load i64, ptr %{name}p"]
+    out += ["  %ttrans = icmp ne i64 %ttb, 0",
+            "  %tch = select i1 %ttrans, i8 84, i8 78",      # 'T' / 'N'
+            "  %tld = select i1 %ttrans, i64 %tk, i64 %tn"]
+    refs = (("g_ta", "i8", "%tch"), ("g_tn", "i8", "78"), ("g_m", "i64", "%tn"),
+            ("g_n", "i64", "0"), ("g_k", "i64", "%tk"), ("g_al", real, "1.0"),
+            ("g_lda", "i64", "%tld"), ("g_ldb", "i64", "%tk"), ("g_be", real, "0.0"),
+            ("g_ldc", "i64", "%tn"))
+    for name, ty, value in refs:
+        out += [f"  %{name} = alloca {ty}, align 8", f"  store {ty} {value}, ptr %{name}"]
+    return out
+
+
+def _tail_ir(launch: Launch) -> list[str]:
+    """After a chunk ``lo:hi`` of the kernel's rows: rows ``lo * r:hi * r`` of the output
+    = those rows of the left operand (argument ``launch.tail``) @ the right operand, one
+    ``?gemm`` on the column-major transpose, C^T = op(B)^T A^T (as ``gemm_launchers``)."""
+    real, gemm = _GEMM[launch.dtypes[launch.tail]]
+    return ["tail:",
+            "  %tm0 = sub i64 %hi, %lo",
+            "  %tm = mul i64 %tm0, %tr",
+            "  %tlo = mul i64 %lo, %tr",
+            "  %taoff = mul i64 %tlo, %tk",
+            "  %tcoff = mul i64 %tlo, %tn",
+            f"  %tap = getelementptr {real}, ptr %d{launch.tail}, i64 %taoff",
+            f"  %tcp = getelementptr {real}, ptr %tcd, i64 %tcoff",
+            "  store i64 %tm, ptr %g_n",
+            f"  call void @{gemm}(ptr %g_ta, ptr %g_tn, ptr %g_m, ptr %g_n, ptr %g_k, "
+            "ptr %g_al, ptr %tbd, ptr %g_lda, ptr %tap, ptr %g_ldb, ptr %g_be, ptr %tcp, "
+            "ptr %g_ldc)",
+            "  br label %loop"]
+
+
 #: declarations the launchers need beside ``native.IR_GLOBALS`` (once per module)
 IR_DECLARATIONS = """declare void @numba_parallel_for(ptr, ptr, ptr, ptr, ptr, i64, i64, i64)
 declare i64 @get_num_threads()
+declare void @jitgraph_sgemm64(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr)
+declare void @jitgraph_dgemm64(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr)
 declare void @PyErr_SetString(ptr, ptr)
 @PyExc_TypeError = external global i8
 @PyExc_RuntimeError = external global i8
@@ -311,6 +482,9 @@ def build(launches: list[Launch], entries: dict[str, int],
         native.register_runtime()
         if not all(launch.serial for launch in launches) and not native.parallel_symbols():
             return None
+        if any(launch.tail >= 0 for launch in launches):
+            from ..kernels import blas  # type: ignore[attr-defined]
+            blas.register()
         for sym, addr in entries.items():
             llvm.add_symbol(sym, addr)
         text = native.IR_GLOBALS + IR_DECLARATIONS + "".join(

@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep
+from ..fusion import HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ScatterStep
 from ..kernel_text import KernelSource
 from ..memory import Buffers, MemoryPlan
 from ..syntax import Statement
@@ -224,6 +224,9 @@ def emit_program(codegen: Codegen, plan: Plan, donate: set[int]) -> tuple[Module
         if src is not None:
             codegen.add_kernel(s, src, params)
         calls.append((s, params))
+    pair = getattr(codegen, "pair_steps", None)   # (optional: steps a backend runs as one)
+    if pair is not None:
+        calls = pair(calls)
     # generated names are numbered in order of first use, and the disk cache keys on the text:
     # the driver's signature (constants, then inputs) is named before its statements
     for v in list(plan.const_args) + list(plan.graph.inputs):
@@ -231,6 +234,8 @@ def emit_program(codegen: Codegen, plan: Plan, donate: set[int]) -> tuple[Module
     memory = MemoryPlan(plan, donate, codegen.accumulators, codegen.profile)
 
     def step_lines(s, params) -> list[str]:
+        if isinstance(s, LoopThenProduct):
+            return codegen.paired_call(s, params)
         if isinstance(s, (LoopKernel, ScatterStep)):
             return codegen.kernel_call(s, params)
         if isinstance(s, MatmulStep):

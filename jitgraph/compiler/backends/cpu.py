@@ -9,21 +9,23 @@ buffers reused by liveness, so a call is one Numba dispatch.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
 from ...core import approximations, returns_input_type, scalar_function
 from ...dtypes import storage
-from .. import numba_patches, threaded
+from .. import numba_patches, threaded, thresholds
 from ..emit import scatter_parts
-from ..fusion import HostStep, LoopKernel, MatmulStep, Plan, ScatterStep, build_body
+from ..fusion import (HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ScatterStep,
+                      build_body)
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, import_lines, init_value, kernel_params,
                            result_store, step_ops, store_lines, subgraph_comment,
-                           with_narrow_import)
+                           with_narrow_import, writes)
 from ..memory import Buffers, MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_PRODUCT, PARALLEL_MIN_WORK,
                           PARALLEL_MIN_WORK_BESIDE_PRODUCTS, PARALLEL_MIN_WORK_WITH_BLAS,
@@ -159,6 +161,7 @@ class LoopDecision:
     inner_par: bool
     column: bool
     split: bool = False     # column order, its rows split over threads (``_split_column_body``)
+    tail: bool = False      # runs with the product after it as one step (``pair_steps``)
 
 
 class CpuCodegen:
@@ -201,6 +204,7 @@ class CpuCodegen:
         self.symbols = list(symbols)            # (name, input index, axis)
         self.decisions = list(decisions) if decisions is not None else None
         self.made_decisions: list[LoopDecision] = []
+        self._decision_of: dict[str, int] = {}  # loop step name -> its index in made_decisions
         # kernel name -> (parameter, size, dtype) of accumulators the driver gives scratch for
         self.accumulators: dict[str, list] = {}
         self._combines: dict[str, list] = {}    # kernel name -> driver lines after its call
@@ -243,6 +247,7 @@ class CpuCodegen:
         plan, body = self.plan, k.body
         o_shape, r_shape = k.outer_shape, k.inner_shape
         d = self.decide(k)
+        self._decision_of[k.name] = len(self.made_decisions)
         self.made_decisions.append(d)
         outer_par, inner_par = d.outer_par, d.inner_par
         has_red = any(s.reductions for s in body.stages)
@@ -462,6 +467,84 @@ class CpuCodegen:
         self._callee[s.name] = shared.name
         self.kernels.append(KernelSource(shared.name, shared.source, step_ops(s), shared.params,
                                          shared.arg_types))
+
+    def pair_steps(self, calls: list) -> list:
+        """Run each threaded loop kernel that writes the left operand of the product after it
+        as one step with that product (``LoopThenProduct``, ``threaded.py``'s product tail),
+        where ``_tail_operand`` allows it; the pairing is a layout decision, kept when the
+        program is generated again at other sizes. ``JITGRAPH_PRODUCT_TAIL=0``: no pairs."""
+        if os.environ.get("JITGRAPH_PRODUCT_TAIL", "1") == "0":
+            return calls
+        out, i = [], 0
+        while i < len(calls):
+            s, params = calls[i]
+            nxt = calls[i + 1][0] if i + 1 < len(calls) else None
+            if isinstance(s, LoopKernel) and isinstance(nxt, MatmulStep) and \
+                    self._tail_operand(s, params, nxt) is not None:
+                j = self._decision_of[s.name]
+                self.made_decisions[j] = replace(self.made_decisions[j], tail=True)
+                out.append((LoopThenProduct(s, nxt), params))
+                i += 2
+                continue
+            out.append((s, params))
+            i += 1
+        return out
+
+    def _tail_operand(self, k: LoopKernel, params: list, p: MatmulStep) -> int | None:
+        """The argument of ``k``'s call that is product ``p``'s left operand, where the two can
+        run as one step: ``k`` is threaded over its first dim (rows) with no reductions,
+        accumulators or other dtypes, and stores that operand at its own index, shaped as
+        its loop (so row ``i`` writes rows ``i * r:(i + 1) * r`` of it, and nothing else does);
+        ``p`` is one float32/float64 product split over threads, without epilogue, of at most
+        ``PRODUCT_TAIL_MAX_COLUMNS`` columns from a right operand of at most
+        ``PRODUCT_TAIL_MAX_RIGHT_BYTES`` that ``k`` does not write; the operand large enough
+        (``thresholds.product_tail_min_bytes``) to leave the cache between two steps. None
+        otherwise."""
+        j = self._decision_of.get(k.name)
+        if j is None or k.axes or k.name not in self._launched_steps or p.epilogue is not None:
+            return None
+        d = self.made_decisions[j]
+        if d.column or d.split or self.accumulators.get(k.name):
+            return None
+        if self.decisions is not None and not self.decisions[j].tail:
+            return None
+        out = p.node.out.aval
+        v, transposed, (m, kk) = p.a[0], p.a[1], p.a[2][-2:]
+        if out.dtype not in (np.float32, np.float64) or len(out.shape) != 2 or transposed or \
+                len(p.a[2]) != 2 or v.aval.dtype != out.dtype or p.b[0].aval.dtype != out.dtype:
+            return None
+        if not self._one_pool or m * out.shape[1] * kk < PARALLEL_MIN_PRODUCT or \
+                out.shape[1] > thresholds.PRODUCT_TAIL_MAX_COLUMNS or \
+                p.b[0].aval.size * out.dtype.itemsize > thresholds.PRODUCT_TAIL_MAX_RIGHT_BYTES:
+            return None
+        rows = k.shape[0] if k.shape else 1
+        if tuple(v.aval.shape) != tuple(k.shape) or rows < 2 or m % rows or \
+                v.aval.size != m * kk or p.b[0] in writes(k) or p.b[0] is v:
+            return None
+        if not any(w is v and where != "outer" for st in k.body.stages
+                   for (w, _, where) in st.stores):
+            return None
+        if self.decisions is None and \
+                v.aval.size * out.dtype.itemsize < thresholds.product_tail_min_bytes():
+            return None
+        name = self.plan.array_name(v)
+        return params.index(name) if name in params else None
+
+    def paired_call(self, s: LoopThenProduct, params: list) -> list[str]:
+        """A ``LoopThenProduct``: the kernel's launcher with the product as its tail."""
+        k, p = s.loop, s.product
+        a = self._tail_operand(k, params, p)
+        m, kk = p.a[2]
+        nn = p.node.out.aval.shape[1]
+        dt = p.node.out.aval.dtype.name
+        arr = f"{dt}/2C"        # (the product's fallback where the launcher cannot be built)
+        self._blas_calls.add(("par_gemm", ("float", arr, "size", arr, "size", "float", arr)))
+        self._split_products = True
+        call = (f"{threaded.TAIL_PREFIX}{a}_{_call_field(self._callee[k.name])}("
+                f"{', '.join(params)}, {self.plan.array_name(p.b[0])}, "
+                f"{self.plan.array_name(p.node.out)}, {m // k.shape[0]}, {kk}, {nn}, "
+                f"{int(bool(p.b[1]))})")
+        return [call]
 
     def kernel_call(self, s, params: list) -> list[str]:
         prefix = threaded.PREFIX if s.name in self._launched_steps else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -393,12 +394,16 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
     ``threads_<kernel>``, and of the kernels ``loop_ir`` compiled (``direct``), under their
     own names where they are serial; returns their ``Launch`` records (a native bundle builds
     the same launchers). A threaded kernel whose launcher cannot be built runs serially over
-    all its rows; a direct kernel then runs as Numba compiles it."""
+    all its rows; a direct kernel then runs as Numba compiles it. A kernel the driver calls
+    with a product tail (``gemm_after<a>_<kernel>``) gets that launcher too, or where none
+    can be built, its launcher (or serial call) followed by the product as ``par_gemm``."""
     launches, entries = [], {}
+    tails = _tails(fin.driver_source)
     for name, src, arg_types in fin.kernel_modules:
         if name in direct:
             if direct[name].launch not in launches:
                 launches.append(direct[name].launch)
+                launches += [replace(direct[name].launch, tail=a) for a in tails.get(name, ())]
             continue
         rows = threaded.rows_of(src)
         linear = threaded.linear_rows(rows) if rows is not None else None
@@ -409,8 +414,9 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
                                       compile_pool.numba_signature(arg_types))
         if entry is not None:
             entries[entry[0]] = entry[1]
-            launches.append(threaded.Launch(name, entry[0], tuple(arg_types[2:]), linear[0],
-                                            rows_scale=linear[1], rows_arg=linear[2]))
+            launch = threaded.Launch(name, entry[0], tuple(arg_types[2:]), linear[0],
+                                     rows_scale=linear[1], rows_arg=linear[2])
+            launches += [launch] + [replace(launch, tail=a) for a in tails.get(name, ())]
     built: dict | None = {}
     if launches:
         with phase("llvm"):
@@ -421,13 +427,36 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
     for launch in launches:
         if launch.direct and launch.serial:
             setattr(module, launch.name, built[launch.callable_name])
-    for name, src, _ in fin.kernel_modules:
+    for name, src, arg_types in fin.kernel_modules:
         rows = threaded.rows_of(src)
         if rows is not None:
             fn = built.get(threaded.PREFIX + name) or threaded.serial_call(getattr(module, name),
                                                                            rows)
             setattr(module, threaded.PREFIX + name, fn)
+            for a in tails.get(name, ()):
+                tail = f"{threaded.TAIL_PREFIX}{a}_{name}"
+                setattr(module, tail, built.get(tail) or threaded.serial_tail(
+                    fn, len(arg_types) - 2, a, _par_gemm(module)))
     return launches if built else []
+
+
+def _tails(driver_source: str) -> dict[str, tuple]:
+    """kernel -> the left-operand arguments of the product tails the driver calls it with."""
+    out: dict = {}
+    for name in dict.fromkeys(re.findall(r"\b(" + threaded.TAIL_PREFIX + r"\d+_\w+)\(",
+                                         driver_source)):
+        kernel, a = threaded.tail_call(name)
+        out.setdefault(kernel, ())
+        out[kernel] += (a,)
+    return out
+
+
+def _par_gemm(module) -> Callable:
+    """The split product a tail falls back to: the built-in where this process has one."""
+    def call(*args):
+        fn = gemm_launchers.built("par_gemm") or vars(module)["par_gemm"]
+        return fn(*args)
+    return call
 
 
 def _load_native(gen, fin, path, t0: float, options, compile_again):
@@ -489,13 +518,13 @@ def export_native(program: CpuProgram, path) -> bool:
         launched = {launch.name: launch for launch in program.launches}
         for name in driver.__code__.co_names:
             value = vars(module).get(name)
-            kernel = name[len(threaded.PREFIX):]
+            kernel = threaded.launched_kernel(name)
             if name in launched and launched[name].serial or \
                     value is not None and value is gemm_launchers.built(name):
                 continue                        # loop_ir's, or a product: rebuilt on loading
             if isinstance(value, Dispatcher):
                 callees[name] = value
-            elif name.startswith(threaded.PREFIX) and kernel in launched:
+            elif kernel is not None and kernel in launched:
                 if not launched[kernel].direct:
                     callees[kernel] = vars(module)[kernel]  # its launcher is rebuilt
             elif value is not None and value is not np and value is not math:
