@@ -3,16 +3,20 @@
 A run becomes one function ``program(*feeds, variables, counter) -> (fetched values, new
 variable values)``, evaluated node by node in topological order with jitgraph.numpy; there is
 one per (fetches, fed nodes, variables) combination. It runs eagerly (op by op on NumPy
-arrays) until its runs, with the next one priced as the last, would cost ``jit_after_s``
-seconds of CPU time in all, then it is jitted (``jit`` compiles at the next run and caches one
-compiled program per fed shape). Why: compiling a run costs about a second
-of CPU (a training step's program: 0.5-1.1 s of wall time on two cores, less from the disk
+arrays) until its runs, with the next one priced as the last, would cost as much CPU time in
+all as its compile is expected to take, then it is jitted (``jit`` compiles at the next run
+and caches one compiled program per fed shape). Why: compiling a run costs up to about a
+second (a training step's program: 0.5-1.1 s of wall time on two cores, less from the disk
 cache), while a tutorial's initializer, evaluation or short loop runs eagerly in milliseconds
 and is never worth compiling. Compiling once the eager runs have cost as much as a compile
-(``JIT_AFTER_S``, one CPU second; ``Session(jit_after_s=...)``) bounds either choice's loss at
-about twice the better one's (the ski-rental rule), while a training step that costs 0.5 s
-or more eagerly (a convolutional network's at MNIST's size) is compiled after its first step
-(its second would reach the limit) instead of after dozens. CPU time, not wall time: on a busy
+bounds either choice's loss at about twice the better one's (the ski-rental rule), while a
+training step that costs 0.5 s or more eagerly (a convolutional network's at MNIST's size) is
+compiled after its first step (its second would reach the limit) instead of after dozens.
+The expected compile (``compile_price``): the seconds per graph node the fetch sets this
+process compiled so far took (``COMPILE_S_PER_NODE`` before the first), times the fetch set's
+nodes, at most ``JIT_AFTER_S`` (one second): the MNIST network's evaluation (32 nodes, after
+its 52-node training step compiled in 0.9 s) is compiled after three eager runs instead of
+seven. ``Session(jit_after_s=...)`` sets a fixed limit instead. CPU time, not wall time: on a busy
 machine the eager runs and the compile both take longer by the same factor, so the choice
 does not change with the load (timed by the wall clock, a short loop on a busy machine
 crossed the limit and paid a compile four times its eager cost).
@@ -28,7 +32,7 @@ import numpy as np
 
 from .. import numpy as jnp
 from .. import random as jr
-from ..jit import jit
+from ..jit import cache_info, jit
 from ..transforms import grad
 from .graph import Constant, Graph, Placeholder, Special, Tensor, Variable, get_default_graph
 
@@ -50,7 +54,19 @@ class NotFoundError(OpError):
 
 
 _SESSIONS: list["Session"] = []
-JIT_AFTER_S = 1.0       # CPU seconds of eager runs of one fetch set before it is compiled
+JIT_AFTER_S = 1.0       # the most CPU seconds of eager runs of one fetch set before it is
+                        # compiled (0: at once; inf: never)
+COMPILE_S_PER_NODE = 0.02   # a compile's expected seconds per graph node, before any compile
+_COMPILED = [0.0, 0]        # compile seconds and graph nodes of the fetch sets compiled so far
+
+
+def compile_price(nodes: int, limit: float | None = None) -> float:
+    """The seconds compiling a fetch set of ``nodes`` graph nodes is expected to take: the
+    rate of this process's compiles so far (``COMPILE_S_PER_NODE`` before the first), at most
+    ``limit`` (default ``JIT_AFTER_S``)."""
+    secs, done = _COMPILED
+    rate = secs / done if done else COMPILE_S_PER_NODE
+    return min(JIT_AFTER_S if limit is None else limit, nodes * rate)
 
 
 def default_session() -> "Session":
@@ -192,30 +208,48 @@ def _flatten_fetches(fetches):
 
 class _Program:
     """One run's function: called eagerly until those calls, with the next one priced as the
-    last, would cost ``jit_after_s`` seconds of CPU time (the process's, every thread's), then
+    last, would cost ``limit()`` seconds of CPU time (the process's, every thread's), then
     through ``jit`` (which compiles at the next call: a run that is never repeated costs no
-    compile).
+    compile). Its first compiled call adds its compile seconds and ``nodes`` (the graph nodes
+    it evaluates) to the rate ``compile_price`` prices the next fetch sets' compiles at.
     ``dynamic_dims`` (``jit``'s) names the fed dims a placeholder leaves open (``None``):
     they are compiled as runtime sizes from the first compile, so a short last batch or a
     test set of another size runs the same program instead of compiling its own (as
     TensorFlow's graph serves any size there)."""
 
-    def __init__(self, fn: Callable, jit_after_s: float, dynamic_dims: dict | None = None):
+    def __init__(self, fn: Callable, jit_after_s: float, dynamic_dims: dict | None = None,
+                 nodes: int = 0, priced: bool = False):
         self.fn, self.jit_after_s, self.dynamic_dims = fn, jit_after_s, dynamic_dims
+        self.nodes, self.priced = nodes, priced
         self.compiled = self._jit() if jit_after_s <= 0 else None
         self.eager_s = 0.0
+        self._first = self.compiled is None      # its first compiled run is still to come
 
     def _jit(self):
         return jit(self.fn, dynamic_dims=self.dynamic_dims)
 
+    def limit(self) -> float:
+        """The eager CPU seconds after which it is compiled: the expected compile where the
+        session's limit is the default (``priced``), else that limit."""
+        if self.priced and 0 < self.jit_after_s < float("inf"):
+            return compile_price(self.nodes, self.jit_after_s)
+        return self.jit_after_s
+
     def __call__(self, *args):
         if self.compiled is not None:
-            return self.compiled(*args)
+            if not self._first:
+                return self.compiled(*args)
+            before = cache_info()["compile_seconds"]
+            out = self.compiled(*args)
+            self._first = False
+            _COMPILED[0] += max(0.0, cache_info()["compile_seconds"] - before)
+            _COMPILED[1] += self.nodes
+            return out
         t0 = time.process_time()
         out = self.fn(*args)
         cost = time.process_time() - t0
         self.eager_s += cost
-        if self.eager_s + cost >= self.jit_after_s:     # the next run would reach it
+        if self.eager_s + cost >= self.limit():     # the next run would reach it
             self.compiled = self._jit()
         return out
 
@@ -245,7 +279,8 @@ class Session:
     ``Session(graph=g)``; ``seed`` (default: the graph's ``tf.set_random_seed``, else 0) seeds
     the random ops. ``target`` and ``config`` are accepted and ignored (one local device).
     ``jit_after_s``: a fetch set is compiled once its eager runs have cost this many seconds
-    of CPU time in all (0: compile at once; ``float("inf")``: never; default ``JIT_AFTER_S``)."""
+    of CPU time in all (0: compile at once; ``float("inf")``: never; default: the compile's
+    expected seconds, ``compile_price``, at most ``JIT_AFTER_S``)."""
 
     def __init__(self, target: Any = "", graph: Graph | None = None, config: Any = None,
                  seed: int | None = None, jit_after_s: float | None = None):
@@ -256,6 +291,7 @@ class Session:
         self._values: dict[Variable, np.ndarray] = {}
         self._programs: dict = {}
         self.jit_after_s = JIT_AFTER_S if jit_after_s is None else jit_after_s
+        self._priced = jit_after_s is None
         self._runs = 0
         self._closed = False
 
@@ -355,7 +391,8 @@ class Session:
         open_dims = {i: tuple(a for a, d in enumerate(p._shape) if d is None)
                      for i, p in enumerate(fed)
                      if isinstance(p, Placeholder) and None in (p._shape or ())}
-        return _Program(program, self.jit_after_s, open_dims)
+        return _Program(program, self.jit_after_s, open_dims, len(_order(nodes, list(fed))),
+                        self._priced)
 
 
 class InteractiveSession(Session):

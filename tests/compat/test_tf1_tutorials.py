@@ -173,6 +173,46 @@ def test_a_costly_eager_run_is_compiled_after_the_threshold(monkeypatch):
     assert len(once.compiled.cache_entries()) == 1
 
 
+def test_the_default_limit_is_the_expected_compile(monkeypatch):
+    """Sessions price a fetch set's compile at the seconds per graph node of this process's
+    compiles so far (``COMPILE_S_PER_NODE`` before the first), at most ``JIT_AFTER_S``: a fetch
+    set is compiled once its eager runs would cost that much; its first compiled call adds its
+    own compile to the rate. A limit given to the session is used as it is."""
+    import time
+
+    from jitgraph.compat import session
+    monkeypatch.setattr(session, "JIT_AFTER_S", 1.0)
+    monkeypatch.setattr(session, "_COMPILED", [0.0, 0])
+    assert session.compile_price(10) == pytest.approx(10 * session.COMPILE_S_PER_NODE)
+    assert session.compile_price(10 ** 6) == session.JIT_AFTER_S
+    monkeypatch.setattr(session, "_COMPILED", [0.2, 100])       # 2 ms a node
+    assert session.compile_price(50) == pytest.approx(0.1)
+
+    def slow(x):
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.02:
+            pass
+        return x * 2.0
+
+    x = np.arange(3.0, dtype=np.float32)
+    fixed = session._Program(slow, 1.0, nodes=50)
+    priced = session._Program(slow, 1.0, nodes=50, priced=True)
+    for _ in range(6):
+        fixed(x)
+    assert fixed.compiled is None           # 0.12 s of a fixed 1 s
+    runs = 0
+    while priced.compiled is None:
+        priced(x)
+        runs += 1
+    assert 0.05 <= priced.eager_s < 0.1 and runs <= 5, (runs, priced.eager_s)
+    np.testing.assert_array_equal(np.asarray(priced(x)), x * 2.0)     # its compile
+    assert session._COMPILED[1] == 150 and session._COMPILED[0] > 0.2
+    np.testing.assert_array_equal(np.asarray(priced(x)), x * 2.0)
+    assert session._COMPILED[1] == 150      # counted once
+    # the default: priced; a limit given to the session: fixed
+    assert session.Session()._priced and not session.Session(jit_after_s=0.5)._priced
+
+
 TF_AUTOENCODER = {"names": ["encoder/w1:0", "encoder/b1:0", "encoder/w2:0", "encoder/b2:0",
                             "decoder/w1:0", "decoder/b1:0", "decoder/w2:0", "decoder/b2:0"],
                   "losses": [0.18116351962089539, 0.1774004101753235, 0.18077920377254486,
