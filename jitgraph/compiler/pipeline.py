@@ -145,12 +145,22 @@ def compile_dynamic(graph: Graph, trace_at: Callable, symbols: dict, options: Co
     tgt = target_of(target)
     if not tgt.capabilities.dynamic_shapes:
         raise ValueError(f"compile_dynamic: target {tgt.name!r} compiles fixed sizes only")
-    base = generate_graph(graph, tgt, options)
     sym_list = tuple((name, group[0][0], group[0][1]) for name, group in symbols.items())
+    # the program at the sizes of ``graph``, already with sizes as arguments: it decides the
+    # loop layouts, and is the sample that checks the fitted formulas (where every size
+    # differs from the reference point's), one trace and generation fewer
+    base = generate_graph(graph, tgt, with_own(options, tgt.options_type, symbols=sym_list))
     at_points = with_own(options, tgt.options_type, symbols=sym_list, decisions=base.decisions)
     points = sample_points(dict.fromkeys(symbols, 0))
+    actual = {name: int(graph.inputs[group[0][0]].aval.shape[group[0][1]])
+              for name, group in symbols.items()}
+    if all(actual[n] not in (p[n] for p in points[:-1]) for n in actual):
+        points[-1] = actual
     gens = []
     for point in points:
+        if point is actual:
+            gens.append(base)
+            continue
         try:
             gens.append(generate_graph(trace_at(point), tgt, at_points))
         except IndexError:          # more loop kernels than at the first sizes
