@@ -95,6 +95,27 @@ def direct_pool(x, init, op, window, strides, pads):
     return out
 
 
+@pytest.mark.parametrize("window,strides", [((1, 2, 2, 1), (1, 2, 2, 1)),     # tiling
+                                            ((1, 3, 3, 1), (1, 1, 2, 1))])    # overlapping
+def test_eager_max_pool_matches_the_compiled_one_with_nan_and_inf(window, strides):
+    """Eagerly (concrete arrays, no gradient to route) the pool is one reduction over the
+    taps; compiled, the element the first argmax picks: the same values, a NaN in a window
+    included, and a window of -inf alone."""
+    x = np.random.default_rng(4).standard_normal((2, 6, 7, 3))
+    x[0, 1, 1, 0] = np.nan
+    x[1, :3, :3, 1] = -np.inf
+    x[1, 4, 5, 2] = np.inf
+    pool = lambda x: lax.reduce_window(x, -np.inf, lax.max, window, strides, "VALID")  # noqa: E731
+    eager = np.asarray(pool(x))
+    compiled = np.asarray(jitgraph.jit(pool)(x))
+    want = direct_pool(x, -np.inf, np.max, window, strides, ((0, 0),) * 4)
+    np.testing.assert_array_equal(eager, want)
+    np.testing.assert_array_equal(compiled, want)
+    assert np.isnan(eager).any() and np.isneginf(eager).any() and np.isposinf(eager).any()
+    graph = jitgraph.make_graph(pool)(x)             # traced: the argmax that routes gradients
+    assert "argmax" in {n.prim.name for n in graph.nodes}
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(0, 1),
                           st.integers(0, 1), st.integers(3, 7)), min_size=1, max_size=3),

@@ -28,7 +28,8 @@ from .manipulation import broadcast_to, concatenate, reshape, swapaxes, transpos
 from .products import Precision, matmul
 from .creation import arange, zeros
 from .math import where
-from .reductions import argmax as _argmax, argmin as _argmin, prod as _prod, sum as _sum
+from .reductions import (argmax as _argmax, argmin as _argmin, max as _max, min as _min,
+                         prod as _prod, sum as _sum)
 
 __all__ = ["ConvDimensionNumbers", "conv", "conv_dimension_numbers", "conv_general_dilated",
            "conv_general_permutations", "conv_general_shape_tuple", "conv_shape_tuple",
@@ -233,6 +234,11 @@ def window_reduce(x, monoid: str, window, strides, dilation, fn: str):
     if monoid in ("sum", "prod"):
         return (_sum if monoid == "sum" else _prod)(x, axis=tuple(taps),
                                                     dtype=aval_of(x).dtype)
+    if not isinstance(x, Tracer):
+        # concrete arrays (eager, no gradient to route): the extreme itself, one reduction over
+        # the tap axes instead of a transposed copy, an argmax and a select (the same values;
+        # a zero keeps its sign)
+        return (_max if monoid == "max" else _min)(x, axis=tuple(taps))
     order = [a for a in range(aval_of(x).ndim) if a not in taps] + taps
     if order != sorted(order):
         x = transpose(x, tuple(order))
