@@ -1,5 +1,6 @@
-"""A threaded loop and the product after it as one step (the product tail) against the same
-program with the two steps apart (``JITGRAPH_PRODUCT_TAIL=0``), across sizes.
+"""A threaded loop and the product after it as one step (the product tail), and a product
+computed inside the loop that alone reads it (the product head), against the same program with
+the steps apart (``JITGRAPH_PRODUCT_TAIL=0``), across sizes.
 
 Each configuration compiles its function twice, with the pairing on and off, checks the two
 give the same values, and times them interleaved (``common.timeit_interleaved``: rounds of
@@ -8,8 +9,9 @@ table gives the medians, their ratio (paired / apart: below 1 the pairing wins) 
 compiler paired at that size (below ``thresholds.product_tail_min_bytes()`` it does not: the
 two programs are then the same). Cases: an elementwise loop then a product (narrow to wide outputs, the
 right operand stored and transposed, float64), convolution forwards (im2col, then its product;
-the 5 x 5 layers of the TF-1 tutorial's network, a 3 x 3 layer) and a convolutional network's
-training step, where the steps compete for memory with the rest of the program.
+the 5 x 5 layers of the TF-1 tutorial's network, a 3 x 3 layer), convolution input gradients
+(the product dY @ W^T, then col2im: a head) and a convolutional network's training step, where
+the steps compete for memory with the rest of the program.
 
     python bench/product_tail.py [--quick] [--json out.json]
 """
@@ -86,6 +88,12 @@ def cases(quick: bool) -> list:
     for b, hw, cin, kk, cout in convs:
         out.append((f"conv {b}x{hw}x{hw}x{cin} * {kk}x{kk}->{cout}", conv,
                     (f32(b, hw, hw, cin), f32(kk, kk, cin, cout, scale=0.1))))
+    grads = [(128, 14, 32, 5, 64), (32, 32, 64, 3, 64)] if not quick else [(128, 14, 32, 5, 64)]
+    for b, hw, cin, kk, cout in grads:
+        w = f32(kk, kk, cin, cout, scale=0.1)
+        out.append((f"conv input gradient {b}x{hw}x{hw}x{cin} * {kk}x{kk}->{cout}",
+                    jitgraph.grad(lambda x, w=w: jnp.sum(jnp.tanh(conv(x, w)))),
+                    (f32(b, hw, hw, cin),)))
     x = f32(128, 28, 28, 1)
     y = np.eye(10, dtype=np.float32)[r.integers(0, 10, 128)]
     params = [f32(5, 5, 1, 32, scale=0.2), f32(5, 5, 32, 64, scale=0.05),
@@ -108,7 +116,8 @@ def main() -> None:
                 f = jitgraph.jit(fn)
                 outs[on] = f(*fargs)
                 if on:
-                    paired = threaded.TAIL_PREFIX in f.lower(*fargs).source
+                    src = f.lower(*fargs).source
+                    paired = threaded.TAIL_PREFIX in src or threaded.HEAD_PREFIX in src
             fns["paired" if on else "apart"] = (lambda f=f: f(*fargs))
         leaves = zip(*(o if isinstance(o, list) else [o] for o in (outs[True], outs[False])))
         check = {check_close(name, a, b, rtol=1e-3, atol=1e-4) for a, b in leaves}

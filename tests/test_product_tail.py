@@ -198,6 +198,77 @@ def test_convolution_forward_and_gradients(conv_case):
     assert abs(fd - float(gw[1, 2, 3, 4])) <= 1e-3 * max(1.0, abs(fd))
 
 
+def test_the_input_gradient_product_is_a_head_of_the_col2im(conv_case, monkeypatch):
+    """The input gradient's product (dY @ W^T) is read only by the col2im loop, each image's
+    rows by that image's row of it: computed chunk by chunk into each thread's buffer and
+    never stored (no scratch buffer of its size), the same bits on one thread and on two."""
+    x, w = conv_case
+    loss = lambda x: jnp.sum(jnp.tanh(conv(x, w)) * 0.5)  # noqa: E731
+    g = jitgraph.jit(jitgraph.grad(loss))
+    low = g.lower(x)
+    assert threaded.HEAD_PREFIX in low.source, low.source
+    assert any(launch.head for launch in low.program.launches)
+    m, n = x.shape[0] * x.shape[1] * x.shape[2], w.shape[0] * w.shape[1] * w.shape[2]
+    # with the weight gradient, the patches stay live until it: the input gradient's product
+    # needed a buffer of its own, and has none paired
+    both = jitgraph.grad(lambda x, w: jnp.sum(jnp.tanh(conv(x, w))), argnums=(0, 1))
+    paired = jitgraph.jit(both).lower(x, w)
+    monkeypatch.setenv("JITGRAPH_PRODUCT_TAIL", "0")
+    apart = jitgraph.jit(both).lower(x, w)
+    monkeypatch.delenv("JITGRAPH_PRODUCT_TAIL")
+    temp = [p.program.stages["memory"].stats().temp_size_in_bytes for p in (paired, apart)]
+    assert temp[0] <= temp[1] - m * n * 4, temp
+    threads = numba.get_num_threads()
+    runs = []
+    try:
+        for k in (1, threads):
+            numba.set_num_threads(k)
+            runs.append(np.asarray(g(x)))
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_array_equal(runs[0], runs[1])
+    [ref] = jitgraph.interpret(jitgraph.make_graph(jitgraph.grad(loss))(x), [x])
+    np.testing.assert_allclose(runs[0], ref, rtol=2e-4, atol=2e-5)
+    kinds = [s.kind for s in jitgraph.profile(g, x, reps=3, peaks=False).kernels]
+    assert "matmul+loop" in kinds and "loop+matmul" in kinds, kinds
+
+
+def test_the_head_launcher_refuses_arguments_that_do_not_fit(conv_case):
+    x, w = conv_case
+    g = jitgraph.jit(jitgraph.grad(lambda x: jnp.sum(jnp.tanh(conv(x, w)))))
+    program = g.lower(x).program
+    launch = next(launch for launch in program.launches if launch.head)
+    fn = getattr(program.module, launch.callable_name)
+    kernel_args = [np.zeros(8, np.dtype(d)) for d in launch.dtypes]
+    rows = x.shape[0]
+    r, k, n = x.shape[1] * x.shape[2], w.shape[3], w.size // w.shape[3]
+    a, b = np.zeros(rows * r * k, np.float32), np.zeros(k * n, np.float32)
+    with pytest.raises(TypeError, match=launch.callable_name):
+        fn(*kernel_args, a[:-1], b, r, k, n, 1)         # the left operand one element short
+    with pytest.raises(TypeError):
+        fn(*kernel_args, a, b[:-1], r, k, n, 1)         # the right operand short
+    with pytest.raises(TypeError):
+        fn(*kernel_args, a, b, 0, k, n, 1)              # no rows
+    with pytest.raises(TypeError):
+        fn(*kernel_args, a, b, r, k, n)                 # one argument short
+
+
+def test_runtime_sizes_of_a_gradient(conv_case):
+    x, w = conv_case
+    loss = lambda x, w: jnp.sum(jnp.tanh(conv(x, w)))  # noqa: E731
+    g = jitgraph.jit(jitgraph.grad(loss, argnums=(0, 1)), dynamic_dims={0: 0})
+    ref = jitgraph.grad(loss, argnums=(0, 1))
+    for n in (48, 33):
+        xs = np.concatenate([x, x])[:n]
+        got = g(xs, w)
+        want = jitgraph.interpret(jitgraph.make_graph(ref)(xs, w), [xs, w])
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-3)
+    src = g.lower(x, w).source
+    assert threaded.HEAD_PREFIX in src and threaded.TAIL_PREFIX in src
+    assert [e["dynamic"] for e in g.cache_entries()] == [True, True]
+
+
 def test_runtime_sizes(conv_case):
     x, w = conv_case
     f = jitgraph.jit(conv, dynamic_dims={0: 0})
@@ -271,6 +342,51 @@ def test_the_fallback_without_launchers_computes_the_same():
     assert len(calls) == 2
 
 
+def test_the_head_fallback_without_launchers_computes_the_same():
+    """``serial_head``: the product whole into a new array, then the kernel over all its
+    rows reading it."""
+    r = np.random.default_rng(6)
+    a = r.standard_normal(6 * 4 * 5)           # 6 kernel rows of 4 x 5: the product's rows
+    seen = []
+
+    def rows(c, out):                          # the kernel: reads the product, writes out
+        seen.append(c.copy())
+        out[:] = c * 2.0
+
+    def product(alpha, a2, ta, b2, tb, beta, c2):
+        c2[:] = alpha * (a2.T if ta else a2) @ (b2.T if tb else b2)
+
+    for tb in (0, 1):
+        b = r.standard_normal(5 * 7)
+        out = np.zeros(6 * 4 * 7)
+        placeholder = np.zeros(1)
+        threaded.serial_head(rows, 2, 0, lambda *args: 6, product)(
+            placeholder, out, a, b, 4, 5, 7, tb)
+        bm = b.reshape(7, 5).T if tb else b.reshape(5, 7)
+        np.testing.assert_allclose(out.reshape(24, 7), 2.0 * (a.reshape(24, 5) @ bm))
+        np.testing.assert_allclose(seen[-1], (a.reshape(24, 5) @ bm).ravel())
+
+
+def test_reads_of_a_row_block_are_proved_from_the_source():
+    from jitgraph.compiler.row_reads import reads_own_block
+    src = """def k(lo, hi, a0, a1):
+    for o0_u in range(lo, hi):
+        o0 = np.int64(o0_u) & 0x7FFFFFFFFFFFFFFF
+        for o1 in range(18):
+            for r0 in range(5):
+                s0_0 = a0[o0 * 112 + min(max((o1 - r0), 0), 13) * 8 + r0]
+                a1[o0 * 18 + o1] = s0_0
+"""
+    assert reads_own_block(src, "a0", 112)           # at most 13 * 8 + 4 = 108 < 112
+    assert not reads_own_block(src, "a0", 108)       # the row's stride must be the block
+    assert not reads_own_block(src, "a1", 18)        # written
+    assert not reads_own_block(src.replace("* 8 + r0", "* 8 + r0 + 4"), "a0", 112)  # overruns
+    assert not reads_own_block(src.replace("o0 * 112 + ", "o0 * 112 + o0 + "), "a0", 112)
+    assert not reads_own_block(src.replace("r0]", "r0 + n]"), "a0", 112)    # an unknown
+    assert not reads_own_block(src.replace("a1[o0 * 18 + o1] = s0_0",
+                                           "a1[o0 * 18 + o1] = f(a0)"), "a0", 112)
+
+
 def test_tail_launcher_ir_verifies_for_both_dtypes():
     from jitgraph.compiler import native
     import llvmlite.binding as llvm
@@ -280,11 +396,15 @@ def test_tail_launcher_ir_verifies_for_both_dtypes():
         tail = threaded.Launch("loop_x", "entry_x", base.dtypes, 9, rows_scale=3, rows_arg=3,
                                tail=1)
         assert tail.callable_name == f"{threaded.TAIL_PREFIX}1_loop_x"
-        assert threaded.tail_call(tail.callable_name) == ("loop_x", 1)
+        assert threaded.tail_call(tail.callable_name) == ("loop_x", 1, False)
         assert threaded.launched_kernel(tail.callable_name) == "loop_x"
         assert threaded.launched_kernel("threads_loop_x") == "loop_x"
+        head = threaded.Launch("loop_x", "entry_x", base.dtypes, 9, rows_scale=3, rows_arg=3,
+                               tail=2, head=True)
+        assert head.callable_name == f"{threaded.HEAD_PREFIX}2_loop_x"
+        assert threaded.tail_call(head.callable_name) == ("loop_x", 2, True)
         text = native.IR_GLOBALS + threaded.IR_DECLARATIONS + threaded.launcher_ir(
-            0, base) + threaded.launcher_ir(1, tail)
+            0, base) + threaded.launcher_ir(1, tail) + threaded.launcher_ir(2, head)
         llvm.parse_assembly(text).verify()
     with pytest.raises(ValueError):         # no product of integers
         threaded.launcher_ir(0, threaded.Launch("loop_x", "e", ("int64", "int64"), 9, tail=1))

@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core import GATHER, SCALAR
-from .fusion import (HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ScatterStep,
-                     kernel_ops)
+from .fusion import (HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan,
+                     ProductThenLoop, ScatterStep, kernel_ops)
 
 
 @dataclass(frozen=True)
 class StepCost:
-    kind: str              # "loop" | "matmul" | "loop+matmul" | "scatter" | "host"
+    kind: str      # "loop" | "matmul" | "loop+matmul" | "matmul+loop" | "scatter" | "host"
     bytes: int
     flops: int
 
@@ -83,6 +83,11 @@ def step_cost(step, plan: Plan) -> StepCost:
         lc, pc = step_cost(step.loop, plan), step_cost(step.product, plan)
         return StepCost("loop+matmul", lc.bytes + pc.bytes - _nbytes(step.product.a[0]),
                         lc.flops + pc.flops)
+    if isinstance(step, ProductThenLoop):
+        # the product's output is never stored: neither its write nor the loop's read of it
+        pc, lc = step_cost(step.product, plan), step_cost(step.loop, plan)
+        return StepCost("matmul+loop", pc.bytes + lc.bytes - 2 * _nbytes(step.product.out),
+                        pc.flops + lc.flops)
     if isinstance(step, LoopKernel):
         body = step.body
         stored = {v for st in body.stages for (v, _, _) in st.stores if v in plan.needed}

@@ -101,6 +101,21 @@ class LoopThenProduct:
 
 
 @dataclass
+class ProductThenLoop:
+    """A product and the threaded loop kernel that alone reads its output, run as one step:
+    each thread computes the product's rows its chunk of the kernel's rows reads into a buffer
+    of its own, then runs the kernel on them (``threaded.py``'s product head; paired by
+    ``CpuCodegen.pair_steps``). The output is never stored whole: the memory plan gives it no
+    buffer."""
+    product: MatmulStep
+    loop: LoopKernel
+
+    @property
+    def name(self) -> str:
+        return f"{self.product.name}+{self.loop.name}"
+
+
+@dataclass
 class ScatterStep:
     node: Node
     name: str = ""
@@ -743,6 +758,8 @@ def kernel_ops(step) -> list[Node]:
     """The graph nodes computed by a step (fused ones included)."""
     if isinstance(step, LoopThenProduct):
         return kernel_ops(step.loop) + kernel_ops(step.product)
+    if isinstance(step, ProductThenLoop):
+        return kernel_ops(step.product) + kernel_ops(step.loop)
     if isinstance(step, LoopKernel):
         items = step.items()
         ops = set(step.body.ops) | set(items)

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ..core import Graph, Var
-from .fusion import LoopKernel, LoopThenProduct, MatmulStep, Plan, kernel_ops
+from .fusion import LoopKernel, LoopThenProduct, MatmulStep, Plan, ProductThenLoop, kernel_ops
 from .syntax import NARROW_FUNCTIONS, Syntax
 from .thresholds import COLUMN_ORDER_MIN_OUTER
 
@@ -171,6 +171,9 @@ def reads(s) -> list:
     or the same program would miss the disk cache in the next process)."""
     if isinstance(s, LoopThenProduct):
         return sorted(set(reads(s.loop)) | set(reads(s.product)), key=lambda v: v.id)
+    if isinstance(s, ProductThenLoop):        # (the product's output stays inside the step)
+        return sorted((set(reads(s.loop)) | set(reads(s.product))) - {s.product.out},
+                      key=lambda v: v.id)
     if isinstance(s, LoopKernel):
         vs = s.body.loads
     elif isinstance(s, MatmulStep):
@@ -185,6 +188,8 @@ def writes(s) -> list:
     """Arrays a step writes."""
     if isinstance(s, LoopThenProduct):
         return list(dict.fromkeys(writes(s.loop) + writes(s.product)))
+    if isinstance(s, ProductThenLoop):
+        return writes(s.loop)
     if isinstance(s, LoopKernel):
         out = [v for st in s.body.stages for (v, _, _) in st.stores]
         out += [r[0].out for st in s.body.stages for r in st.reductions]

@@ -54,10 +54,15 @@ PREFIX = "threads_"
 #: the prefix of a launcher with a product tail: ``gemm_after<a>_<kernel>``, ``a`` the kernel
 #: array argument that is the product's left operand
 TAIL_PREFIX = "gemm_after"
-_TAIL_NAME = re.compile(r"^" + TAIL_PREFIX + r"(\d+)_(\w+)$")
+#: the prefix of a launcher with a product head: ``gemm_before<c>_<kernel>``, ``c`` the kernel
+#: array argument that reads the product's output (each thread computes the rows of it its
+#: chunk reads into a buffer of its own: the output is never stored whole)
+HEAD_PREFIX = "gemm_before"
+_TAIL_NAME = re.compile(r"^(" + TAIL_PREFIX + "|" + HEAD_PREFIX + r")(\d+)_(\w+)$")
 #: a tail's arguments after the kernel's: the right operand and the output (flat arrays of the
 #: left operand's dtype), the left operand's rows per kernel row, its columns, the output's
-#: columns, and whether the right operand is stored transposed
+#: columns, and whether the right operand is stored transposed; a head's: the left operand and
+#: the right one, then the same four sizes (the output's rows per kernel row first)
 TAIL_ARGS = 6
 _GEMM = {"float32": ("float", "jitgraph_sgemm64"), "float64": ("double", "jitgraph_dgemm64")}
 #: a kernel parameter that is an int64 scalar (a size passed at run time), not an array
@@ -86,19 +91,21 @@ class Launch:
     rows_scale: int = 0     # the rows are rows + rows_scale * (size argument rows_arg)
     rows_arg: int = -1
     tail: int = -1          # the array argument a product tail multiplies (-1: no tail)
+    head: bool = False      # ``tail`` is a product head's output instead
 
     @property
     def callable_name(self) -> str:
         """The name the driver calls the launcher by."""
         if self.tail >= 0:
-            return f"{TAIL_PREFIX}{self.tail}_{self.name}"
+            return f"{HEAD_PREFIX if self.head else TAIL_PREFIX}{self.tail}_{self.name}"
         return self.name if self.serial else PREFIX + self.name
 
 
-def tail_call(name: str) -> tuple[str, int] | None:
-    """``(kernel, left operand argument)`` of a launcher name with a product tail, else None."""
+def tail_call(name: str) -> tuple[str, int, bool] | None:
+    """``(kernel, argument, head)`` of a launcher name with a product tail (the argument is the
+    product's left operand) or head (``head``: the argument reads the product), else None."""
     m = _TAIL_NAME.match(name)
-    return (m.group(2), int(m.group(1))) if m else None
+    return (m.group(3), int(m.group(2)), m.group(1) == HEAD_PREFIX) if m else None
 
 
 def launched_kernel(name: str) -> str | None:
@@ -120,6 +127,22 @@ def serial_tail(run_rows: Callable, nargs: int, a_arg: int, product: Callable) -
         b2 = b[:k * n].reshape((n, k) if tb else (k, n))
         product(1.0, kernel_args[a_arg][:m * k].reshape((m, k)), 0, b2, tb, 0.0,
                 c.reshape((m, n)))
+    return call
+
+
+def serial_head(run_rows: Callable, nargs: int, c_arg: int, rows: Callable,
+                product: Callable) -> Callable:
+    """A head's launcher where none can be built: the product whole, into a new array, then
+    the kernel over all its rows (``run_rows``) reading it as argument ``c_arg``; ``rows``
+    gives the kernel's rows from its arguments."""
+    def call(*args):
+        kernel_args, (a, b, r, k, n, tb) = list(args[:nargs]), args[nargs:]
+        m = rows(*kernel_args) * r
+        c = np.empty(m * n, a.dtype)
+        b2 = b[:k * n].reshape((n, k) if tb else (k, n))
+        product(1.0, a[:m * k].reshape((m, k)), 0, b2, tb, 0.0, c.reshape((m, n)))
+        kernel_args[c_arg] = c
+        run_rows(*kernel_args)
     return call
 
 
@@ -156,14 +179,22 @@ def linear_rows(rows: int | str) -> tuple[int, int, int] | None:
     return int(base or 0), int(c1 or 1) * int(c2 or 1), int(arg)
 
 
+def row_count(rows: int | str) -> Callable:
+    """A kernel's rows from its arguments (as its launcher is called: no ``lo, hi``)."""
+    if isinstance(rows, int):
+        return lambda *args: rows
+    expr = compile(rows, "<rows>", "eval")
+    return lambda *args: eval(expr, {f"a{i}": a for i, a in enumerate(args)})
+
+
 def serial_call(kernel: Callable, rows: int | str) -> Callable:
     """``kernel`` over all its rows at once, called as its launcher is (no ``lo, hi``)."""
     if isinstance(rows, int):
         return functools.partial(kernel, 0, rows)
-    expr = compile(rows, "<rows>", "eval")
+    count = row_count(rows)
 
     def call(*args):
-        return kernel(0, eval(expr, {f"a{i}": a for i, a in enumerate(args)}), *args)
+        return kernel(0, count(*args), *args)
     return call
 
 
@@ -192,6 +223,7 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     n = len(launch.dtypes)
     sym = launch.symbol
     tail = launch.tail >= 0
+    head = tail and launch.head
     if tail and (launch.serial or launch.dtypes[launch.tail] not in _GEMM):
         raise ValueError(f"{launch.name}: no product tail for argument {launch.tail}")
     nargs = n + TAIL_ARGS * tail
@@ -220,7 +252,8 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
                   f"  %d{j} = load ptr, ptr %dp{j}",
                   f"  %np{j} = getelementptr i64, ptr %data, i64 {_ARRAYS + 1 + 2 * j}",
                   f"  %n{j} = load i64, ptr %np{j}"]
-        entry_args += ["ptr null", "ptr null", f"i64 %n{j}", f"i64 {size}", f"ptr %d{j}",
+        data = "%hd" if head and j == launch.tail else f"%d{j}"     # (a head: its buffer)
+        entry_args += ["ptr null", "ptr null", f"i64 %n{j}", f"i64 {size}", f"ptr {data}",
                        f"i64 %n{j}", f"i64 {size}"]
     sig = ", ".join(a.split(" ")[0] for a in entry_args)
     if tail:
@@ -229,6 +262,7 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     tramp_fn = [f'declare i32 @"{sym}"({sig})'] * ((declare or launch.direct) and not tail) + [
         f"define void @jgt_{index}(ptr %args, ptr %dims, ptr %steps, ptr %data) {{",
         "entry:", *tramp,
+        *(_head_buffer_ir(launch) if head else []),
         "  br label %loop",
         "loop:",
         "  %c = atomicrmw add ptr %ctr, i64 1 monotonic",
@@ -240,17 +274,20 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
         "  %c1 = add i64 %c, 1",
         "  %hi0 = mul i64 %c1, %rows",
         "  %hi = sdiv i64 %hi0, %nch",
+        *(_head_ir(launch) if head else []),
         f'  %st = call i32 @"{sym}"({", ".join(entry_args)})',
         "  %ok0 = icmp eq i32 %st, 0",          # Numba's "ok" and "returned None"
         "  %ok1 = icmp eq i32 %st, -2",
         "  %ok = or i1 %ok0, %ok1",
-        f"  br i1 %ok, label %{'tail' if tail else 'loop'}, label %fail",
-        *(_tail_ir(launch) if tail else []),
+        f"  br i1 %ok, label %{'tail' if tail and not head else 'loop'}, label %fail",
+        *(_tail_ir(launch) if tail and not head else []),
         "fail:",
         "  store i64 1, ptr %data",
         "  br label %loop",
         "done:",
+        *(["  call void @PyMem_RawFree(ptr %hbuf)"] if head else []),
         "  ret void",
+        *(["nomem:", "  store i64 1, ptr %data", "  ret void"] if head else []),
         "}"]
     checks = [f"  %cnt = icmp eq i64 %nargs, {nargs}",
               "  br i1 %cnt, label %start, label %bad",
@@ -274,7 +311,9 @@ def launcher_ir(index: int, launch: Launch, declare: bool = True) -> str:
     types = ", ".join(launch.dtypes)
     if tail:
         adt = launch.dtypes[launch.tail]
-        types += f", then the product's: {adt}, {adt}, rows, columns, columns, transposed"
+        types += (f", then the product's: {adt}, {adt}, rows, columns, columns, transposed"
+                  if not head else f", then the product's: {adt}, {adt}, rows, inner, "
+                  "columns, transposed")
     bad = f"{launch.callable_name}: expected {nargs} arguments: one-dimensional " \
           f"C-contiguous arrays of dtypes, or ints for sizes: {types}"
     failed = f"{launch.callable_name}: the kernel reported an error"
@@ -373,6 +412,8 @@ def _tail_sizes_ir(launch: Launch) -> list[str]:
     n, a = len(launch.dtypes), launch.tail
     r, k, c, tb = (f"%v{j}" for j in range(n + 2, n + TAIL_ARGS))
     size = np.dtype(launch.dtypes[a]).itemsize
+    # (a head: its left operand is the first extra array, its output a buffer of its own)
+    a_len, b_len = (f"%n{n}", f"%n{n + 1}") if launch.head else (f"%n{a}", f"%n{n}")
     out = ["  br label %tchk", "tchk:"]
     conds = []
     for i, (v, lo) in enumerate(((r, 1), (k, 1), (c, 1), ("%rows", 0))):
@@ -382,15 +423,16 @@ def _tail_sizes_ir(launch: Launch) -> list[str]:
     out += [f"  %tbok = icmp ule i64 {tb}, 1",
             f"  %tar = mul i64 %rows, {r}", f"  %tna = mul i64 %tar, {k}",
             f"  %tnc = mul i64 %tar, {c}", f"  %tnb = mul i64 {k}, {c}",
-            f"  %taok = icmp sle i64 %tna, %n{a}", f"  %tbok2 = icmp sle i64 %tnb, %n{n}",
-            f"  %tcok = icmp sle i64 %tnc, %n{n + 1}"]
+            f"  %taok = icmp sle i64 %tna, {a_len}", f"  %tbok2 = icmp sle i64 %tnb, {b_len}",
+            f"  %tcok = icmp sle i64 %tnc, %n{n + 1}" if not launch.head else
+            "  %tcok = icmp sge i64 %tnc, 0"]
     conds += ["%tbok", "%taok", "%tbok2", "%tcok"]
     acc = conds[0]
     for i, cnd in enumerate(conds[1:]):
         out.append(f"  %tall{i} = and i1 {acc}, {cnd}")
         acc = f"%tall{i}"
     out += [f"  br i1 {acc}, label %tgo, label %bad", "tgo:",
-            f"  %trk = mul i64 {r}, {k}",
+            f"  %trk = mul i64 {r}, {c if launch.head else k}",   # operand/output per row
             f"  %trb = mul i64 %trk, {size}",
             f"  %trpc0 = sdiv i64 {PRODUCT_TAIL_CHUNK_BYTES}, %trb",
             f"  %tmin0 = add i64 {r}, {PRODUCT_TAIL_MIN_ROWS - 1}",
@@ -408,7 +450,7 @@ def _tail_setup_ir(launch: Launch, tslot: int) -> list[str]:
     ``?gemm``'s arguments (Fortran's: by reference)."""
     real = _GEMM[launch.dtypes[launch.tail]][0]
     out = []
-    for i, name in enumerate(("tbd", "tcd")):
+    for i, name in enumerate(("tad", "tbd") if launch.head else ("tbd", "tcd")):
         out += [f"  %{name}p = getelementptr i64, ptr %data, i64 {tslot + i}",
                 f"  %{name} = load ptr, ptr %{name}p"]
     for i, name in enumerate(("tr", "tk", "tn", "ttb"), 2):
@@ -426,24 +468,60 @@ def _tail_setup_ir(launch: Launch, tslot: int) -> list[str]:
     return out
 
 
+def _head_buffer_ir(launch: Launch) -> list[str]:
+    """A head's thread: its buffer for the product's rows of its largest chunk (freed when it
+    is done; none to be had: the launcher reports an error)."""
+    size = np.dtype(launch.dtypes[launch.tail]).itemsize
+    return ["  %hmax0 = add i64 %rows, %nch",
+            "  %hmax1 = sub i64 %hmax0, 1",
+            "  %hnz = icmp sgt i64 %nch, 0",
+            "  %hnch = select i1 %hnz, i64 %nch, i64 1",
+            "  %hmax = sdiv i64 %hmax1, %hnch",
+            "  %hel0 = mul i64 %hmax, %tr",
+            "  %hel = mul i64 %hel0, %tn",
+            f"  %hby0 = mul i64 %hel, {size}",
+            "  %hby = add i64 %hby0, 64",
+            "  %hbuf = call ptr @PyMem_RawMalloc(i64 %hby)",
+            "  %hnull = icmp eq ptr %hbuf, null",
+            "  br i1 %hnull, label %nomem, label %hgo",
+            "hgo:"]
+
+
+def _head_ir(launch: Launch) -> list[str]:
+    """Before a chunk ``lo:hi`` of the kernel's rows: rows ``lo * r:hi * r`` of the product
+    (left operand @ right operand) into the thread's buffer, which the kernel then reads as
+    argument ``launch.tail`` through a base pointer ``lo * r`` rows before it (``%hd``)."""
+    real = _GEMM[launch.dtypes[launch.tail]][0]
+    return _chunk_gemm_ir(launch, "h", "%tad", "%hbuf", False) + [
+        "  %hneg = sub i64 0, %hcoff",
+        f"  %hd = getelementptr {real}, ptr %hbuf, i64 %hneg"]
+
+
 def _tail_ir(launch: Launch) -> list[str]:
     """After a chunk ``lo:hi`` of the kernel's rows: rows ``lo * r:hi * r`` of the output
-    = those rows of the left operand (argument ``launch.tail``) @ the right operand, one
-    ``?gemm`` on the column-major transpose, C^T = op(B)^T A^T (as ``gemm_launchers``)."""
-    real, gemm = _GEMM[launch.dtypes[launch.tail]]
-    return ["tail:",
-            "  %tm0 = sub i64 %hi, %lo",
-            "  %tm = mul i64 %tm0, %tr",
-            "  %tlo = mul i64 %lo, %tr",
-            "  %taoff = mul i64 %tlo, %tk",
-            "  %tcoff = mul i64 %tlo, %tn",
-            f"  %tap = getelementptr {real}, ptr %d{launch.tail}, i64 %taoff",
-            f"  %tcp = getelementptr {real}, ptr %tcd, i64 %tcoff",
-            "  store i64 %tm, ptr %g_n",
-            f"  call void @{gemm}(ptr %g_ta, ptr %g_tn, ptr %g_m, ptr %g_n, ptr %g_k, "
-            "ptr %g_al, ptr %tbd, ptr %g_lda, ptr %tap, ptr %g_ldb, ptr %g_be, ptr %tcp, "
-            "ptr %g_ldc)",
+    = those rows of the left operand (argument ``launch.tail``) @ the right operand."""
+    return ["tail:", *_chunk_gemm_ir(launch, "t", f"%d{launch.tail}", "%tcd", True),
             "  br label %loop"]
+
+
+def _chunk_gemm_ir(launch: Launch, p: str, a: str, c: str, c_rows: bool) -> list[str]:
+    """Rows ``lo * r:hi * r`` of a product whose left operand starts at ``a`` (rows of ``k``)
+    into ``c`` (at those rows where ``c_rows``, else from its start): one ``?gemm`` on the
+    column-major transpose, C^T = op(B)^T A^T (as ``gemm_launchers``); names ``%<p>...``."""
+    real, gemm = _GEMM[launch.dtypes[launch.tail]]
+    out = [f"  %{p}m0 = sub i64 %hi, %lo",
+           f"  %{p}m = mul i64 %{p}m0, %tr",
+           f"  %{p}lo = mul i64 %lo, %tr",
+           f"  %{p}aoff = mul i64 %{p}lo, %tk",
+           f"  %{p}coff = mul i64 %{p}lo, %tn",
+           f"  %{p}ap = getelementptr {real}, ptr {a}, i64 %{p}aoff"]
+    if c_rows:
+        out.append(f"  %{p}cp = getelementptr {real}, ptr {c}, i64 %{p}coff")
+    return out + [
+        f"  store i64 %{p}m, ptr %g_n",
+        f"  call void @{gemm}(ptr %g_ta, ptr %g_tn, ptr %g_m, ptr %g_n, ptr %g_k, "
+        f"ptr %g_al, ptr %tbd, ptr %g_lda, ptr %{p}ap, ptr %g_ldb, ptr %g_be, "
+        f"ptr {f'%{p}cp' if c_rows else c}, ptr %g_ldc)"]
 
 
 #: declarations the launchers need beside ``native.IR_GLOBALS`` (once per module)
@@ -451,6 +529,8 @@ IR_DECLARATIONS = """declare void @numba_parallel_for(ptr, ptr, ptr, ptr, ptr, i
 declare i64 @get_num_threads()
 declare void @jitgraph_sgemm64(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr)
 declare void @jitgraph_dgemm64(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr)
+declare ptr @PyMem_RawMalloc(i64)
+declare void @PyMem_RawFree(ptr)
 declare void @PyErr_SetString(ptr, ptr)
 @PyExc_TypeError = external global i8
 @PyExc_RuntimeError = external global i8

@@ -16,7 +16,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..fusion import HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ScatterStep
+from ..fusion import (HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ProductThenLoop,
+                      ScatterStep)
 from ..kernel_text import KernelSource
 from ..memory import Buffers, MemoryPlan
 from ..syntax import Statement
@@ -234,7 +235,7 @@ def emit_program(codegen: Codegen, plan: Plan, donate: set[int]) -> tuple[Module
     memory = MemoryPlan(plan, donate, codegen.accumulators, codegen.profile)
 
     def step_lines(s, params) -> list[str]:
-        if isinstance(s, LoopThenProduct):
+        if isinstance(s, (LoopThenProduct, ProductThenLoop)):
             return codegen.paired_call(s, params)
         if isinstance(s, (LoopKernel, ScatterStep)):
             return codegen.kernel_call(s, params)

@@ -18,14 +18,14 @@ import numpy as np
 
 from ...core import approximations, returns_input_type, scalar_function
 from ...dtypes import storage
-from .. import numba_patches, threaded, thresholds
+from .. import numba_patches, row_reads, threaded, thresholds
 from ..emit import scatter_parts
-from ..fusion import (HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ScatterStep,
-                      build_body)
+from ..fusion import (HostStep, LoopKernel, LoopThenProduct, MatmulStep, Plan, ProductThenLoop,
+                      ScatterStep, build_body)
 from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, column_order,
                            has_arg_reduction, import_lines, init_value, kernel_params,
                            result_store, step_ops, store_lines, subgraph_comment,
-                           with_narrow_import, writes)
+                           reads, with_narrow_import, writes)
 from ..memory import Buffers, MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_PRODUCT, PARALLEL_MIN_WORK,
                           PARALLEL_MIN_WORK_BESIDE_PRODUCTS, PARALLEL_MIN_WORK_WITH_BLAS,
@@ -162,6 +162,7 @@ class LoopDecision:
     column: bool
     split: bool = False     # column order, its rows split over threads (``_split_column_body``)
     tail: bool = False      # runs with the product after it as one step (``pair_steps``)
+    head: bool = False      # (a marker after the loops' decisions: a product head is paired)
 
 
 class CpuCodegen:
@@ -472,9 +473,13 @@ class CpuCodegen:
         """Run each threaded loop kernel that writes the left operand of the product after it
         as one step with that product (``LoopThenProduct``, ``threaded.py``'s product tail),
         where ``_tail_operand`` allows it; the pairing is a layout decision, kept when the
-        program is generated again at other sizes. ``JITGRAPH_PRODUCT_TAIL=0``: no pairs."""
+        program is generated again at other sizes. First, each product whose output one such
+        kernel alone reads runs with it (``ProductThenLoop``, moved to the kernel's place: its
+        operands stay live until then), where ``_head_operand`` allows it.
+        ``JITGRAPH_PRODUCT_TAIL=0``: no pairs."""
         if os.environ.get("JITGRAPH_PRODUCT_TAIL", "1") == "0":
             return calls
+        calls = self._pair_heads(calls)
         out, i = [], 0
         while i < len(calls):
             s, params = calls[i]
@@ -489,6 +494,76 @@ class CpuCodegen:
             out.append((s, params))
             i += 1
         return out
+
+    def _pair_heads(self, calls: list) -> list:
+        readers: dict = {}
+        for i, (s, _) in enumerate(calls):
+            for v in reads(s):
+                readers.setdefault(v, []).append(i)
+        outputs = set(self.plan.graph.outputs)
+        first_marker = len(self._decision_of)   # (markers follow the loops' decisions)
+        heads: dict = {}                        # consumer index -> the product's index
+        for i, (p, _) in enumerate(calls):
+            if not isinstance(p, MatmulStep) or p.out in outputs:
+                continue
+            (j, *more) = readers.get(p.out, [None])
+            if j is None or more or not isinstance(calls[j][0], LoopKernel) or \
+                    self._head_operand(p, calls[j][0], calls[j][1]) is None:
+                continue
+            marker = first_marker + len(self.made_decisions) - len(self._decision_of)
+            if self.decisions is not None:
+                pair = self.decisions[marker].head
+            else:
+                out = p.node.out.aval
+                pair = out.size * out.dtype.itemsize >= thresholds.product_tail_min_bytes()
+            self.made_decisions.append(LoopDecision(False, False, False, head=pair))
+            if pair:
+                heads[j] = i
+        if not heads:
+            return calls
+        moved = set(heads.values())
+        return [(ProductThenLoop(calls[heads[j]][0], s), params) if j in heads else (s, params)
+                for j, (s, params) in enumerate(calls) if j not in moved]
+
+    def _head_operand(self, p: MatmulStep, k: LoopKernel, params: list) -> int | None:
+        """The argument of ``k``'s call that reads product ``p``'s output, where the two can
+        run as a product head: ``p`` is one float32/float64 product split over threads,
+        without epilogue, its left operand as stored, its contraction of at most
+        ``PRODUCT_TAIL_MAX_COLUMNS`` (more work per element of the output: storing and
+        reading it costs relatively less) and its right operand of at most
+        ``PRODUCT_TAIL_MAX_RIGHT_BYTES``; ``k`` is threaded over its rows, without
+        accumulators, its rows divide the product's, and row ``i`` of it reads the output only
+        in rows ``i * r:(i + 1) * r`` (``row_reads.reads_own_block``, from its source)."""
+        out = p.node.out.aval
+        v, transposed, shape = p.a
+        if p.epilogue is not None or transposed or len(shape) != 2 or len(out.shape) != 2 or \
+                out.dtype not in (np.float32, np.float64) or v.aval.dtype != out.dtype or \
+                p.b[0].aval.dtype != out.dtype:
+            return None
+        m, kk = shape
+        n = out.shape[1]
+        if not self._one_pool or m * n * kk < PARALLEL_MIN_PRODUCT or \
+                kk > thresholds.PRODUCT_TAIL_MAX_COLUMNS or \
+                p.b[0].aval.size * out.dtype.itemsize > thresholds.PRODUCT_TAIL_MAX_RIGHT_BYTES:
+            return None
+        if k.name not in self._launched_steps or self.accumulators.get(k.name) or \
+                self._combines.get(k.name):
+            return None
+        j = self._decision_of.get(k.name)
+        if j is not None and (self.made_decisions[j].column or self.made_decisions[j].split):
+            return None
+        rows = next((d for d in k.outer_shape if d != 1), 1)
+        name = self.plan.array_name(p.node.out)
+        if rows < 2 or m % rows or name not in params or p.node.out in writes(k):
+            return None
+        c = params.index(name)
+        ks = next(ks for ks in self._by_structure.values() if ks.name == self._callee[k.name])
+        # (the source as first generated: its parameters are that step's names)
+        source = ks.source.replace("{NAME}", "kernel").replace("{H}", "0")
+        if len(ks.params) != len(params) or \
+                not row_reads.reads_own_block(source, ks.params[c], (m // rows) * n):
+            return None
+        return c
 
     def _tail_operand(self, k: LoopKernel, params: list, p: MatmulStep) -> int | None:
         """The argument of ``k``'s call that is product ``p``'s left operand, where the two can
@@ -530,8 +605,11 @@ class CpuCodegen:
         name = self.plan.array_name(v)
         return params.index(name) if name in params else None
 
-    def paired_call(self, s: LoopThenProduct, params: list) -> list[str]:
-        """A ``LoopThenProduct``: the kernel's launcher with the product as its tail."""
+    def paired_call(self, s, params: list) -> list[str]:
+        """A ``LoopThenProduct``: the kernel's launcher with the product as its tail; a
+        ``ProductThenLoop``: with the product as its head."""
+        if isinstance(s, ProductThenLoop):
+            return self._head_call(s, params)
         k, p = s.loop, s.product
         a = self._tail_operand(k, params, p)
         m, kk = p.a[2]
@@ -545,6 +623,22 @@ class CpuCodegen:
                 f"{self.plan.array_name(p.node.out)}, {m // k.shape[0]}, {kk}, {nn}, "
                 f"{int(bool(p.b[1]))})")
         return [call]
+
+    def _head_call(self, s: ProductThenLoop, params: list) -> list[str]:
+        k, p = s.loop, s.product
+        c = self._head_operand(p, k, params)
+        m, kk = p.a[2]
+        nn = p.node.out.aval.shape[1]
+        rows = next((d for d in k.outer_shape if d != 1), 1)
+        arr = f"{p.node.out.aval.dtype.name}/2C"    # (the fallback where no launcher is built)
+        self._blas_calls.add(("par_gemm", ("float", arr, "size", arr, "size", "float", arr)))
+        self._split_products = True
+        a = self.plan.array_name(p.a[0])
+        args = list(params)
+        args[c] = a         # (the output has no buffer: the launcher gives the kernel its own)
+        return [f"{threaded.HEAD_PREFIX}{c}_{_call_field(self._callee[k.name])}("
+                f"{', '.join(args)}, {a}, {self.plan.array_name(p.b[0])}, {m // rows}, {kk}, "
+                f"{nn}, {int(bool(p.b[1]))})"]
 
     def kernel_call(self, s, params: list) -> list[str]:
         prefix = threaded.PREFIX if s.name in self._launched_steps else ""

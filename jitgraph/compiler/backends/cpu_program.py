@@ -403,7 +403,8 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
         if name in direct:
             if direct[name].launch not in launches:
                 launches.append(direct[name].launch)
-                launches += [replace(direct[name].launch, tail=a) for a in tails.get(name, ())]
+                launches += [replace(direct[name].launch, tail=a, head=h)
+                             for a, h in tails.get(name, ())]
             continue
         rows = threaded.rows_of(src)
         linear = threaded.linear_rows(rows) if rows is not None else None
@@ -416,7 +417,8 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
             entries[entry[0]] = entry[1]
             launch = threaded.Launch(name, entry[0], tuple(arg_types[2:]), linear[0],
                                      rows_scale=linear[1], rows_arg=linear[2])
-            launches += [launch] + [replace(launch, tail=a) for a in tails.get(name, ())]
+            launches += [launch] + [replace(launch, tail=a, head=h)
+                                    for a, h in tails.get(name, ())]
     built: dict | None = {}
     if launches:
         with phase("llvm"):
@@ -433,21 +435,24 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
             fn = built.get(threaded.PREFIX + name) or threaded.serial_call(getattr(module, name),
                                                                            rows)
             setattr(module, threaded.PREFIX + name, fn)
-            for a in tails.get(name, ()):
-                tail = f"{threaded.TAIL_PREFIX}{a}_{name}"
-                setattr(module, tail, built.get(tail) or threaded.serial_tail(
-                    fn, len(arg_types) - 2, a, _par_gemm(module)))
+            for a, head in tails.get(name, ()):
+                tail = threaded.Launch(name, "", (), 0, tail=a, head=head).callable_name
+                fallback = threaded.serial_head(fn, len(arg_types) - 2, a, threaded.row_count(
+                    rows), _par_gemm(module)) if head else threaded.serial_tail(
+                    fn, len(arg_types) - 2, a, _par_gemm(module))
+                setattr(module, tail, built.get(tail) or fallback)
     return launches if built else []
 
 
 def _tails(driver_source: str) -> dict[str, tuple]:
-    """kernel -> the left-operand arguments of the product tails the driver calls it with."""
+    """kernel -> ``(argument, head)`` of the product tails and heads the driver calls it with."""
     out: dict = {}
-    for name in dict.fromkeys(re.findall(r"\b(" + threaded.TAIL_PREFIX + r"\d+_\w+)\(",
-                                         driver_source)):
-        kernel, a = threaded.tail_call(name)
+    names = re.findall(r"\b((?:" + threaded.TAIL_PREFIX + "|" + threaded.HEAD_PREFIX +
+                       r")\d+_\w+)\(", driver_source)
+    for name in dict.fromkeys(names):
+        kernel, a, head = threaded.tail_call(name)
         out.setdefault(kernel, ())
-        out[kernel] += (a,)
+        out[kernel] += ((a, head),)
     return out
 
 
