@@ -91,9 +91,11 @@ class LoopThenProduct:
     """A threaded loop kernel and the product after it, run as one step: the kernel writes the
     product's left operand row block by row block, and each thread multiplies the block it
     has just written (``threaded.py``'s product tail; ``CpuCodegen.pair_steps`` pairs them).
-    The memory plan sees one step: the product's output is never a buffer the kernel reads."""
+    The memory plan sees one step: the product's output is never a buffer the kernel reads.
+    ``arg``: the kernel's argument that is the product's left operand."""
     loop: LoopKernel
     product: MatmulStep
+    arg: int
 
     @property
     def name(self) -> str:
@@ -106,9 +108,10 @@ class ProductThenLoop:
     each thread computes the product's rows its chunk of the kernel's rows reads into a buffer
     of its own, then runs the kernel on them (``threaded.py``'s product head; paired by
     ``CpuCodegen.pair_steps``). The output is never stored whole: the memory plan gives it no
-    buffer."""
+    buffer. ``arg``: the kernel's argument that reads the output."""
     product: MatmulStep
     loop: LoopKernel
+    arg: int
 
     @property
     def name(self) -> str:

@@ -58,7 +58,9 @@ TAIL_PREFIX = "gemm_after"
 #: array argument that reads the product's output (each thread computes the rows of it its
 #: chunk reads into a buffer of its own: the output is never stored whole)
 HEAD_PREFIX = "gemm_before"
-_TAIL_NAME = re.compile(r"^(" + TAIL_PREFIX + "|" + HEAD_PREFIX + r")(\d+)_(\w+)$")
+_TAIL = "(" + TAIL_PREFIX + "|" + HEAD_PREFIX + r")(\d+)_(\w+)"
+_TAIL_NAME = re.compile("^" + _TAIL + "$")
+_TAIL_CALL = re.compile(r"\b" + _TAIL + r"\(")
 #: a tail's arguments after the kernel's: the right operand and the output (flat arrays of the
 #: left operand's dtype), the left operand's rows per kernel row, its columns, the output's
 #: columns, and whether the right operand is stored transposed; a head's: the left operand and
@@ -97,8 +99,22 @@ class Launch:
     def callable_name(self) -> str:
         """The name the driver calls the launcher by."""
         if self.tail >= 0:
-            return f"{HEAD_PREFIX if self.head else TAIL_PREFIX}{self.tail}_{self.name}"
+            return tail_name(self.name, self.tail, self.head)
         return self.name if self.serial else PREFIX + self.name
+
+
+def tail_name(kernel: str, arg: int, head: bool) -> str:
+    """The driver's name for ``kernel``'s launcher with a product tail on argument ``arg``
+    (``head``: a product head read as argument ``arg``)."""
+    return f"{HEAD_PREFIX if head else TAIL_PREFIX}{arg}_{kernel}"
+
+
+def tail_calls(driver_source: str) -> dict[str, tuple]:
+    """kernel -> ``(argument, head)`` of each product tail and head a driver calls it with."""
+    out: dict = {}
+    for m in dict.fromkeys(_TAIL_CALL.findall(driver_source)):
+        out[m[2]] = out.get(m[2], ()) + ((int(m[1]), m[0] == HEAD_PREFIX),)
+    return out
 
 
 def tail_call(name: str) -> tuple[str, int, bool] | None:
@@ -423,10 +439,11 @@ def _tail_sizes_ir(launch: Launch) -> list[str]:
     out += [f"  %tbok = icmp ule i64 {tb}, 1",
             f"  %tar = mul i64 %rows, {r}", f"  %tna = mul i64 %tar, {k}",
             f"  %tnc = mul i64 %tar, {c}", f"  %tnb = mul i64 {k}, {c}",
-            f"  %taok = icmp sle i64 %tna, {a_len}", f"  %tbok2 = icmp sle i64 %tnb, {b_len}",
-            f"  %tcok = icmp sle i64 %tnc, %n{n + 1}" if not launch.head else
-            "  %tcok = icmp sge i64 %tnc, 0"]
-    conds += ["%tbok", "%taok", "%tbok2", "%tcok"]
+            f"  %taok = icmp sle i64 %tna, {a_len}", f"  %tbok2 = icmp sle i64 %tnb, {b_len}"]
+    conds += ["%tbok", "%taok", "%tbok2"]
+    if not launch.head:                 # (a head's output is its own buffer)
+        out.append(f"  %tcok = icmp sle i64 %tnc, %n{n + 1}")
+        conds.append("%tcok")
     acc = conds[0]
     for i, cnd in enumerate(conds[1:]):
         out.append(f"  %tall{i} = and i1 {acc}, {cnd}")

@@ -165,6 +165,11 @@ class LoopDecision:
     head: bool = False      # (a marker after the loops' decisions: a product head is paired)
 
 
+def _rows(k: LoopKernel) -> int:
+    """The rows a launcher splits a loop kernel's work into: its first dim that is not 1."""
+    return next((d for d in k.outer_shape if d != 1), 1)
+
+
 class CpuCodegen:
     """``symbols``: names of sizes that are runtime arguments (the driver reads them from its
     inputs' shapes and passes them to every kernel); ``decisions``: loop layouts to reuse,
@@ -484,11 +489,12 @@ class CpuCodegen:
         while i < len(calls):
             s, params = calls[i]
             nxt = calls[i + 1][0] if i + 1 < len(calls) else None
-            if isinstance(s, LoopKernel) and isinstance(nxt, MatmulStep) and \
-                    self._tail_operand(s, params, nxt) is not None:
+            a = self._tail_operand(s, params, nxt) if isinstance(s, LoopKernel) and \
+                isinstance(nxt, MatmulStep) else None
+            if a is not None:
                 j = self._decision_of[s.name]
                 self.made_decisions[j] = replace(self.made_decisions[j], tail=True)
-                out.append((LoopThenProduct(s, nxt), params))
+                out.append((LoopThenProduct(s, nxt, a), params))
                 i += 2
                 continue
             out.append((s, params))
@@ -501,16 +507,17 @@ class CpuCodegen:
             for v in reads(s):
                 readers.setdefault(v, []).append(i)
         outputs = set(self.plan.graph.outputs)
-        first_marker = len(self._decision_of)   # (markers follow the loops' decisions)
-        heads: dict = {}                        # consumer index -> the product's index
+        heads: dict = {}                # consumer index -> (the product's index, argument)
         for i, (p, _) in enumerate(calls):
             if not isinstance(p, MatmulStep) or p.out in outputs:
                 continue
             (j, *more) = readers.get(p.out, [None])
-            if j is None or more or not isinstance(calls[j][0], LoopKernel) or \
-                    self._head_operand(p, calls[j][0], calls[j][1]) is None:
+            c = None if j is None or more or not isinstance(calls[j][0], LoopKernel) else \
+                self._head_operand(p, calls[j][0], calls[j][1])
+            if c is None:
                 continue
-            marker = first_marker + len(self.made_decisions) - len(self._decision_of)
+            # a marker after the loops' decisions, one per product that could be a head
+            marker = len(self.made_decisions)
             if self.decisions is not None:
                 pair = self.decisions[marker].head
             else:
@@ -518,33 +525,38 @@ class CpuCodegen:
                 pair = out.size * out.dtype.itemsize >= thresholds.product_tail_min_bytes()
             self.made_decisions.append(LoopDecision(False, False, False, head=pair))
             if pair:
-                heads[j] = i
+                heads[j] = (i, c)
         if not heads:
             return calls
-        moved = set(heads.values())
-        return [(ProductThenLoop(calls[heads[j]][0], s), params) if j in heads else (s, params)
+        moved = {i for i, _ in heads.values()}
+        return [(ProductThenLoop(calls[heads[j][0]][0], s, heads[j][1]), params)
+                if j in heads else (s, params)
                 for j, (s, params) in enumerate(calls) if j not in moved]
 
-    def _head_operand(self, p: MatmulStep, k: LoopKernel, params: list) -> int | None:
-        """The argument of ``k``'s call that reads product ``p``'s output, where the two can
-        run as a product head: ``p`` is one float32/float64 product split over threads,
-        without epilogue, its left operand as stored, its contraction of at most
-        ``PRODUCT_TAIL_MAX_COLUMNS`` (more work per element of the output: storing and
-        reading it costs relatively less) and its right operand of at most
-        ``PRODUCT_TAIL_MAX_RIGHT_BYTES``; ``k`` is threaded over its rows, without
-        accumulators, its rows divide the product's, and row ``i`` of it reads the output only
-        in rows ``i * r:(i + 1) * r`` (``row_reads.reads_own_block``, from its source)."""
+    def _split_product(self, p: MatmulStep, limited: int) -> bool:
+        """Whether ``p`` can be a tail or head: one float32/float64 product split over threads,
+        without epilogue, its left operand as stored, a right operand of at most
+        ``PRODUCT_TAIL_MAX_RIGHT_BYTES`` and its dim ``limited`` (0 rows, 1 contraction, 2
+        columns) at most ``PRODUCT_TAIL_MAX_COLUMNS``."""
         out = p.node.out.aval
         v, transposed, shape = p.a
         if p.epilogue is not None or transposed or len(shape) != 2 or len(out.shape) != 2 or \
                 out.dtype not in (np.float32, np.float64) or v.aval.dtype != out.dtype or \
                 p.b[0].aval.dtype != out.dtype:
-            return None
-        m, kk = shape
-        n = out.shape[1]
-        if not self._one_pool or m * n * kk < PARALLEL_MIN_PRODUCT or \
-                kk > thresholds.PRODUCT_TAIL_MAX_COLUMNS or \
-                p.b[0].aval.size * out.dtype.itemsize > thresholds.PRODUCT_TAIL_MAX_RIGHT_BYTES:
+            return False
+        dims = (shape[0], shape[1], out.shape[1])
+        return self._one_pool and dims[0] * dims[1] * dims[2] >= PARALLEL_MIN_PRODUCT and \
+            dims[limited] <= thresholds.PRODUCT_TAIL_MAX_COLUMNS and \
+            p.b[0].aval.size * out.dtype.itemsize <= thresholds.PRODUCT_TAIL_MAX_RIGHT_BYTES
+
+    def _head_operand(self, p: MatmulStep, k: LoopKernel, params: list) -> int | None:
+        """The argument of ``k``'s call that reads product ``p``'s output, where the two can
+        run as a product head: ``p`` passes ``_split_product`` with a contraction of at most
+        ``PRODUCT_TAIL_MAX_COLUMNS`` (more work per element of the output: storing and
+        reading it costs relatively less); ``k`` is threaded over its rows, without
+        accumulators, its rows divide the product's, and row ``i`` of it reads the output only
+        in rows ``i * r:(i + 1) * r`` (``row_reads.reads_own_block``, from its source)."""
+        if not self._split_product(p, 1):
             return None
         if k.name not in self._launched_steps or self.accumulators.get(k.name) or \
                 self._combines.get(k.name):
@@ -552,7 +564,8 @@ class CpuCodegen:
         j = self._decision_of.get(k.name)
         if j is not None and (self.made_decisions[j].column or self.made_decisions[j].split):
             return None
-        rows = next((d for d in k.outer_shape if d != 1), 1)
+        m, n = p.a[2][0], p.node.out.aval.shape[1]
+        rows = _rows(k)
         name = self.plan.array_name(p.node.out)
         if rows < 2 or m % rows or name not in params or p.node.out in writes(k):
             return None
@@ -570,28 +583,21 @@ class CpuCodegen:
         run as one step: ``k`` is threaded over its first dim (rows) with no reductions,
         accumulators or other dtypes, and stores that operand at its own index, shaped as
         its loop (so row ``i`` writes rows ``i * r:(i + 1) * r`` of it, and nothing else does);
-        ``p`` is one float32/float64 product split over threads, without epilogue, of at most
-        ``PRODUCT_TAIL_MAX_COLUMNS`` columns from a right operand of at most
-        ``PRODUCT_TAIL_MAX_RIGHT_BYTES`` that ``k`` does not write; the operand large enough
+        ``p`` passes ``_split_product`` with at most ``PRODUCT_TAIL_MAX_COLUMNS`` columns, its
+        right operand one ``k`` does not write; the operand large enough
         (``thresholds.product_tail_min_bytes``) to leave the cache between two steps. None
         otherwise."""
         j = self._decision_of.get(k.name)
-        if j is None or k.axes or k.name not in self._launched_steps or p.epilogue is not None:
+        if j is None or k.axes or k.name not in self._launched_steps:
             return None
         d = self.made_decisions[j]
         if d.column or d.split or self.accumulators.get(k.name):
             return None
         if self.decisions is not None and not self.decisions[j].tail:
             return None
-        out = p.node.out.aval
-        v, transposed, (m, kk) = p.a[0], p.a[1], p.a[2][-2:]
-        if out.dtype not in (np.float32, np.float64) or len(out.shape) != 2 or transposed or \
-                len(p.a[2]) != 2 or v.aval.dtype != out.dtype or p.b[0].aval.dtype != out.dtype:
+        if not self._split_product(p, 2):
             return None
-        if not self._one_pool or m * out.shape[1] * kk < PARALLEL_MIN_PRODUCT or \
-                out.shape[1] > thresholds.PRODUCT_TAIL_MAX_COLUMNS or \
-                p.b[0].aval.size * out.dtype.itemsize > thresholds.PRODUCT_TAIL_MAX_RIGHT_BYTES:
-            return None
+        v, (m, kk) = p.a[0], p.a[2]
         rows = k.shape[0] if k.shape else 1
         if tuple(v.aval.shape) != tuple(k.shape) or rows < 2 or m % rows or \
                 v.aval.size != m * kk or p.b[0] in writes(k) or p.b[0] is v:
@@ -600,45 +606,32 @@ class CpuCodegen:
                    for (w, _, where) in st.stores):
             return None
         if self.decisions is None and \
-                v.aval.size * out.dtype.itemsize < thresholds.product_tail_min_bytes():
+                v.aval.size * v.aval.dtype.itemsize < thresholds.product_tail_min_bytes():
             return None
         name = self.plan.array_name(v)
         return params.index(name) if name in params else None
 
     def paired_call(self, s, params: list) -> list[str]:
-        """A ``LoopThenProduct``: the kernel's launcher with the product as its tail; a
-        ``ProductThenLoop``: with the product as its head."""
-        if isinstance(s, ProductThenLoop):
-            return self._head_call(s, params)
-        k, p = s.loop, s.product
-        a = self._tail_operand(k, params, p)
-        m, kk = p.a[2]
-        nn = p.node.out.aval.shape[1]
-        dt = p.node.out.aval.dtype.name
-        arr = f"{dt}/2C"        # (the product's fallback where the launcher cannot be built)
-        self._blas_calls.add(("par_gemm", ("float", arr, "size", arr, "size", "float", arr)))
-        self._split_products = True
-        call = (f"{threaded.TAIL_PREFIX}{a}_{_call_field(self._callee[k.name])}("
-                f"{', '.join(params)}, {self.plan.array_name(p.b[0])}, "
-                f"{self.plan.array_name(p.node.out)}, {m // k.shape[0]}, {kk}, {nn}, "
-                f"{int(bool(p.b[1]))})")
-        return [call]
-
-    def _head_call(self, s: ProductThenLoop, params: list) -> list[str]:
-        k, p = s.loop, s.product
-        c = self._head_operand(p, k, params)
-        m, kk = p.a[2]
-        nn = p.node.out.aval.shape[1]
-        rows = next((d for d in k.outer_shape if d != 1), 1)
+        """A ``LoopThenProduct``: the kernel's launcher with the product as its tail,
+        ``(kernel arguments..., b, c, r, k, n, tb)``; a ``ProductThenLoop``: with the product
+        as its head, ``(kernel arguments..., a, b, r, k, n, tb)``, the kernel's argument for
+        the output filled by ``a`` (the output has no buffer: the launcher gives the kernel
+        its own)."""
+        k, p, head = s.loop, s.product, isinstance(s, ProductThenLoop)
+        (m, kk), nn = p.a[2], p.node.out.aval.shape[1]
         arr = f"{p.node.out.aval.dtype.name}/2C"    # (the fallback where no launcher is built)
         self._blas_calls.add(("par_gemm", ("float", arr, "size", arr, "size", "float", arr)))
         self._split_products = True
-        a = self.plan.array_name(p.a[0])
         args = list(params)
-        args[c] = a         # (the output has no buffer: the launcher gives the kernel its own)
-        return [f"{threaded.HEAD_PREFIX}{c}_{_call_field(self._callee[k.name])}("
-                f"{', '.join(args)}, {a}, {self.plan.array_name(p.b[0])}, {m // rows}, {kk}, "
-                f"{nn}, {int(bool(p.b[1]))})"]
+        name = self.plan.array_name
+        if head:
+            args[s.arg] = name(p.a[0])
+            args += [name(p.a[0]), name(p.b[0])]
+        else:
+            args += [name(p.b[0]), name(p.node.out)]
+        args += [str(m // _rows(k)), str(kk), str(nn), str(int(bool(p.b[1])))]
+        return [f"{threaded.tail_name(_call_field(self._callee[k.name]), s.arg, head)}("
+                f"{', '.join(args)})"]
 
     def kernel_call(self, s, params: list) -> list[str]:
         prefix = threaded.PREFIX if s.name in self._launched_steps else ""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import threading
 import time
@@ -398,7 +397,7 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
     with a product tail (``gemm_after<a>_<kernel>``) gets that launcher too, or where none
     can be built, its launcher (or serial call) followed by the product as ``par_gemm``."""
     launches, entries = [], {}
-    tails = _tails(fin.driver_source)
+    tails = threaded.tail_calls(fin.driver_source)
     for name, src, arg_types in fin.kernel_modules:
         if name in direct:
             if direct[name].launch not in launches:
@@ -436,24 +435,12 @@ def _launchers(module, fin, direct: dict, overloaded: set) -> list:
                                                                            rows)
             setattr(module, threaded.PREFIX + name, fn)
             for a, head in tails.get(name, ()):
-                tail = threaded.Launch(name, "", (), 0, tail=a, head=head).callable_name
+                tail = threaded.tail_name(name, a, head)
                 fallback = threaded.serial_head(fn, len(arg_types) - 2, a, threaded.row_count(
                     rows), _par_gemm(module)) if head else threaded.serial_tail(
                     fn, len(arg_types) - 2, a, _par_gemm(module))
                 setattr(module, tail, built.get(tail) or fallback)
     return launches if built else []
-
-
-def _tails(driver_source: str) -> dict[str, tuple]:
-    """kernel -> ``(argument, head)`` of the product tails and heads the driver calls it with."""
-    out: dict = {}
-    names = re.findall(r"\b((?:" + threaded.TAIL_PREFIX + "|" + threaded.HEAD_PREFIX +
-                       r")\d+_\w+)\(", driver_source)
-    for name in dict.fromkeys(names):
-        kernel, a, head = threaded.tail_call(name)
-        out.setdefault(kernel, ())
-        out[kernel] += ((a, head),)
-    return out
 
 
 def _par_gemm(module) -> Callable:
