@@ -11,10 +11,11 @@ sweep over key blocks accumulates ``dk`` and ``dv`` and a second over query bloc
 (seven products a tile, but as many work items as key or query blocks). Neither uses
 atomic adds, so every result is computed in one fixed order: deterministic. The tile
 products go through BLAS (``matmul.blas_gemm``, the one product function generated programs
-call, so it is compiled once for all of them). Work items (batch x block) run
-in parallel on Python threads (the kernels release the GIL; a ``prange`` loop costs seconds
-of compilation per kernel). Each row's maximum score and sum of exponentials are kept (not
-their log-sum-exp, which loses the sum where a row is all ``fill`` and ``fill`` is huge).
+call, so it is compiled once for all of them). Work items (batch x block) run in
+parallel on Numba's threads, the pool generated kernels run on (``threads.run_rows``: row
+kernels over flat operands, launched without ``prange`` compilation). Each row's maximum
+score and sum of exponentials are kept (not their log-sum-exp, which loses the sum where a
+row is all ``fill`` and ``fill`` is huge).
 
 Masks (``kind``): 0 none; 1 a mask (in q's dtype: nonzero = attend), a masked score *is* ``fill``
 (as ``where(mask, s, fill)``: a fully masked row attends uniformly when ``fill`` is finite);
@@ -33,13 +34,16 @@ from numba import njit
 from .fastmath import fast_exp
 from .matmul import blas_gemm
 from .rows import row_max
-from .threads import run_split as _threads
+from .threads import run_rows
 
 BLOCK = 128         # query rows and keys per tile (products on one BLAS thread each)
 BATCH_SWEEP_MIN = 4  # batches per thread from which the gradient takes one sweep a batch
+#: the products' transpose flags, read from an array: a literal ``True`` or ``False`` would
+#: compile ``blas_gemm`` once per combination (half a second each), these once for all
+_FLAG = np.array([False, True])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0, j1):
     """Scaled, masked scores of query rows i0:i1 against keys j0:j1 (the scale is the
     product's alpha), whether any was masked, and (if so) whether each counts for the
@@ -47,11 +51,12 @@ def _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0, j1):
     bias take the per-element loop; without one, the callers apply the causal cut (``_seen``:
     no exponential for the keys after each row's index)."""
     s = np.empty((i1 - i0, j1 - j0), q.dtype)
-    blas_gemm(scale, q[b, i0:i1], False, k[b, j0:j1], True, 0.0, s)
+    blas_gemm(np.float64(scale), q[b, i0:i1], _FLAG[0], k[b, j0:j1], _FLAG[1], 0.0, s)
     cut = causal and j1 - 1 > i0
     if kind == 0:   # the causal cut alone is applied by the callers (_seen)
-        return s, False, np.ones((1, 1), np.bool_)
-    live = np.ones(s.shape, np.bool_)
+        return s, False, np.empty((1, 1), np.bool_)
+    live = np.empty(s.shape, np.bool_)
+    live[:] = True
     eb = ebi[b]
     tq = extra.shape[1] > 1
     tk = extra.shape[2] > 1
@@ -100,7 +105,7 @@ def _exp_sum(s, r, n, shift):
     return tot
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _seen(kind, causal, i, j0, n):
     """How many of the n keys from j0 on row i sees: those up to its own index under the
     causal cut alone (the rest have probability 0: no exponential computed for them)."""
@@ -109,7 +114,7 @@ def _seen(kind, causal, i, j0, n):
     return n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _work_item(t, n):
     """(batch, first row, end row) of work item ``t``: the blocks of ``n`` rows of each batch."""
     blocks = (n + BLOCK - 1) // BLOCK
@@ -117,15 +122,19 @@ def _work_item(t, n):
     return t // blocks, r0, min(r0 + BLOCK, n)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, t):
     """Work item ``t``: one block of query rows of one batch, over the key blocks."""
     tq, tk, dv = q.shape[1], k.shape[1], v.shape[2]
     b, i0, i1 = _work_item(t, tq)
     rows = i1 - i0
-    m = np.full(rows, -np.inf, q.dtype)
-    ssum = np.zeros(rows, q.dtype)
-    acc = np.zeros((rows, dv), q.dtype)
+    # (np.empty and fills: each of np.full, np.zeros is a compile of its own)
+    m = np.empty(rows, q.dtype)
+    m[:] = -np.inf
+    ssum = np.empty(rows, q.dtype)
+    ssum[:] = 0.0
+    acc = np.empty((rows, dv), q.dtype)
+    acc[:] = 0.0
     jend = min(tk, i1) if causal else tk
     for j0 in range(0, jend, BLOCK):
         j1 = min(j0 + BLOCK, jend)
@@ -146,7 +155,7 @@ def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum
                     for c in range(dv):
                         acc[r, c] *= alpha
             m[r] = mx
-        blas_gemm(1.0, s, False, v[b, j0:j1], False, 1.0, acc)
+        blas_gemm(1.0, s, _FLAG[0], v[b, j0:j1], _FLAG[0], 1.0, acc)
     for r in range(rows):
         inv = q.dtype.type(1.0) / ssum[r]
         for c in range(dv):
@@ -155,23 +164,14 @@ def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum
         rsum[b, i0 + r] = ssum[r]
 
 
-@njit(cache=True, nogil=True)
-def forward_items(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, start, step):
-    """Work items start, start + step, ... (one thread's share: interleaved, so causal rows
-    of every length are spread over the threads)."""
-    n = q.shape[0] * ((q.shape[1] + BLOCK - 1) // BLOCK)
-    for t in range(start, n, step):
-        _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, t)
-
-
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
                        b, i0, i1, j0, j1):
     """Tile probabilities (recomputed from the row max and sum) and score cotangents."""
     s, masked, live = _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0,
                               j1)
     dp = np.empty((i1 - i0, j1 - j0), q.dtype)
-    blas_gemm(1.0, do[b, i0:i1], False, v[b, j0:j1], True, 0.0, dp)
+    blas_gemm(1.0, do[b, i0:i1], _FLAG[0], v[b, j0:j1], _FLAG[1], 0.0, dp)
     n = j1 - j0
     for r in range(i1 - i0):
         di = delta[b, i0 + r]
@@ -189,7 +189,7 @@ def _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsu
     return s, dp
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _key_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
                dk, dv, t):
     """dk, dv of one key block of one batch, over the query blocks."""
@@ -204,11 +204,11 @@ def _key_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta
         i1 = min(i0 + BLOCK, tq)
         p, ds = _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
                                    rsum, delta, do, b, i0, i1, j0, j1)
-        blas_gemm(1.0, p, True, do[b, i0:i1], False, 1.0, gv)
-        blas_gemm(1.0, ds, True, q[b, i0:i1], False, 1.0, gk)
+        blas_gemm(1.0, p, _FLAG[1], do[b, i0:i1], _FLAG[0], 1.0, gv)
+        blas_gemm(1.0, ds, _FLAG[1], q[b, i0:i1], _FLAG[0], 1.0, gk)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _query_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dq, t):
     """dq of one query block of one batch, over the key blocks."""
     tq, tk = q.shape[1], k.shape[1]
@@ -220,10 +220,10 @@ def _query_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, del
         j1 = min(j0 + BLOCK, jend)
         _, ds = _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
                                    rsum, delta, do, b, i0, i1, j0, j1)
-        blas_gemm(1.0, ds, False, k[b, j0:j1], False, 1.0, gq)
+        blas_gemm(1.0, ds, _FLAG[0], k[b, j0:j1], _FLAG[0], 1.0, gq)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do,
                  dq, dk, dv, b):
     """dq, dk and dv of batch ``b`` in one sweep (its rows' ``delta`` first): each tile's
@@ -243,17 +243,9 @@ def _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, 
             i1 = min(i0 + BLOCK, tq)
             p, ds = _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
                                        rsum, delta, do, b, i0, i1, j0, j1)
-            blas_gemm(1.0, p, True, do[b, i0:i1], False, 1.0, gv)
-            blas_gemm(1.0, ds, True, q[b, i0:i1], False, 1.0, gk)
-            blas_gemm(1.0, ds, False, k[b, j0:j1], False, 1.0, dq[b, i0:i1])
-
-
-@njit(cache=True, nogil=True)
-def batch_items(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do, dq,
-                dk, dv, start, step):
-    for b in range(start, q.shape[0], step):
-        _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do,
-                     dq, dk, dv, b)
+            blas_gemm(1.0, p, _FLAG[1], do[b, i0:i1], _FLAG[0], 1.0, gv)
+            blas_gemm(1.0, ds, _FLAG[1], q[b, i0:i1], _FLAG[0], 1.0, gk)
+            blas_gemm(1.0, ds, _FLAG[0], k[b, j0:j1], _FLAG[0], 1.0, dq[b, i0:i1])
 
 
 @njit(cache=True, nogil=True)
@@ -267,44 +259,137 @@ def row_dots(do, o, delta, start, stop, step):
             delta[b, i] = acc
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _operands(q1, k1, v1, e1, ints):
+    """The flat operands of a row kernel as the (batches, T, d) arrays they are: ``ints`` holds
+    the batches, Tq, Tk, d, dv and the mask's (rows, 1 or Tq, 1 or Tk)."""
+    nb, tq, tk, d, dv = ints[0], ints[1], ints[2], ints[3], ints[4]
+    return (q1.reshape((nb, tq, d)), k1.reshape((nb, tk, d)), v1.reshape((nb, tk, dv)),
+            e1.reshape((ints[5], ints[6], ints[7])))
+
+
+# The row kernels (``kernels.threads.run_rows``): rows lo:hi of a sweep's work items, every
+# operand a flat array (the launcher that runs them on Numba's threads takes those), ``ints``
+# (``_operands``, then the mask kind and the causal flag) and ``floats`` (fill, scale) the
+# sweep's parameters; each work item is computed by itself, so the split does not matter.
 @njit(cache=True, nogil=True)
-def key_items(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dk, dv,
-              start, step):
-    n = q.shape[0] * ((k.shape[1] + BLOCK - 1) // BLOCK)
-    for t in range(start, n, step):
-        _key_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
-                   dk, dv, t)
+def forward_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, n):
+    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
+    o = o1.reshape((q.shape[0], q.shape[1], v.shape[2]))
+    rmax, rsum = rmax1.reshape(q.shape[:2]), rsum1.reshape(q.shape[:2])
+    for t in range(lo, hi):
+        _forward_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], o,
+                       rmax, rsum, t)
 
 
 @njit(cache=True, nogil=True)
-def query_items(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dq,
-                start, step):
-    n = q.shape[0] * ((q.shape[1] + BLOCK - 1) // BLOCK)
-    for t in range(start, n, step):
-        _query_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
-                     dq, t)
+def batch_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1, do1, dq1,
+               dk1, dv1, n):
+    """Batches lo:hi of the one-sweep-a-batch gradient (``_batch_block``)."""
+    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
+    o, do = o1.reshape(q.shape[:2] + (v.shape[2],)), do1.reshape(q.shape[:2] + (v.shape[2],))
+    rows = q.shape[:2]
+    rmax, rsum, delta = rmax1.reshape(rows), rsum1.reshape(rows), delta1.reshape(rows)
+    dq, dk, dv = dq1.reshape(q.shape), dk1.reshape(k.shape), dv1.reshape(v.shape)
+    for b in range(lo, hi):
+        _batch_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], o, rmax,
+                     rsum, delta, do, dq, dk, dv, b)
+
+
+@njit(cache=True, nogil=True)
+def dots_rows(lo, hi, do1, o1, delta1, ints, n):
+    """``row_dots`` of batches lo:hi."""
+    shape = (ints[0], ints[1], ints[4])
+    row_dots(do1.reshape(shape), o1.reshape(shape), delta1.reshape(shape[:2]), lo, hi, 1)
+
+
+@njit(cache=True, nogil=True)
+def key_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1, dv1, n):
+    """Work items lo:hi of the key sweep (``_key_block``: dk and dv of a key block)."""
+    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
+    do = do1.reshape(q.shape[:2] + (v.shape[2],))
+    rows = q.shape[:2]
+    rmax, rsum, delta = rmax1.reshape(rows), rsum1.reshape(rows), delta1.reshape(rows)
+    dk, dv = dk1.reshape(k.shape), dv1.reshape(v.shape)
+    for t in range(lo, hi):
+        _key_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], rmax, rsum,
+                   delta, do, dk, dv, t)
+
+
+@njit(cache=True, nogil=True)
+def query_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1, n):
+    """Work items lo:hi of the query sweep (``_query_block``: dq of a query block)."""
+    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
+    do = do1.reshape(q.shape[:2] + (v.shape[2],))
+    rows = q.shape[:2]
+    rmax, rsum, delta = rmax1.reshape(rows), rsum1.reshape(rows), delta1.reshape(rows)
+    dq = dq1.reshape(q.shape)
+    for t in range(lo, hi):
+        _query_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], rmax, rsum,
+                     delta, do, dq, t)
+
+
+def _params(q, k, v, extra, kind, causal, fill, scale) -> tuple:
+    """The flat operands and the ``ints`` and ``floats`` of the row kernels."""
+    ints = np.array((q.shape[0], q.shape[1], k.shape[1], q.shape[2], v.shape[2]) + extra.shape
+                    + (int(kind), int(bool(causal))), np.int64)
+    floats = np.array([fill, scale], q.dtype)
+    return (q.reshape(-1), k.reshape(-1), v.reshape(-1), extra.reshape(-1)), ints, floats
+
+
+def _one_sweep(batches: int, tk: int) -> bool:
+    """Whether the gradient takes one sweep a batch (``attention_backward``)."""
+    return batches >= BATCH_SWEEP_MIN * numba.get_num_threads() or tk <= BLOCK
+
+
+def row_kernels(dtype, backward: bool, batches: int, tk: int) -> list[tuple[str, tuple]]:
+    """The row kernels a forward (or backward) call at these sizes runs, with their argument
+    types as the compiler's compile jobs name them (a dtype: a flat array of it; ``"size"``:
+    an int64): what its compile workers compile ahead of the first call."""
+    a = np.dtype(dtype).name
+    head = ("size", "size", a, a, a, a, "int64", "int64", a)     # rows, operands, parameters
+    if not backward:
+        return [("forward_rows", head + (a, a, a, "size"))]
+    if _one_sweep(batches, tk):
+        return [("batch_rows", head + (a,) * 8 + ("size",))]
+    return [("dots_rows", ("size", "size", a, a, a, "int64", "size")),
+            ("key_rows", head + (a,) * 6 + ("size",)),
+            ("query_rows", head + (a,) * 5 + ("size",))]
+
+
+def _written(*outs) -> None:
+    """The kernels write through flat views: an output that is not C-contiguous would be a
+    copy, written and lost."""
+    if not all(x.flags.c_contiguous for x in outs):
+        raise ValueError("attention kernels: outputs must be C-contiguous arrays")
 
 
 def attention_forward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum):
     """o (B, Tq, dv), row max and row sum (B, Tq) of q (B, Tq, d), k (B, Tk, d), v (B, Tk, dv);
-    ``extra`` has q's dtype (a mask: nonzero = attend)."""
+    ``extra`` has q's dtype (a mask: nonzero = attend). All C-contiguous."""
+    _written(o, rmax, rsum)
+    flat, ints, floats = _params(q, k, v, extra, kind, causal, fill, scale)
     n = q.shape[0] * ((q.shape[1] + BLOCK - 1) // BLOCK)
-    _threads(lambda s, st: forward_items(q, k, v, extra, ebi, kind, causal, fill, scale, o,
-                                         rmax, rsum, s, st), n)
+    run_rows(forward_rows, n, *flat, ebi, ints, floats, o.reshape(-1), rmax.reshape(-1),
+             rsum.reshape(-1))
 
 
 def attention_backward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, do,
                        dq, dk, dv):
     """dq, dk, dv of the forward pass above, given its o, row max and sum and the cotangent do."""
     nb, tq, tk = q.shape[0], q.shape[1], k.shape[1]
-    delta = np.empty((nb, tq), q.dtype)
-    if nb >= BATCH_SWEEP_MIN * numba.get_num_threads() or tk <= BLOCK:
+    _written(dq, dk, dv)
+    flat, ints, floats = _params(q, k, v, extra, kind, causal, fill, scale)
+    delta = np.empty(nb * tq, q.dtype)
+    stats = (rmax.reshape(-1), rsum.reshape(-1), delta)
+    if _one_sweep(nb, tk):
         # enough batches to keep every thread busy (or one key block, where the key sweep
-        # has no more work items): one sweep a batch
-        _threads(lambda s, st: batch_items(q, k, v, extra, ebi, kind, causal, fill, scale, o,
-                                           rmax, rsum, delta, do, dq, dk, dv, s, st), nb)
+        # has no more work items): one sweep a batch (its rows' delta first)
+        run_rows(batch_rows, nb, *flat, ebi, ints, floats, o.reshape(-1), *stats,
+                 do.reshape(-1), dq.reshape(-1), dk.reshape(-1), dv.reshape(-1))
         return
-    _threads(lambda s, st: row_dots(do, o, delta, s, nb, st), nb)
-    args = (q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do)
-    _threads(lambda s, st: key_items(*args, dk, dv, s, st), nb * ((tk + BLOCK - 1) // BLOCK))
-    _threads(lambda s, st: query_items(*args, dq, s, st), nb * ((tq + BLOCK - 1) // BLOCK))
+    run_rows(dots_rows, nb, do.reshape(-1), o.reshape(-1), delta, ints)
+    run_rows(key_rows, nb * ((tk + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
+             do.reshape(-1), dk.reshape(-1), dv.reshape(-1))
+    run_rows(query_rows, nb * ((tq + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
+             do.reshape(-1), dq.reshape(-1))

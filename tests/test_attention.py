@@ -105,6 +105,12 @@ def test_gradient_in_one_sweep_per_batch_over_several_tiles(masked, monkeypatch)
     q, k, v = (RNG.standard_normal((4, 2, t, 4)) for _ in range(3))
     mask = np.tril(np.ones((t, t), bool)) if masked == "causal" else \
         (np.arange(t) < np.array([t, 200, 130, 7])[:, None])[:, None, None, :]
+    _check_against_reference(q, k, v, mask)
+
+
+def _check_against_reference(q, k, v, mask) -> None:
+    """The compiled value and gradients of ``_loss`` of masked attention against the
+    reference interpreter's."""
     vg = jg.value_and_grad(_loss(lambda q, k, v: nn.dot_product_attention(q, k, v, mask)),
                            argnums=(0, 1, 2))
     ref = vg(q, k, v)
@@ -215,3 +221,49 @@ def test_vmap_of_the_fused_gradient_is_per_example():
 def test_rewrite_leaves_other_graphs_alone():
     g = jg.make_graph(lambda a, b: jnp.sum(nn.softmax(a @ b, axis=-1)))(Q[0, 0], K[0, 0].T)
     assert fuse_attention(g) is g
+
+
+# ------------------------------------------------------------------ threads and compile jobs
+@pytest.mark.parametrize("one_sweep", [True, False])
+def test_kernels_run_on_numbas_threads_and_their_compile_jobs_match(one_sweep, monkeypatch):
+    """The fused kernels' work items run on Numba's threads (no Python threads, which shared
+    the cores with Numba's spinning ones), in both gradient paths; the compile jobs the
+    compiler hands its workers name exactly the signatures the host steps then run (else
+    the workers' cache entries would serve nothing)."""
+    from jitgraph.compiler import compile_pool, threaded
+    from jitgraph.kernels import attention as kernels
+    from jitgraph.kernels import threads
+    if not threaded.available():
+        pytest.skip("launchers need Linux and a Numba numba_patches checked")
+    monkeypatch.setattr(threads, "run_split", lambda *a: pytest.fail("Python threads ran"))
+    monkeypatch.setattr(kernels, "BATCH_SWEEP_MIN", 1 if one_sweep else 1 << 30)
+    t = 260
+    q, k, v = (RNG.standard_normal((2, 2, t, 4)) for _ in range(3))
+    _check_against_reference(q, k, v, np.tril(np.ones((t, t), bool)))
+    jobs = kernels.row_kernels(np.float64, False, 4, t) + \
+        kernels.row_kernels(np.float64, True, 4, t)
+    assert [name for name, _ in jobs] == (["forward_rows", "batch_rows"] if one_sweep else
+                                          ["forward_rows", "dots_rows", "key_rows",
+                                           "query_rows"])
+    for name, types in jobs:
+        assert compile_pool.numba_signature(types) in getattr(kernels, name).signatures, name
+
+
+def test_host_steps_hand_their_kernels_to_the_compile_workers():
+    """A program's attention host steps list their row kernels as compile jobs, once each
+    (two layers' steps of one shape: one job per kernel)."""
+    from types import SimpleNamespace
+
+    from jitgraph.compiler.backends.cpu_program import _host_kernel_jobs
+    from jitgraph.compiler.fusion import HostStep
+    from jitgraph.core import Aval
+    from jitgraph.kernels import attention as kernels
+
+    def node(prim, batches):
+        x = SimpleNamespace(aval=Aval((batches, 8, 256, 32), np.dtype(np.float32)))
+        return SimpleNamespace(prim=prim, inputs=[x, x, x])
+    steps = [HostStep(node(p, 8)) for p in (attention_p, attention_bwd_p)] * 2
+    jobs = _host_kernel_jobs(steps)
+    assert [(m, name) for m, name, _ in jobs] == [(kernels, "forward_rows"),
+                                                  (kernels, "batch_rows")]
+    assert jobs[0][2][-1] == "size" and jobs[0][2][2] == "float32"

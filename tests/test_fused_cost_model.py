@@ -23,8 +23,10 @@ RNG = np.random.default_rng(0)
     ((1, 128, 64, False), False),     # one tile, no causal cut: BLAS products are faster
     ((8, 64, 64, False), False),
     ((8, 512, 64, True), True),       # causal over several tiles: half the scores skipped
-    ((32, 512, 16, False), True),     # the unfused (T, T) passes run from memory
-    ((32, 16, 16, True), True),       # many short heads: the unfused BLAS calls per head
+    ((64, 256, 32, True), True),      # the GPT benchmark's small attention: the causal cut
+    ((64, 1024, 64, True), True),
+    ((32, 16, 16, True), False),      # many short heads: the fused host steps' fixed work
+    ((32, 128, 32, True), False),     # one tile a head: no causal tile skipped
 ])
 def test_attention_decisions(shape, fused):
     bh, t, d, causal = shape
@@ -62,19 +64,20 @@ def test_the_model_is_deterministic_and_monotone_in_length():
     assert ratios == sorted(ratios, reverse=True)
 
 
-def test_more_threads_add_the_fused_sweeps_thread_starts():
-    """Each parallel sweep of the fused kernels starts and joins Python threads: priced once
-    per sweep with more than one work item, when there is more than one thread."""
-    one = attention.cost_estimate(32, 16, 16, 16, 16, True)
-    two = attention.cost_estimate(32, 16, 16, 16, 16, True, threads=2)
-    assert two.fused_us - one.fused_us == pytest.approx(2 * attention.FUSED_US["dispatch"])
-    # the unfused program's products and score loops run on every thread (one pool), its
-    # call's fixed work on one
-    call = attention.UNFUSED_US["call"]
-    assert two.unfused_us - call == pytest.approx((one.unfused_us - call) / 2)
-    assert attention.cost_terms(1, 128, 128, 64, 64, False, threads=2)[0]["dispatch"] == 0
-    # two batches over four key blocks: the backward takes three sweeps, the forward one
-    assert attention.cost_terms(2, 512, 512, 64, 64, True, threads=2)[0]["dispatch"] == 4
+def test_both_sides_share_their_work_over_the_threads():
+    """One pool runs both programs' work (the fused kernels' work items on Numba's threads, as
+    the unfused program's products and loops): two threads halve each side's work but not its
+    call's fixed work; fewer fused work items than threads leave a thread idle."""
+    one = attention.cost_estimate(64, 256, 256, 32, 32, True)
+    two = attention.cost_estimate(64, 256, 256, 32, 32, True, threads=2)
+    for side, us in (("fused_us", attention.FUSED_US), ("unfused_us", attention.UNFUSED_US)):
+        assert getattr(two, side) - us["call"] == pytest.approx(
+            (getattr(one, side) - us["call"]) / 2)
+    # one batch of one query block: one work item, nothing to share
+    a = attention.cost_estimate(1, 128, 128, 64, 64, False)
+    b = attention.cost_estimate(1, 128, 128, 64, 64, False, threads=2)
+    assert a.fused_us == pytest.approx(b.fused_us) and b.unfused_us < a.unfused_us
+    assert "dispatch" not in attention.cost_terms(2, 512, 512, 64, 64, True, threads=2)[0]
     assert linear_ce.cost_terms(4096, 64, 512, threads=2)[0]["dispatch"] == 8
     assert linear_ce.cost_terms(4096, 64, 512)[0]["dispatch"] == 0
 

@@ -128,3 +128,50 @@ def test_launcher_ir_is_built_for_every_dtype():
     import llvmlite.binding as llvm
     text = native.IR_GLOBALS + threaded.IR_DECLARATIONS + threaded.launcher_ir(0, launch)
     llvm.parse_assembly(text).verify()
+
+
+# ------------------------------------------------------------------ hand-written row kernels
+@numba.njit(nogil=True)
+def _square_rows(lo, hi, x, scale, out, n):
+    """A row kernel as ``kernels.threads.run_rows`` runs them: rows lo:hi of n."""
+    for i in range(lo, hi):
+        acc = 0.0
+        for j in range(x.shape[0] // n):
+            acc += x[i * (x.shape[0] // n) + j] ** 2
+        out[i] = acc * scale[0]
+
+
+def _row_operands(n: int):
+    x = np.random.default_rng(n).standard_normal(n * 7)
+    return x, np.array([0.5]), (x.reshape(n, 7) ** 2).sum(1) * 0.5
+
+
+@pytest.mark.parametrize("n", [1, 13, 1000])
+def test_hand_written_row_kernels_run_on_numbas_threads(n, monkeypatch):
+    """``run_rows`` takes the launcher (one pool with the generated kernels): no Python
+    threads start, every row is computed once, and one launcher serves every size."""
+    from jitgraph.kernels import threads
+    assert threads._ROW_POOL == [threaded.row_pool]
+    monkeypatch.setattr(threads, "run_split", lambda *a: pytest.fail("Python threads ran"))
+    x, scale, want = _row_operands(n)
+    out = np.full(n, np.nan)
+    threads.run_rows(_square_rows, n, x, scale, out)
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    keys = [k for k in threaded._ROW_LAUNCHERS if k[0] is _square_rows]
+    assert len(keys) == 1 and keys[0][1] == ("float64", "float64", "float64", "size")
+
+
+def test_row_kernels_the_launcher_cannot_take_run_on_python_threads():
+    """A 2-D operand (the launchers take flat arrays and sizes): the rows still run, split
+    over Python threads, with the same values."""
+    from jitgraph.kernels import threads
+
+    @numba.njit(nogil=True)
+    def rows2d(lo, hi, x, out, n):
+        for i in range(lo, hi):
+            out[i] = x[i].sum()
+    x = np.arange(40.0).reshape(10, 4)
+    out = np.zeros(10)
+    assert not threaded.row_pool(rows2d, 10, (x, out))
+    threads.run_rows(rows2d, 10, x, out)
+    np.testing.assert_array_equal(out, x.sum(1))

@@ -17,6 +17,11 @@ from .state import STATE
 # primitive -> builder(node) -> the callable a host step runs (filled by compiler/loops.py)
 HOST_LOWERINGS: dict = {}
 
+# primitive -> jobs(node): the hand-written kernels its host step runs, as compile jobs
+# ``(module, name, argument types)`` (``compile_pool.numba_signature``'s), compiled ahead in the
+# compile workers beside the program's generated kernels (filled by compiler/fused_calls.py)
+HOST_KERNEL_JOBS: dict = {}
+
 # primitive -> its CUDA lowering: ``fits(node)`` whether its kernels take the node, and
 # ``lines(codegen, step)``, the driver lines launching them (filled by compiler/fused_calls.py);
 # a step without one runs on the host, on copies

@@ -622,3 +622,56 @@ def entry_of(dispatcher, signature) -> tuple[str, int] | None:
     if any(k is None for k in kinds) or not native.flattened_ok(fnty, kinds):
         return None
     return symbol, cres.library.get_pointer_to_function(symbol)
+
+
+# ------------------------------------------------------------------ hand-written row kernels
+_ROW_LAUNCHERS: dict = {}
+
+
+def _arg_type(x) -> str | None:
+    """A row kernel argument's type as a launcher takes it (None: one it cannot take)."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return SIZE
+    if isinstance(x, np.ndarray) and x.ndim == 1 and x.flags.c_contiguous:
+        return x.dtype.name
+    return None
+
+
+def row_pool(kernel, n: int, args: tuple) -> bool:
+    """Run the hand-written row kernel ``kernel(lo, hi, *args, n)`` (an ``@njit`` dispatcher)
+    over rows ``0..n`` on Numba's threads, through a launcher built once per kernel and
+    argument types (its rows are its last argument, so one launcher serves every size):
+    ``kernels.threads.run_rows``'s pool. False where no launcher can be built here (the caller
+    then runs the rows itself)."""
+    if not available() or numba_patches.serial_kernels():
+        return False
+    types = tuple(_arg_type(a) for a in args) + (SIZE,)
+    if None in types:
+        return False
+    key = (kernel, types)
+    fn = _ROW_LAUNCHERS.get(key)
+    if fn is None:
+        with _LOCK:
+            fn = _ROW_LAUNCHERS.get(key)
+            if fn is None:
+                fn = _ROW_LAUNCHERS[key] = _row_launcher(kernel, types) or False
+    if fn is False:
+        return False
+    fn(*(int(a) if t == SIZE else a for a, t in zip(args, types)), int(n))
+    return True
+
+
+def _row_launcher(kernel, types: tuple) -> Callable | None:
+    """The launcher of ``kernel`` for arguments ``types`` (``row_pool``), or None."""
+    from numba import types as nt
+    from numba.np.numpy_support import from_dtype
+    numba_patches.start_threads()
+    entry = entry_of(kernel, tuple(nt.int64 if t == SIZE else
+                                   nt.Array(from_dtype(np.dtype(t)), 1, "C")
+                                   for t in (SIZE, SIZE) + types))
+    if entry is None:
+        return None
+    name = re.sub(r"\W", "_", getattr(kernel, "__name__", "rows"))
+    launch = Launch(name, entry[0], types, 0, rows_scale=1, rows_arg=len(types) - 1)
+    built = build([launch], {entry[0]: entry[1]})
+    return None if built is None else built[launch.callable_name]

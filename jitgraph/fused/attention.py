@@ -445,33 +445,29 @@ def unfused():
 # ------------------------------------------------------------------ the cost model
 # Microseconds per unit of each term of a float32 training step (forward + backward) on the
 # CPU, one table for each side (``cost_terms`` counts the units). Fitted with
-# ``bench/fused_vs_unfused.py --only attention --fit`` to two runs of its grid of 96 shapes
-# (B*H in {1, 8, 32}, T in {16, 64, 128, 512}, head size in {16, 32, 64, 128}, causal and not;
-# one thread of an AVX-512 Xeon, the other core busy with other work): each side's medians as
-# a non-negative sum of its terms, each row weighted by 1 / its time so that small shapes count
-# as much as large ones. The fitted ratio is within 20 % of the measured one at most shapes
-# (the machine's noise is of that size), hence ``MARGIN``.
+# ``bench/fused_vs_unfused.py --only attention --fit`` (BENCH_THREADS=1) to its grid of 96
+# shapes (B*H in {1, 8, 32}, T in {16, 64, 128, 512}, head size in {16, 32, 64, 128}, causal and
+# not) on one thread of a 2-core AMD EPYC (Zen 4, AVX-512), once the fused kernels ran on
+# Numba's threads: each side's medians as a non-negative sum of its terms, each row weighted
+# by 1 / its time so that small shapes count as much as large ones. The fitted ratio is within
+# 20 % of the measured one at most shapes (the machine's noise is of that size), hence
+# ``MARGIN``. Both sides' work runs on every thread (``cost_estimate``), their calls' fixed
+# work on one.
 FUSED_US = {
-    "call": 70.8,           # the two host steps: operand copies, outputs, thread dispatch
-    "tile": 5.33,           # per (up to) 128 x 128 tile: five BLAS calls from the kernel
-    "score": 2.92e-3,       # per score seen: two exponentials (forward, recomputed), loops
+    "call": 197.0,          # the two host steps: operand copies, outputs, launches
+    "tile": 3.08,           # per (up to) 128 x 128 tile: five BLAS calls from the kernel
+    "score": 8.39e-4,       # per score seen: two exponentials (forward, recomputed), loops
     "masked_score": 4.61e-3,  # per score under a mask or bias (not in the grid: the
     # unfused side's price before exp_f32 stopped making denormals, kept until measured)
-    "score_feature": 2.59e-4,  # per score of the tiles computed, per feature: tile products
-    # per parallel sweep with more than one thread (start and join Python threads: the median
-    # of timing ``kernels.threads.run_split`` on two threads here; not in the one-thread fit)
-    "dispatch": 45.0,
+    "score_feature": 2.08e-4,  # per score of the tiles computed, per feature: tile products
 }
 UNFUSED_US = {
-    "call": 15.7,           # the unfused step's extra kernels
-    "batch": 13.6,          # per batch matrix: the batched products' BLAS calls
-    "score": 1.99e-3,       # per score: the softmax loops and their backward over (T, T)
-    # per score under the causal cut, a mask or bias: the selects (refitted to the 2-thread
-    # grid once exp_f32 no longer multiplied masked scores into denormals: 4.61e-3 before,
-    # which fused two causal shapes where the unfused step was 1.25x faster)
-    "masked_score": 1.6e-5,
-    "spilled_score": 7.74e-3,  # per score beyond CACHE_BYTES: the (T, T) passes from memory
-    "score_feature": 1.58e-4,  # per score and feature: six batched products
+    "call": 45.6,           # the unfused step's extra kernels
+    "batch": 2.74,          # per batch matrix: the batched products' BLAS calls
+    "score": 1.13e-3,       # per score: the softmax loops and their backward over (T, T)
+    "masked_score": 1.28e-4,  # per score under the causal cut, a mask or bias: the selects
+    "spilled_score": 1.85e-3,  # per score beyond CACHE_BYTES: the (T, T) passes from memory
+    "score_feature": 1.42e-4,  # per score and feature: six batched products
 }
 CACHE_BYTES = 1 << 21       # about one core's L2 cache: the scores that stay in cache
 MARGIN = 0.8                # fuse when the fused estimate is below this times the unfused one
@@ -486,7 +482,8 @@ def cost_terms(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
     for the scores each row sees, and split each sweep over ``threads`` Python threads; the
     unfused program computes every score, each batch matrix with its own BLAS calls, and its
     passes over the (T, T) scores run from memory once they outgrow the cache. (Both sides'
-    work is priced as one thread's: the fit is of one-thread runs.)"""
+    work is priced as one thread's: the fit is of one-thread runs; ``cost_estimate`` shares
+    it over the threads.)"""
     block = 128
     tiles = computed = 0
     for i0 in range(0, tq, block):
@@ -498,13 +495,9 @@ def cost_terms(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
     seen = cut * (cut + 1) // 2 + (tq - cut) * tk if causal else tq * tk
     scores = batches * tq * tk
     feats = (d + dv) / 2
-    q_items, k_items = batches * -(-tq // block), batches * -(-tk // block)
-    one_sweep = batches >= 4 * threads or tk <= block      # the backward's choice of sweeps
-    sweeps = [q_items] + ([batches] if one_sweep else [batches, k_items, q_items])
     fused = {"call": 1, "tile": batches * tiles, "score": batches * seen,
              "masked_score": scores if masked else 0,
-             "score_feature": batches * computed * feats,
-             "dispatch": sum(1 for n in sweeps if min(threads, n) > 1)}
+             "score_feature": batches * computed * feats}
     unfused = {"call": 1, "batch": batches, "score": scores,
                "masked_score": scores if causal or masked else 0,
                "spilled_score": max(0, scores * itemsize - CACHE_BYTES) // itemsize,
@@ -535,14 +528,18 @@ def cost_estimate(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
                   masked: bool = False, itemsize: int = 4, threads: int = 1) -> Cost:
     """The cost model at one shape (``cost_terms`` priced by ``FUSED_US`` and ``UNFUSED_US``)."""
     fused, unfused = cost_terms(batches, tq, tk, d, dv, causal, masked, itemsize, threads)
-    # the unfused program's batched products and score loops run on every thread (one pool:
-    # ``par_batched_gemm`` and threaded loops), its call's fixed work on one; the fit is of
-    # one-thread runs. Measured after that change (bench/fused_vs_unfused.py --quick, 2-core
-    # Xeon): the fused step 1.4-7.6x the unfused one at all eight shapes, where the
-    # one-thread prices had fused B*H 8, T 128, head size 16 (2.3x slower)
+    # Both sides' work runs on every thread, one pool (the unfused program's batched products
+    # and threaded loops; the fused kernels' work items, ``kernels.threads.run_rows``), their
+    # calls' fixed work on one; the fit is of one-thread runs. The fused sweeps have as many
+    # work items as batches (the gradient's one sweep a batch) or query blocks: with fewer
+    # than threads, or a remainder, some threads idle.
+    threads = max(1, threads)
+    items = batches if batches >= 4 * threads or tk <= 128 else batches * -(-tq // 128)
+    share = items / -(-items // threads)
+    fused_work = sum(FUSED_US[k] * n for k, n in fused.items() if k != "call")
     work = sum(UNFUSED_US[k] * n for k, n in unfused.items() if k != "call")
-    return Cost(sum(FUSED_US[k] * n for k, n in fused.items()),
-                UNFUSED_US["call"] * unfused["call"] + work / max(1, threads),
+    return Cost(FUSED_US["call"] * fused["call"] + fused_work / share,
+                UNFUSED_US["call"] * unfused["call"] + work / threads,
                 batches * tq * tk * itemsize)
 
 
@@ -632,7 +629,7 @@ def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
 
     def call(q, k, v, *rest):
         extra, (o, m, tot, do) = rest[:-4], rest[-4:]
-        batch, tq = q.shape[:-2], q.shape[-2]
+        batch = q.shape[:-2]
         e, ebi = operands.get(extra, batch, q.dtype)
         qf, kf, vf = _flat(q), _flat(k), _flat(v)
         dq, dk, dv = np.empty_like(qf), np.empty_like(kf), np.empty_like(vf)
@@ -644,6 +641,16 @@ def _host_backward(node: Node, one_blas_thread: Callable) -> Callable:
                                dq, dk, dv)
         return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
     return call
+
+
+def _kernel_jobs(node: Node) -> list:
+    """The compile jobs of the row kernels an ``attention`` or ``attention_bwd`` host step
+    runs (``kernels.attention.row_kernels``)."""
+    from ..kernels import attention as kernels
+    q, k = node.inputs[0], node.inputs[1]
+    batches = int(np.prod(q.aval.shape[:-2], dtype=np.int64))
+    return [(kernels, name, types) for name, types in kernels.row_kernels(
+        q.aval.dtype, node.prim is attention_bwd_p, batches, k.aval.shape[-2])]
 
 
 class _CudaAttention:
@@ -696,5 +703,6 @@ ATTENTION = register_fused_op(FusedOp(
     wins=_wins,
     may_match=lambda g: sum(1 for n in g.nodes if n.prim is matmul_p) >= 2,
     lowerings={"host": {attention_p: _host_forward, attention_bwd_p: _host_backward},
+               "host_kernels": {attention_p: _kernel_jobs, attention_bwd_p: _kernel_jobs},
                "cuda": {attention_p: _CudaAttention(), attention_bwd_p: _CudaAttention()}},
     driver={"attention": _cuda_prepared}))

@@ -22,7 +22,7 @@ from .. import (compile_pool, gemm_launchers, loop_ir, loop_objects, native, num
                threaded)
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
-from ..host import host_impl, one_blas_thread
+from ..host import HOST_KERNEL_JOBS, host_impl, one_blas_thread
 from ..memory import Buffers
 from ..settings import compile_settings, disk_cache, fingerprint
 from ..state import STATE
@@ -329,8 +329,9 @@ def _load_with_numba(gen, fin, cache: DiskCache, t0: float, options, compile_aga
         # cache has them, this only loads them), then kernels largest first (source length as
         # the cost, twice for a threaded one), so whoever is free takes the next largest and
         # the processes finish together
-        helpers = [(matmul, name, types) for name, types in gen.module.info.blas_calls
-                   if name not in products]
+        helpers = _host_kernel_jobs(gen.plan.steps) + [
+            (matmul, name, types) for name, types in gen.module.info.blas_calls
+            if name not in products]
         wait_for_bundles()
         _precompile(helpers + [job for _, job in sorted(new, key=lambda c: -c[0])])
     if direct:
@@ -556,6 +557,18 @@ def wait_for_bundles() -> None:
     without other threads; and in tests)."""
     while STATE.bundle_threads:
         STATE.bundle_threads.pop().join()
+
+
+def _host_kernel_jobs(steps) -> list:
+    """The compile jobs of the hand-written kernels the program's host steps run (a fused
+    attention's: seconds of Numba each, the largest jobs, so first), once each."""
+    jobs: list = []
+    for s in steps:
+        lister = HOST_KERNEL_JOBS.get(s.node.prim) if isinstance(s, HostStep) else None
+        for job in lister(s.node) if lister is not None else ():
+            if job not in jobs:
+                jobs.append(job)
+    return jobs
 
 
 def _precompile(new: list) -> None:
