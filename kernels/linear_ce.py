@@ -1,8 +1,7 @@
 """Softmax cross-entropy of ``logits = h @ W`` without the (tokens, vocabulary) logits: the rows
 go through in chunks (as Liger Kernel's fused linear cross-entropy does), so only a
 (rows, V) tile of logits exists at a time. Per chunk: one BLAS product for the tile (BLAS on
-its own threads), then per row, split over Numba's threads (``threads.run_rows``: the pool the
-generated kernels run on, not Python threads beside it), its max,
+its own threads), then per row, split over Python threads (``threads.run_split``), its max,
 log-sum-exp and labelled logit (a label outside [0, V) picks 0, as ``nn.cross_entropy``'s
 one-hot sum does; its loss is then masked by the caller).
 
@@ -23,7 +22,7 @@ from numba import njit
 from .fastmath import fast_exp, fast_log
 from .matmul import blas_gemm
 from .rows import row_max
-from .threads import run_rows
+from .threads import run_split
 
 MIN_ROWS, MAX_ROWS = 64, 1024
 
@@ -33,10 +32,10 @@ def chunk_rows(n: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def tile_stats(z, labels, r0, loss, lse, lo, hi):
-    """Rows lo:hi of the tile ``z`` (rows r0...): log-sum-exp and loss."""
+def tile_stats(z, labels, r0, loss, lse, start, step):
+    """Rows start, start + step, ... of the tile ``z`` (rows r0...): log-sum-exp and loss."""
     v = z.shape[1]
-    for r in range(lo, hi):
+    for r in range(start, z.shape[0], step):
         m = row_max(z, r, v)
         acc = np.zeros(8, z.dtype)          # eight partial sums: vectorized, fixed order
         v8 = v - v % 8
@@ -56,10 +55,10 @@ def tile_stats(z, labels, r0, loss, lse, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def tile_grad(z, labels, r0, lse, ct, lo, hi):
-    """z <- (softmax(z) - onehot) * ct, in place, rows lo:hi."""
+def tile_grad(z, labels, r0, lse, ct, start, step):
+    """z <- (softmax(z) - onehot) * ct, in place, rows start, start + step, ..."""
     v = z.shape[1]
-    for r in range(lo, hi):
+    for r in range(start, z.shape[0], step):
         lr = lse[r0 + r]
         g = ct[r0 + r]
         for c in range(v):
@@ -70,11 +69,11 @@ def tile_grad(z, labels, r0, lse, ct, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def tile_train(z, labels, r0, ct, loss, lse, lo, hi):
+def tile_train(z, labels, r0, ct, loss, lse, start, step):
     """Both of the above in one pass over each row's exponentials (one exp per logit)."""
     v = z.shape[1]
     v8 = v - v % 8
-    for r in range(lo, hi):
+    for r in range(start, z.shape[0], step):
         m = row_max(z, r, v)
         y = labels[r0 + r]
         ok = 0 <= y < v
@@ -103,22 +102,6 @@ def tile_train(z, labels, r0, ct, loss, lse, lo, hi):
             z[r, y] -= g
 
 
-# The row kernels (``threads.run_rows``): rows lo:hi of a tile given flat, ``v`` logits a row.
-@njit(cache=True, nogil=True)
-def stats_rows(lo, hi, z1, v, labels, r0, loss, lse, n):
-    tile_stats(z1.reshape((n, v)), labels, r0, loss, lse, lo, hi)
-
-
-@njit(cache=True, nogil=True)
-def grad_rows(lo, hi, z1, v, labels, r0, lse, ct, n):
-    tile_grad(z1.reshape((n, v)), labels, r0, lse, ct, lo, hi)
-
-
-@njit(cache=True, nogil=True)
-def train_rows(lo, hi, z1, v, labels, r0, ct, loss, lse, n):
-    tile_train(z1.reshape((n, v)), labels, r0, ct, loss, lse, lo, hi)
-
-
 def _sweep(h, w, labels, ct, loss, lse, dh, dw, stats: bool, grads: bool) -> None:
     n, v = h.shape[0], w.shape[1]
     rows = chunk_rows(n)
@@ -129,13 +112,12 @@ def _sweep(h, w, labels, ct, loss, lse, dh, dw, stats: bool, grads: bool) -> Non
         r1 = min(r0 + rows, n)
         t = z[:r1 - r0]
         blas_gemm(1.0, h[r0:r1], False, w, False, 0.0, t)
-        flat = t.reshape(-1)
         if stats and grads:
-            run_rows(train_rows, r1 - r0, flat, v, labels, r0, ct, loss, lse)
+            run_split(lambda s, st: tile_train(t, labels, r0, ct, loss, lse, s, st), r1 - r0)
         elif stats:
-            run_rows(stats_rows, r1 - r0, flat, v, labels, r0, loss, lse)
+            run_split(lambda s, st: tile_stats(t, labels, r0, loss, lse, s, st), r1 - r0)
         else:
-            run_rows(grad_rows, r1 - r0, flat, v, labels, r0, lse, ct)
+            run_split(lambda s, st: tile_grad(t, labels, r0, lse, ct, s, st), r1 - r0)
         if grads:
             blas_gemm(1.0, t, False, w, True, 0.0, dh[r0:r1])
             blas_gemm(1.0, h[r0:r1], True, t, False, 1.0, dw)

@@ -443,8 +443,8 @@ FUSED_US = {
     "chunk": 0.0,           # per chunk of rows (BLAS calls, a thread dispatch): fitted to 0
     "logit": 1.11e-2,       # per logit: its exponential, the row loops
     "logit_feature": 7.34e-5,  # per logit and feature: three products, chunk by chunk
-    "dispatch": 45.0,       # per chunk with more than one thread: the row loops' launch (priced
-}                           # as the Python threads it replaced; not in the one-thread fit)
+    "dispatch": 45.0,       # per chunk with more than one thread: start and join Python
+}                           # threads (attention's measurement; not in the one-thread fit)
 UNFUSED_US = {
     "call": 13.4,           # the unfused step's kernels
     "logit": 5.38e-3,       # per logit: the generated loops over (N, V)
@@ -463,7 +463,7 @@ def _chunks(n: int) -> int:
 def cost_terms(n: int, d: int, v: int, threads: int = 1) -> tuple[dict, dict]:
     """How many units of each term of ``FUSED_US`` and ``UNFUSED_US`` a step takes at one
     shape: the same logits and products either way, the fused step in chunks of rows, each
-    chunk's row loops split over ``threads`` of Numba's threads."""
+    chunk's row loops split over ``threads`` Python threads."""
     logits = n * v
     chunks = _chunks(n)
     fused = {"call": 1, "chunk": chunks, "logit": logits, "logit_feature": logits * d,
