@@ -267,3 +267,37 @@ def test_host_steps_hand_their_kernels_to_the_compile_workers():
     assert [(m, name) for m, name, _ in jobs] == [(kernels, "forward_rows"),
                                                   (kernels, "batch_rows")]
     assert jobs[0][2][-1] == "size" and jobs[0][2][2] == "float32"
+
+
+def test_several_python_threads_calling_one_fused_program_get_the_same_bits():
+    """Three Python threads calling one fused program at once: each call's work items go to
+    Numba's pool through the row launchers (their calls never share a buffer), and every
+    result has the bits of a call made alone."""
+    import threading
+    t = 260
+    q, k, v = (RNG.standard_normal((4, 2, t, 8)).astype(np.float32) for _ in range(3))
+    f = jg.jit(jg.value_and_grad(_loss(nn_causal_of(t)), argnums=(0, 1, 2)))
+    want = [np.asarray(x) for x in jg.tree_leaves(f(q, k, v))]
+    bad, errors = [], []
+
+    def work():
+        try:
+            with jg.attention.always_fused():      # (the override holds per thread)
+                for _ in range(5):
+                    got = jg.tree_leaves(f(q, k, v))
+                    bad.extend(i for i, (a, b) in enumerate(zip(got, want))
+                               if not np.array_equal(np.asarray(a), b))
+        except Exception as e:                      # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and not bad
+    assert f.lower(q, k, v).stages["lowered"].count("attention_bwd") == 1
+
+
+def nn_causal_of(t: int):
+    mask = np.tril(np.ones((t, t), bool))
+    return lambda q, k, v: nn.dot_product_attention(q, k, v, mask)

@@ -175,3 +175,16 @@ def test_row_kernels_the_launcher_cannot_take_run_on_python_threads():
     assert not threaded.row_pool(rows2d, 10, (x, out))
     threads.run_rows(rows2d, 10, x, out)
     np.testing.assert_array_equal(out, x.sum(1))
+
+
+def test_a_row_kernel_numba_cannot_compile_falls_back_once():
+    """No launcher for a kernel that does not compile for the arguments' types: the pool
+    declines (once: the answer is kept) and the caller's own call reports the error."""
+    @numba.njit(nogil=True)
+    def bad_rows(lo, hi, x, n):
+        for i in range(lo, hi):
+            x[i] = "text"           # a string into a float array: a typing error
+    x = np.zeros(4)
+    assert not threaded.row_pool(bad_rows, 4, (x,))
+    assert threaded._ROW_LAUNCHERS[(bad_rows, ("float64", "size"))] is False
+    assert not threaded.row_pool(bad_rows, 4, (x,))

@@ -654,7 +654,11 @@ def row_pool(kernel, n: int, args: tuple) -> bool:
         with _LOCK:
             fn = _ROW_LAUNCHERS.get(key)
             if fn is None:
-                fn = _ROW_LAUNCHERS[key] = _row_launcher(kernel, types) or False
+                try:
+                    fn = _row_launcher(kernel, types) or False
+                except Exception:   # (a kernel Numba cannot compile for these types: the
+                    fn = False      # caller's own call then reports it, as without a pool)
+                _ROW_LAUNCHERS[key] = fn
     if fn is False:
         return False
     fn(*(int(a) if t == SIZE else a for a, t in zip(args, types)), int(n))
