@@ -268,6 +268,14 @@ def _operands(q1, k1, v1, e1, ints):
             e1.reshape((ints[5], ints[6], ints[7])))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _gradient_operands(q, v, do1, rmax1, rsum1, delta1):
+    """The gradient sweeps' flat cotangent (batches, Tq, dv) and row statistics (batches, Tq)."""
+    rows = q.shape[:2]
+    return (do1.reshape(rows + (v.shape[2],)), rmax1.reshape(rows), rsum1.reshape(rows),
+            delta1.reshape(rows))
+
+
 # The row kernels (``kernels.threads.run_rows``): rows lo:hi of a sweep's work items, every
 # operand a flat array (the launcher that runs them on Numba's threads takes those), ``ints``
 # (``_operands``, then the mask kind and the causal flag) and ``floats`` (fill, scale) the
@@ -287,9 +295,8 @@ def batch_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delt
                dk1, dv1, n):
     """Batches lo:hi of the one-sweep-a-batch gradient (``_batch_block``)."""
     q, k, v, extra = _operands(q1, k1, v1, e1, ints)
-    o, do = o1.reshape(q.shape[:2] + (v.shape[2],)), do1.reshape(q.shape[:2] + (v.shape[2],))
-    rows = q.shape[:2]
-    rmax, rsum, delta = rmax1.reshape(rows), rsum1.reshape(rows), delta1.reshape(rows)
+    do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
+    o = o1.reshape(do.shape)
     dq, dk, dv = dq1.reshape(q.shape), dk1.reshape(k.shape), dv1.reshape(v.shape)
     for b in range(lo, hi):
         _batch_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], o, rmax,
@@ -307,9 +314,7 @@ def dots_rows(lo, hi, do1, o1, delta1, ints, n):
 def key_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1, dv1, n):
     """Work items lo:hi of the key sweep (``_key_block``: dk and dv of a key block)."""
     q, k, v, extra = _operands(q1, k1, v1, e1, ints)
-    do = do1.reshape(q.shape[:2] + (v.shape[2],))
-    rows = q.shape[:2]
-    rmax, rsum, delta = rmax1.reshape(rows), rsum1.reshape(rows), delta1.reshape(rows)
+    do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
     dk, dv = dk1.reshape(k.shape), dv1.reshape(v.shape)
     for t in range(lo, hi):
         _key_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], rmax, rsum,
@@ -320,9 +325,7 @@ def key_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do
 def query_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1, n):
     """Work items lo:hi of the query sweep (``_query_block``: dq of a query block)."""
     q, k, v, extra = _operands(q1, k1, v1, e1, ints)
-    do = do1.reshape(q.shape[:2] + (v.shape[2],))
-    rows = q.shape[:2]
-    rmax, rsum, delta = rmax1.reshape(rows), rsum1.reshape(rows), delta1.reshape(rows)
+    do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
     dq = dq1.reshape(q.shape)
     for t in range(lo, hi):
         _query_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], rmax, rsum,

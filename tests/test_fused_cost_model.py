@@ -183,3 +183,11 @@ def test_targets_the_model_was_not_measured_on_fuse_every_match():
     forward = jg.jit(lambda q: nn.dot_product_attention(q, q, q))
     assert "attention" not in _prims(forward.lower(q).stages["lowered"])
     np.testing.assert_allclose(forward(q), nn.dot_product_attention(q, q, q), rtol=1e-12)
+
+
+def test_the_model_counts_the_kernels_own_tiles_and_sweeps():
+    """The cost model (which imports no Numba) mirrors the kernels' tile rows and the batches
+    per thread from which their gradient takes one sweep a batch."""
+    from jitgraph.kernels import attention as kernels
+    assert attention.KERNEL_BLOCK == kernels.BLOCK
+    assert attention.KERNEL_SWEEP_MIN == kernels.BATCH_SWEEP_MIN

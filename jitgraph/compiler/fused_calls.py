@@ -3,10 +3,11 @@ own, installed from each registered ``rewrite.FusedOp`` record: its ``"host"`` l
 (``node, one_blas_thread -> callable``, the host step on either backend; attention's tiled
 online-softmax kernels, linear cross-entropy's chunked ones) into ``host.HOST_LOWERINGS``, as
 control flow's are, the compile jobs of the kernels those steps run (``"host_kernels"``:
-``node -> [(module, name, argument types)]``) into ``host.HOST_KERNEL_JOBS``, and its ``"cuda"`` lowerings (``fits``/``lines``) into
-``host.DEVICE_CALLS``. A fused op's module declares them; nothing here names one. The
-hand-written kernels' parallel loops (``kernels.threads.run_rows``) run on Numba's threads,
-through ``threaded.row_pool``'s launchers: one pool for generated and hand-written kernels."""
+``node -> [(module, name, argument types)]``) into ``host.HOST_KERNEL_JOBS``, and its
+``"cuda"`` lowerings (``fits``/``lines``) into ``host.DEVICE_CALLS``. A fused op's module
+declares them; nothing here names one. The hand-written kernels' parallel loops
+(``kernels.threads.run_rows``) run on Numba's threads, through ``threaded.row_pool``'s
+launchers: one pool for generated and hand-written kernels."""
 from __future__ import annotations
 
 import functools

@@ -472,6 +472,11 @@ UNFUSED_US = {
 CACHE_BYTES = 1 << 21       # about one core's L2 cache: the scores that stay in cache
 MARGIN = 0.8                # fuse when the fused estimate is below this times the unfused one
 SCORES_ALWAYS_FUSED = 1 << 28   # score bytes (256 MiB) from which the rewrite is kept for memory
+# the fused kernels' tile rows and the batches per thread from which their gradient takes one
+# sweep a batch (``kernels/attention.py``'s ``BLOCK`` and ``BATCH_SWEEP_MIN``, which a test
+# checks: the cost model imports no Numba, so a process running cached programs need not)
+KERNEL_BLOCK = 128
+KERNEL_SWEEP_MIN = 4
 
 
 def cost_terms(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
@@ -479,12 +484,12 @@ def cost_terms(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
     """How many units of each term of ``FUSED_US`` and ``UNFUSED_US`` a training step takes
     at one shape. The fused kernels (``kernels/attention.py``) walk 128-row query blocks over
     the key blocks up to the diagonal when causal, computing whole tiles but exponentials only
-    for the scores each row sees, and split each sweep over ``threads`` Python threads; the
-    unfused program computes every score, each batch matrix with its own BLAS calls, and its
-    passes over the (T, T) scores run from memory once they outgrow the cache. (Both sides'
-    work is priced as one thread's: the fit is of one-thread runs; ``cost_estimate`` shares
-    it over the threads.)"""
-    block = 128
+    for the scores each row sees; the unfused program computes every score, each batch
+    matrix with its own BLAS calls, and its passes over the (T, T) scores run from memory
+    once they outgrow the cache. (Both sides' work is priced as one thread's: the fit is of
+    one-thread runs; ``cost_estimate`` shares it over the threads, so ``threads`` changes no
+    count here.)"""
+    block = KERNEL_BLOCK
     tiles = computed = 0
     for i0 in range(0, tq, block):
         i1 = min(i0 + block, tq)
@@ -534,7 +539,8 @@ def cost_estimate(batches: int, tq: int, tk: int, d: int, dv: int, causal: bool,
     # work items as batches (the gradient's one sweep a batch) or query blocks: with fewer
     # than threads, or a remainder, some threads idle.
     threads = max(1, threads)
-    items = batches if batches >= 4 * threads or tk <= 128 else batches * -(-tq // 128)
+    one_sweep = batches >= KERNEL_SWEEP_MIN * threads or tk <= KERNEL_BLOCK
+    items = batches if one_sweep else batches * -(-tq // KERNEL_BLOCK)
     share = items / -(-items // threads)
     fused_work = sum(FUSED_US[k] * n for k, n in fused.items() if k != "call")
     work = sum(UNFUSED_US[k] * n for k, n in unfused.items() if k != "call")
