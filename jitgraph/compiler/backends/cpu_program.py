@@ -3,6 +3,7 @@ bundle), and the straight-line call path ``jit`` runs on every cached call.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -92,6 +93,10 @@ class CpuProgram:
         self.symbols = tuple(own_options(options, CpuOptions).symbols)
         self.out_specs = [(n, storage(d)) for _, n, d in info.out_specs]
         self.scratch_specs = [(n, storage(d)) for _, n, d in info.scratch_specs]
+        # intermediates' slots as views of one allocation (``memory.Arena``), where sizes are
+        # known ahead; None: an array each
+        self.arena = None if self.symbols else info.arena
+        self._arena_specs = [(name, n, storage(d)) for name, n, d in info.scratch_specs]
         self.sources = info.output_sources
         self.native = native_bundle is not None   # runs from a native bundle, without Numba
         self.bundle_file = native_bundle  # the bundle it was run from or written to
@@ -111,6 +116,8 @@ class CpuProgram:
         """A call path specialised to this program: checks, allocation and the driver call as
         straight-line Python (the per-call overhead of a cached ``jit`` call is this function)."""
         ns: dict = {"ndarray": np.ndarray, "Array": Array, "empty": np.empty, "conv": _conv,
+                    "arena": (None if self.arena is None else
+                              functools.partial(self.arena.views, self._arena_specs)),
                     "pools": self._scratch_pools, "pool": self._scratch_pools.setdefault((), []),
                     "driver": self._pooled(self.driver), "unflatten": out_tree.unflatten,
                     "overlaps": _overlaps}
@@ -221,6 +228,7 @@ def runner_template(graph: Graph, info: Buffers, n_consts: int, symbols: Sequenc
     if sc:
         key = f"({''.join(name + ', ' for name, _, _ in symbols)})"
         new = ", ".join(f"empty({n}, SD{j})" for j, (_, n, _) in enumerate(specs))
+        new = "*arena()" if info.arena is not None and not symbols else new
         p = "pool" if not symbols else "p"
         if symbols:
             lines.append(f"    p = pools.get({key})")

@@ -913,7 +913,8 @@ class CudaCodegen:
         plan, g = self.plan, self.plan.graph
         info = memory.info = memory.info.extended(
             CudaBuffers, scratch_specs=list(memory.info.scratch_specs) + self.extra_scratch,
-            shuffle=self.shuffle, launches=dict(self.launch_counts))
+            shuffle=self.shuffle, launches=dict(self.launch_counts),
+            arena=None)     # device buffers: one allocation per slot
         const_names = [plan.array_name(v) for v in plan.const_args]
         in_names = [plan.array_name(v) for v in g.inputs]
         driver_name = "program_{H}"
