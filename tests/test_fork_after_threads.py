@@ -78,3 +78,62 @@ def test_machine_busy_reads_runnable_threads(monkeypatch):
         raise OSError("no /proc here")
     monkeypatch.setattr(numba_patches, "open", broken, raising=False)
     assert not numba_patches.machine_busy()
+
+
+ATTENTION_SCRIPT = r'''
+import json, os
+import numpy as np
+import jitgraph as jg
+import jitgraph.numpy as jnp
+from jitgraph import nn
+
+t = 200
+mask = np.tril(np.ones((t, t), bool))
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((2, 3, t, 16)).astype(np.float32) for _ in range(3))
+loss = lambda q, k, v: jnp.sum(jnp.tanh(nn.dot_product_attention(q, k, v, mask)))
+with jg.attention.always_fused():
+    step = jg.jit(jg.value_and_grad(loss, argnums=(0, 1, 2)))
+    assert "attention_bwd" in str(step.lower(q, k, v).stages["lowered"])
+    first = [np.asarray(x) for x in jg.tree_leaves(step(q, k, v))]  # row kernels on the pool
+ref = [np.asarray(x) for x in jg.tree_leaves(jg.value_and_grad(loss, argnums=(0, 1, 2))(q, k, v))]
+
+
+def err(got):
+    return max(float(np.abs(np.asarray(a) - b).max() / (np.abs(b).max() + 1e-30))
+               for a, b in zip(got, ref))
+
+
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    with jg.attention.always_fused():
+        again = jg.tree_leaves(step(q, k, v))               # the parent's program
+        new = jg.jit(jg.grad(lambda q, k, v: loss(q, k, v) * 2.0, argnums=(0, 1, 2)))
+        twice = jg.tree_leaves(new(q, k, v))                # a program compiled in the child
+    out = {"again": err(again), "new": max(
+        float(np.abs(np.asarray(a) - 2 * b).max() / (np.abs(b).max() + 1e-30))
+        for a, b in zip(twice, ref[1:]))}
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+data = b""
+while chunk := os.read(r, 65536):
+    data += chunk
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"status": status, "child": json.loads(data or b"null"), "parent": err(first)}))
+'''
+
+
+def test_forked_child_runs_fused_attention_after_the_parent_ran_it():
+    """Fused attention's row kernels run on Numba's threads in the parent; a child forked
+    after that runs the parent's program and a new one (the row pool is the parent's, so the
+    child's calls take the threads' fallback) with the reference numbers, and does not hang."""
+    proc = subprocess.run([sys.executable, "-c", ATTENTION_SCRIPT], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["status"] == 0 and res["child"] is not None, (res, proc.stderr[-3000:])
+    assert res["parent"] < 1e-5, res
+    assert res["child"]["again"] < 1e-5 and res["child"]["new"] < 1e-5, res
