@@ -657,14 +657,17 @@ def _recompute_in_kernel(plan: Plan, ctx) -> None:
     kernel computing it, or in another loop kernel that already reads what the value is
     computed from (a layernorm's column sums recompute ``dy`` from ``x`` and the row
     statistics), storing it moves two full arrays where recomputing a few operations moves
-    none (or less than the value's size). A value a rebuilt kernel cannot compute inline stays
-    stored."""
+    none (or less than the value's size). The same holds for an elementwise kernel's value
+    read by later row kernels that read its operands anyway (a tanh-GELU's tanh, recomputed
+    by the backward loop from the product it reads: one full array less written, kept and
+    read back). A value a rebuilt kernel cannot compute inline, or whose kernel would then
+    store nothing, stays stored."""
     g = plan.graph
     readers = _readers(plan)
     outs = set(g.outputs)
     for pos in range(len(plan.steps)):
         k = plan.steps[pos]
-        if not isinstance(k, LoopKernel) or not k.axes:
+        if not isinstance(k, LoopKernel):
             continue
         full = [m for st in k.stages if st.kind == "loop" for m in st.items]
         for n in [m for m in full if not m.prim.lowering.reduces and m.out.aval.shape == k.shape]:
@@ -692,6 +695,10 @@ def _recompute_in_kernel(plan: Plan, ctx) -> None:
             rebuilt = {}
             try:
                 trial.body = build_body(plan, trial, pos, ctx)
+                if not any(st.stores or st.reductions for st in trial.body.stages):
+                    # its one stored value, recomputed by every reader: the kernel would be
+                    # left computing nothing (an elementwise kernel of that value alone)
+                    raise CannotFuse("nothing left to store")
                 for r in others:
                     c = plan.steps[r].copy()
                     c.body = build_body(plan, c, r, ctx)
