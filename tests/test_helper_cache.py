@@ -185,3 +185,17 @@ def test_a_read_only_package_is_never_written(tmp_path):
             p.chmod(p.stat().st_mode | 0o200)
     assert sorted(p.relative_to(tree) for p in tree.rglob("*")) == before
     assert np.all([p.is_file() for p in (tmp_path / "cache" / "helpers").rglob("*.nbi")])
+
+
+def test_the_locator_names_the_source_file_numba_warns_about():
+    """Numba points its warning about code it cannot cache (``NUMBA_OPT=0`` keeps global arrays
+    as dynamic globals) at the locator's source file: jitgraph's locator has one, so that
+    warning is Numba's own, not an AttributeError reported as a failed cache save."""
+    from jitgraph.compiler.state import STATE
+    from jitgraph.kernels import attention
+    locator_class = STATE.patches.get("locator")
+    if locator_class is None:
+        pytest.skip("NUMBA_CACHE_LOCATOR_CLASSES overrides jitgraph's locator")
+    fn = attention.row_dots.py_func
+    locator = locator_class.from_function(fn, fn.__code__.co_filename)
+    assert locator is not None and locator._py_file == fn.__code__.co_filename

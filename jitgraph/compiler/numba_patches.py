@@ -405,6 +405,10 @@ def add_cache_locator(where: Callable[[str], tuple[str, str] | None]) -> bool:
 
             def __init__(self, py_func: Any, path: str, stamp: str) -> None:
                 self._lineno = py_func.__code__.co_firstlineno
+                # where Numba points its warning about code it cannot cache (NUMBA_OPT=0
+                # keeps global arrays as dynamic globals): without it that warning was an
+                # AttributeError, reported as a failed cache save
+                self._py_file = py_func.__code__.co_filename
                 self._path, self._stamp = path, stamp
 
             def ensure_cache_path(self) -> None:
