@@ -10,8 +10,33 @@ import json
 import subprocess
 import sys
 
-SCRIPT = r'''
-import json, os, sys
+# both scripts' fork: ``work()`` runs in a child forked then, its JSON result comes back by a pipe
+FORK = r'''
+import json, os, traceback
+
+
+def in_forked_child(work):
+    """(the child's exit status, what ``work()`` returned there, or None where it failed)"""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            os.write(w, json.dumps(work()).encode())
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    _, status = os.waitpid(pid, 0)
+    return status, json.loads(data or b"null")
+'''
+
+SCRIPT = FORK + r'''
 import numpy as np
 import jitgraph
 import jitgraph.numpy as jnp
@@ -23,24 +48,19 @@ b = rng.standard_normal((256, 512)).astype(np.float32) * 0.1
 old = jitgraph.jit(lambda a, b: jnp.tanh(a @ b) * 2.0)
 assert "par_gemm(" in old.lower(a, b).source     # products and loops on Numba's threads
 first = np.asarray(old(a, b))
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(r)
+
+
+def child():
     new = jitgraph.jit(lambda a, b: jnp.sin(a @ b) + jnp.sum(a))
-    out = {"old": float(np.abs(np.asarray(old(a, b)) - np.tanh(a @ b) * 2.0).max()),
-           "new": float(np.abs(np.asarray(new(a, b)) - (np.sin(a @ b) + a.sum())).max()),
-           "serial": numba_patches.serial_kernels(),
-           "prange": threaded.is_threaded(new.lower(a, b).source)}
-    os.write(w, json.dumps(out).encode())
-    os._exit(0)
-os.close(w)
-data = b""
-while chunk := os.read(r, 65536):
-    data += chunk
-_, status = os.waitpid(pid, 0)
+    return {"old": float(np.abs(np.asarray(old(a, b)) - np.tanh(a @ b) * 2.0).max()),
+            "new": float(np.abs(np.asarray(new(a, b)) - (np.sin(a @ b) + a.sum())).max()),
+            "serial": numba_patches.serial_kernels(),
+            "prange": threaded.is_threaded(new.lower(a, b).source)}
+
+
+status, out = in_forked_child(child)
 layer = numba_patches.threading_layer()     # (the program may have run without Numba)
-print(json.dumps({"status": status, "child": json.loads(data or b"null"),
+print(json.dumps({"status": status, "child": out,
                   "layer": layer.__name__.rsplit(".", 1)[-1],
                   "parent": float(np.abs(first - np.tanh(a @ b) * 2.0).max())}))
 '''
@@ -80,8 +100,7 @@ def test_machine_busy_reads_runnable_threads(monkeypatch):
     assert not numba_patches.machine_busy()
 
 
-ATTENTION_SCRIPT = r'''
-import json, os
+ATTENTION_SCRIPT = FORK + r'''
 import numpy as np
 import jitgraph as jg
 import jitgraph.numpy as jnp
@@ -104,25 +123,18 @@ def err(got):
                for a, b in zip(got, ref))
 
 
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(r)
+def child():
     with jg.attention.always_fused():
         again = jg.tree_leaves(step(q, k, v))               # the parent's program
         new = jg.jit(jg.grad(lambda q, k, v: loss(q, k, v) * 2.0, argnums=(0, 1, 2)))
         twice = jg.tree_leaves(new(q, k, v))                # a program compiled in the child
-    out = {"again": err(again), "new": max(
+    return {"again": err(again), "new": max(
         float(np.abs(np.asarray(a) - 2 * b).max() / (np.abs(b).max() + 1e-30))
         for a, b in zip(twice, ref[1:]))}
-    os.write(w, json.dumps(out).encode())
-    os._exit(0)
-os.close(w)
-data = b""
-while chunk := os.read(r, 65536):
-    data += chunk
-_, status = os.waitpid(pid, 0)
-print(json.dumps({"status": status, "child": json.loads(data or b"null"), "parent": err(first)}))
+
+
+status, out = in_forked_child(child)
+print(json.dumps({"status": status, "child": out, "parent": err(first)}))
 '''
 
 

@@ -194,7 +194,6 @@ class MemoryPlan:
         slot_of: dict = {}              # intermediate var -> its scratch slot
         occupancy: dict = {}            # slot -> [(first step, last step)] it holds a value
         opened: dict = {}               # slot -> the step its current value was bound at
-        step_now = [0]
         donatable = {g.inputs[i]: i for i in self.donate if i < len(g.inputs)}
 
         def bind_buffer(v, step_index, s):
@@ -212,17 +211,17 @@ class MemoryPlan:
                     out_specs[v] = (f"out_{name}", v.aval.size, v.aval.dtype)
                     lines.append(f"{name} = out_{name}")
                 return
-            slot = take_slot(v.aval.size, v.aval.dtype)
+            slot = take_slot(v.aval.size, v.aval.dtype, step_index)
             lines.append(f"{name} = {slot}")
             slot_of[v] = slot
 
-        def take_slot(size: int, dtype) -> str:
+        def take_slot(size: int, dtype, step_index: int) -> str:
             if free.get((size, dtype)):
                 slot = free[(size, dtype)].pop()
             else:
                 slot = f"scratch{len(scratch_specs)}"
                 scratch_specs.append((slot, size, dtype))
-            opened[slot] = step_now[0]
+            opened[slot] = step_index
             return slot
 
         def free_slot(key, slot: str, step_index: int) -> None:
@@ -235,7 +234,6 @@ class MemoryPlan:
         fresh_out = 0                   # bytes of outputs written so far in new buffers
         timeline: list = []             # (step name, bytes live while it runs)
         for i, (s, params) in enumerate(calls):
-            step_now[0] = i
             for v in writes(s):
                 bind_buffer(v, i, s)
                 if v in slot_of:
@@ -245,7 +243,7 @@ class MemoryPlan:
                     fresh_out += _nbytes(v)
             taken = []
             for name, size, dt in self.accumulators.get(s.name, ()):
-                slot = take_slot(size, dt)
+                slot = take_slot(size, dt, i)
                 taken.append(((size, dt), slot))
                 lines.append(f"{name} = {slot}")
                 live[name] = size * np.dtype(dt).itemsize
