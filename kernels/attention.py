@@ -44,19 +44,34 @@ _FLAG = np.array([False, True])
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0, j1):
-    """Scaled, masked scores of query rows i0:i1 against keys j0:j1 (the scale is the
-    product's alpha), whether any was masked, and (if so) whether each counts for the
-    gradient (False where a mask or the causal cut replaced it). Only tiles with a mask or
-    bias take the per-element loop; without one, the callers apply the causal cut (``_seen``:
-    no exponential for the keys after each row's index)."""
+def _scores(q, k, scale, b, i0, i1, j0, j1):
+    """Scaled scores of query rows i0:i1 against keys j0:j1 (the scale is the product's
+    alpha)."""
     s = np.empty((i1 - i0, j1 - j0), q.dtype)
     blas_gemm(np.float64(scale), q[b, i0:i1], _FLAG[0], k[b, j0:j1], _FLAG[1], 0.0, s)
-    cut = causal and j1 - 1 > i0
-    if kind == 0:   # the causal cut alone is applied by the callers (_seen)
-        return s, False, np.empty((1, 1), np.bool_)
+    return s
+
+
+#: ``_no_mask``'s "every score counts" (never read: it says nothing was masked)
+_ALL_LIVE = np.ones((1, 1), np.bool_)
+
+
+@njit(cache=True, nogil=True)
+def _no_mask(s, extra, ebi, kind, causal, fill, b, i0, i1, j0, j1):
+    """The mask step of the kernels without a mask or bias (``kind`` 0): nothing to do here,
+    the callers apply the causal cut (``_seen``: no exponential for the keys after each
+    row's index)."""
+    return False, _ALL_LIVE
+
+
+@njit(cache=True, nogil=True)
+def _apply_mask(s, extra, ebi, kind, causal, fill, b, i0, i1, j0, j1):
+    """The mask step of the ``_masked`` kernels: applies the mask or bias (and the causal
+    cut) to a tile of scores in place; returns True and whether each score counts for the
+    gradient (False where the mask or the cut replaced it)."""
     live = np.empty(s.shape, np.bool_)
     live[:] = True
+    cut = causal and j1 - 1 > i0
     eb = ebi[b]
     tq = extra.shape[1] > 1
     tk = extra.shape[2] > 1
@@ -75,7 +90,7 @@ def _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0, j1):
                 x = fill
                 live[r, c] = False
             s[r, c] = x
-    return s, True, live
+    return True, live
 
 
 @njit(cache=True, nogil=True)
@@ -123,7 +138,7 @@ def _work_item(t, n):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, t):
+def _forward_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, t):
     """Work item ``t``: one block of query rows of one batch, over the key blocks."""
     tq, tk, dv = q.shape[1], k.shape[1], v.shape[2]
     b, i0, i1 = _work_item(t, tq)
@@ -138,7 +153,8 @@ def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum
     jend = min(tk, i1) if causal else tk
     for j0 in range(0, jend, BLOCK):
         j1 = min(j0 + BLOCK, jend)
-        s, _, _ = _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0, j1)
+        s = _scores(q, k, scale, b, i0, i1, j0, j1)
+        mask(s, extra, ebi, kind, causal, fill, b, i0, i1, j0, j1)
         n = j1 - j0
         for r in range(rows):
             nv = _seen(kind, causal, i0 + r, j0, n)
@@ -165,11 +181,11 @@ def _forward_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
+def _probs_and_dscores(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
                        b, i0, i1, j0, j1):
     """Tile probabilities (recomputed from the row max and sum) and score cotangents."""
-    s, masked, live = _scores(q, k, v, extra, ebi, kind, causal, fill, scale, b, i0, i1, j0,
-                              j1)
+    s = _scores(q, k, scale, b, i0, i1, j0, j1)
+    masked, live = mask(s, extra, ebi, kind, causal, fill, b, i0, i1, j0, j1)
     dp = np.empty((i1 - i0, j1 - j0), q.dtype)
     blas_gemm(1.0, do[b, i0:i1], _FLAG[0], v[b, j0:j1], _FLAG[1], 0.0, dp)
     n = j1 - j0
@@ -190,7 +206,7 @@ def _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsu
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _key_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
+def _key_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
                dk, dv, t):
     """dk, dv of one key block of one batch, over the query blocks."""
     tq, tk = q.shape[1], k.shape[1]
@@ -202,14 +218,14 @@ def _key_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta
     first = j0 if causal else 0
     for i0 in range(first, tq, BLOCK):
         i1 = min(i0 + BLOCK, tq)
-        p, ds = _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
+        p, ds = _probs_and_dscores(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
                                    rsum, delta, do, b, i0, i1, j0, j1)
         blas_gemm(1.0, p, _FLAG[1], do[b, i0:i1], _FLAG[0], 1.0, gv)
         blas_gemm(1.0, ds, _FLAG[1], q[b, i0:i1], _FLAG[0], 1.0, gk)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _query_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dq, t):
+def _query_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dq, t):
     """dq of one query block of one batch, over the key blocks."""
     tq, tk = q.shape[1], k.shape[1]
     b, i0, i1 = _work_item(t, tq)
@@ -218,13 +234,13 @@ def _query_block(q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, del
     jend = min(tk, i1) if causal else tk
     for j0 in range(0, jend, BLOCK):
         j1 = min(j0 + BLOCK, jend)
-        _, ds = _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
+        _, ds = _probs_and_dscores(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
                                    rsum, delta, do, b, i0, i1, j0, j1)
         blas_gemm(1.0, ds, _FLAG[0], k[b, j0:j1], _FLAG[0], 1.0, gq)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do,
+def _batch_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, delta, do,
                  dq, dk, dv, b):
     """dq, dk and dv of batch ``b`` in one sweep (its rows' ``delta`` first): each tile's
     probabilities and score cotangents are computed once and feed all three products (five
@@ -241,7 +257,7 @@ def _batch_block(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, 
         gv = dv[b, j0:j1]
         for i0 in range(j0 if causal else 0, tq, BLOCK):
             i1 = min(i0 + BLOCK, tq)
-            p, ds = _probs_and_dscores(q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
+            p, ds = _probs_and_dscores(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax,
                                        rsum, delta, do, b, i0, i1, j0, j1)
             blas_gemm(1.0, p, _FLAG[1], do[b, i0:i1], _FLAG[0], 1.0, gv)
             blas_gemm(1.0, ds, _FLAG[1], q[b, i0:i1], _FLAG[0], 1.0, gk)
@@ -276,31 +292,109 @@ def _gradient_operands(q, v, do1, rmax1, rsum1, delta1):
             delta1.reshape(rows))
 
 
-# The row kernels (``kernels.threads.run_rows``): rows lo:hi of a sweep's work items, every
-# operand a flat array (the launcher that runs them on Numba's threads takes those), ``ints``
+# The sweeps the row kernels below run: rows lo:hi of a sweep's work items, every operand a
+# flat array (the launcher that runs them on Numba's threads takes those), ``ints``
 # (``_operands``, then the mask kind and the causal flag) and ``floats`` (fill, scale) the
 # sweep's parameters; each work item is computed by itself, so the split does not matter.
-@njit(cache=True, nogil=True)
-def forward_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, n):
+# ``mask`` is the mask step, a compile-time choice: each sweep is a kernel without a mask or
+# bias (the causal cut alone, as a transformer's attention runs) and a ``_masked`` one, so
+# the common kernels do not compile the mask code (about half a second of Numba each).
+@njit(cache=True, nogil=True, inline="always")
+def _forward_sweep(mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1):
     q, k, v, extra = _operands(q1, k1, v1, e1, ints)
     o = o1.reshape((q.shape[0], q.shape[1], v.shape[2]))
     rmax, rsum = rmax1.reshape(q.shape[:2]), rsum1.reshape(q.shape[:2])
     for t in range(lo, hi):
-        _forward_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], o,
-                       rmax, rsum, t)
+        _forward_block(mask, q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1],
+                       o, rmax, rsum, t)
 
 
-@njit(cache=True, nogil=True)
-def batch_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1, do1, dq1,
-               dk1, dv1, n):
+@njit(cache=True, nogil=True, inline="always")
+def _batch_sweep(mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1, do1,
+                 dq1, dk1, dv1):
     """Batches lo:hi of the one-sweep-a-batch gradient (``_batch_block``)."""
     q, k, v, extra = _operands(q1, k1, v1, e1, ints)
     do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
     o = o1.reshape(do.shape)
     dq, dk, dv = dq1.reshape(q.shape), dk1.reshape(k.shape), dv1.reshape(v.shape)
     for b in range(lo, hi):
-        _batch_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], o, rmax,
-                     rsum, delta, do, dq, dk, dv, b)
+        _batch_block(mask, q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], o,
+                     rmax, rsum, delta, do, dq, dk, dv, b)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _key_sweep(mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1,
+               dv1):
+    """Work items lo:hi of the key sweep (``_key_block``: dk and dv of a key block)."""
+    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
+    do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
+    dk, dv = dk1.reshape(k.shape), dv1.reshape(v.shape)
+    for t in range(lo, hi):
+        _key_block(mask, q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], rmax,
+                   rsum, delta, do, dk, dv, t)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _query_sweep(mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1):
+    """Work items lo:hi of the query sweep (``_query_block``: dq of a query block)."""
+    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
+    do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
+    dq = dq1.reshape(q.shape)
+    for t in range(lo, hi):
+        _query_block(mask, q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1],
+                     rmax, rsum, delta, do, dq, t)
+
+
+# The row kernels (``kernels.threads.run_rows``: ``kernel(lo, hi, *operands, n)``), each sweep
+# without and with the mask step.
+@njit(cache=True, nogil=True)
+def forward_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, n):
+    _forward_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1)
+
+
+@njit(cache=True, nogil=True)
+def forward_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, n):
+    _forward_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1)
+
+
+@njit(cache=True, nogil=True)
+def batch_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1, do1, dq1,
+               dk1, dv1, n):
+    _batch_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1,
+                 do1, dq1, dk1, dv1)
+
+
+@njit(cache=True, nogil=True)
+def batch_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1, do1,
+                      dq1, dk1, dv1, n):
+    _batch_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1,
+                 delta1, do1, dq1, dk1, dv1)
+
+
+@njit(cache=True, nogil=True)
+def key_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1, dv1, n):
+    _key_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1,
+               dk1, dv1)
+
+
+@njit(cache=True, nogil=True)
+def key_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1,
+                    dv1, n):
+    _key_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1,
+               do1, dk1, dv1)
+
+
+@njit(cache=True, nogil=True)
+def query_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1, n):
+    _query_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1,
+                 dq1)
+
+
+@njit(cache=True, nogil=True)
+def query_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1,
+                      n):
+    _query_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1,
+                 do1, dq1)
 
 
 @njit(cache=True, nogil=True)
@@ -308,28 +402,6 @@ def dots_rows(lo, hi, do1, o1, delta1, ints, n):
     """``row_dots`` of batches lo:hi."""
     shape = (ints[0], ints[1], ints[4])
     row_dots(do1.reshape(shape), o1.reshape(shape), delta1.reshape(shape[:2]), lo, hi, 1)
-
-
-@njit(cache=True, nogil=True)
-def key_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1, dv1, n):
-    """Work items lo:hi of the key sweep (``_key_block``: dk and dv of a key block)."""
-    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
-    do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
-    dk, dv = dk1.reshape(k.shape), dv1.reshape(v.shape)
-    for t in range(lo, hi):
-        _key_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], rmax, rsum,
-                   delta, do, dk, dv, t)
-
-
-@njit(cache=True, nogil=True)
-def query_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1, n):
-    """Work items lo:hi of the query sweep (``_query_block``: dq of a query block)."""
-    q, k, v, extra = _operands(q1, k1, v1, e1, ints)
-    do, rmax, rsum, delta = _gradient_operands(q, v, do1, rmax1, rsum1, delta1)
-    dq = dq1.reshape(q.shape)
-    for t in range(lo, hi):
-        _query_block(q, k, v, extra, ebi, ints[8], ints[9] != 0, floats[0], floats[1], rmax, rsum,
-                     delta, do, dq, t)
 
 
 def _params(q, k, v, extra, kind, causal, fill, scale) -> tuple:
@@ -345,19 +417,26 @@ def _one_sweep(batches: int, tk: int) -> bool:
     return batches >= BATCH_SWEEP_MIN * numba.get_num_threads() or tk <= BLOCK
 
 
-def row_kernels(dtype, backward: bool, batches: int, tk: int) -> list[tuple[str, tuple]]:
-    """The row kernels a forward (or backward) call at these sizes runs, with their argument
-    types as the compiler's compile jobs name them (a dtype: a flat array of it; ``"size"``:
-    an int64): what its compile workers compile ahead of the first call."""
+def _masked(name: str, kind: int) -> str:
+    """The name of the row kernel of sweep ``name`` for mask ``kind`` (0: without the mask
+    step)."""
+    return name + "_masked" if kind else name
+
+
+def row_kernels(dtype, backward: bool, batches: int, tk: int,
+                kind: int = 0) -> list[tuple[str, tuple]]:
+    """The row kernels a forward (or backward) call at these sizes and mask ``kind`` runs,
+    with their argument types as the compiler's compile jobs name them (a dtype: a flat array
+    of it; ``"size"``: an int64): what its compile workers compile ahead of the first call."""
     a = np.dtype(dtype).name
     head = ("size", "size", a, a, a, a, "int64", "int64", a)     # rows, operands, parameters
     if not backward:
-        return [("forward_rows", head + (a, a, a, "size"))]
+        return [(_masked("forward_rows", kind), head + (a, a, a, "size"))]
     if _one_sweep(batches, tk):
-        return [("batch_rows", head + (a,) * 8 + ("size",))]
+        return [(_masked("batch_rows", kind), head + (a,) * 8 + ("size",))]
     return [("dots_rows", ("size", "size", a, a, a, "int64", "size")),
-            ("key_rows", head + (a,) * 6 + ("size",)),
-            ("query_rows", head + (a,) * 5 + ("size",))]
+            (_masked("key_rows", kind), head + (a,) * 6 + ("size",)),
+            (_masked("query_rows", kind), head + (a,) * 5 + ("size",))]
 
 
 def _written(*outs) -> None:
@@ -373,7 +452,7 @@ def attention_forward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, r
     _written(o, rmax, rsum)
     flat, ints, floats = _params(q, k, v, extra, kind, causal, fill, scale)
     n = q.shape[0] * ((q.shape[1] + BLOCK - 1) // BLOCK)
-    run_rows(forward_rows, n, *flat, ebi, ints, floats, o.reshape(-1), rmax.reshape(-1),
+    run_rows(globals()[_masked("forward_rows", kind)], n, *flat, ebi, ints, floats, o.reshape(-1), rmax.reshape(-1),
              rsum.reshape(-1))
 
 
@@ -388,11 +467,11 @@ def attention_backward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, 
     if _one_sweep(nb, tk):
         # enough batches to keep every thread busy (or one key block, where the key sweep
         # has no more work items): one sweep a batch (its rows' delta first)
-        run_rows(batch_rows, nb, *flat, ebi, ints, floats, o.reshape(-1), *stats,
+        run_rows(globals()[_masked("batch_rows", kind)], nb, *flat, ebi, ints, floats, o.reshape(-1), *stats,
                  do.reshape(-1), dq.reshape(-1), dk.reshape(-1), dv.reshape(-1))
         return
     run_rows(dots_rows, nb, do.reshape(-1), o.reshape(-1), delta, ints)
-    run_rows(key_rows, nb * ((tk + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
+    run_rows(globals()[_masked("key_rows", kind)], nb * ((tk + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
              do.reshape(-1), dk.reshape(-1), dv.reshape(-1))
-    run_rows(query_rows, nb * ((tq + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
+    run_rows(globals()[_masked("query_rows", kind)], nb * ((tq + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
              do.reshape(-1), dq.reshape(-1))

@@ -225,11 +225,14 @@ def test_rewrite_leaves_other_graphs_alone():
 
 # ------------------------------------------------------------------ threads and compile jobs
 @pytest.mark.parametrize("one_sweep", [True, False])
-def test_kernels_run_on_numbas_threads_and_their_compile_jobs_match(one_sweep, monkeypatch):
+@pytest.mark.parametrize("masked", [False, True])
+def test_kernels_run_on_numbas_threads_and_their_compile_jobs_match(one_sweep, masked,
+                                                                    monkeypatch):
     """The fused kernels' work items run on Numba's threads (no Python threads, which shared
-    the cores with Numba's spinning ones), in both gradient paths; the compile jobs the
-    compiler hands its workers name exactly the signatures the host steps then run (else
-    the workers' cache entries would serve nothing)."""
+    the cores with Numba's spinning ones), in both gradient paths, with the causal cut alone
+    and with a mask (the ``_masked`` kernels); the compile jobs the compiler hands its
+    workers name exactly the signatures the host steps then run (else the workers' cache
+    entries would serve nothing)."""
     from jitgraph.compiler import compile_pool, threaded
     from jitgraph.kernels import attention as kernels
     from jitgraph.kernels import threads
@@ -239,19 +242,22 @@ def test_kernels_run_on_numbas_threads_and_their_compile_jobs_match(one_sweep, m
     monkeypatch.setattr(kernels, "BATCH_SWEEP_MIN", 1 if one_sweep else 1 << 30)
     t = 260
     q, k, v = (RNG.standard_normal((2, 2, t, 4)) for _ in range(3))
-    _check_against_reference(q, k, v, np.tril(np.ones((t, t), bool)))
-    jobs = kernels.row_kernels(np.float64, False, 4, t) + \
-        kernels.row_kernels(np.float64, True, 4, t)
-    assert [name for name, _ in jobs] == (["forward_rows", "batch_rows"] if one_sweep else
-                                          ["forward_rows", "dots_rows", "key_rows",
-                                           "query_rows"])
+    _check_against_reference(q, k, v, np.tril(np.ones((t, t), bool)) if not masked else
+                             (np.arange(t) < np.array([200, 7])[:, None])[:, None, None, :])
+    jobs = kernels.row_kernels(np.float64, False, 4, t, int(masked)) + \
+        kernels.row_kernels(np.float64, True, 4, t, int(masked))
+    sweeps = ["forward", "batch"] if one_sweep else ["forward", "key", "query"]
+    names = [f"{s}_rows_masked" if masked else f"{s}_rows" for s in sweeps]
+    assert [name for name, _ in jobs] == (names if one_sweep else
+                                          names[:1] + ["dots_rows"] + names[1:])
     for name, types in jobs:
         assert compile_pool.numba_signature(types) in getattr(kernels, name).signatures, name
 
 
 def test_host_steps_hand_their_kernels_to_the_compile_workers():
     """A program's attention host steps list their row kernels as compile jobs, once each
-    (two layers' steps of one shape: one job per kernel)."""
+    (two layers' steps of one shape: one job per kernel); steps with a mask list the
+    ``_masked`` kernels, those without one only the kernels without the mask step."""
     from types import SimpleNamespace
 
     from jitgraph.compiler.backends.cpu_program import _host_kernel_jobs
@@ -259,14 +265,17 @@ def test_host_steps_hand_their_kernels_to_the_compile_workers():
     from jitgraph.core import Aval
     from jitgraph.kernels import attention as kernels
 
-    def node(prim, batches):
+    def node(prim, batches, kind=0):
         x = SimpleNamespace(aval=Aval((batches, 8, 256, 32), np.dtype(np.float32)))
-        return SimpleNamespace(prim=prim, inputs=[x, x, x])
+        return SimpleNamespace(prim=prim, inputs=[x, x, x], params={"kind": kind})
     steps = [HostStep(node(p, 8)) for p in (attention_p, attention_bwd_p)] * 2
     jobs = _host_kernel_jobs(steps)
     assert [(m, name) for m, name, _ in jobs] == [(kernels, "forward_rows"),
                                                   (kernels, "batch_rows")]
     assert jobs[0][2][-1] == "size" and jobs[0][2][2] == "float32"
+    masked = _host_kernel_jobs([HostStep(node(p, 8, kind=2))
+                                for p in (attention_p, attention_bwd_p)])
+    assert [name for _, name, _ in masked] == ["forward_rows_masked", "batch_rows_masked"]
 
 
 def test_several_python_threads_calling_one_fused_program_get_the_same_bits():

@@ -656,7 +656,8 @@ def _kernel_jobs(node: Node) -> list:
     q, k = node.inputs[0], node.inputs[1]
     batches = int(np.prod(q.aval.shape[:-2], dtype=np.int64))
     return [(kernels, name, types) for name, types in kernels.row_kernels(
-        q.aval.dtype, node.prim is attention_bwd_p, batches, k.aval.shape[-2])]
+        q.aval.dtype, node.prim is attention_bwd_p, batches, k.aval.shape[-2],
+        node.params["kind"])]
 
 
 class _CudaAttention:
