@@ -536,3 +536,35 @@ def test_only_innermost_constant_loop_nests_are_unrolled():
                              ("float64", "float64"), "jgk_u").text
     assert text.count("llvm.loop.unroll.full") == 1
     check(body, [np.arange(240.0), np.zeros(240)])
+
+
+def test_kernels_target_the_cpu_numba_targets(monkeypatch):
+    """Where ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` say which CPU Numba compiles for, the
+    kernels LLVM compiles alone target it too: no AVX-512 register in a vectorized loop
+    compiled for Haswell (AVX2), though this machine may have AVX-512; unset, this machine."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    from jitgraph.compiler import native
+    monkeypatch.setattr(config, "CPU_NAME", None)
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    assert native.target_cpu() == (llvm.get_host_cpu_name(),
+                                   llvm.get_host_cpu_features().flatten())
+    monkeypatch.setattr(config, "CPU_NAME", "haswell")
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,+avx,+sse4.2")
+    assert native.target_cpu() == ("haswell", "+avx2,+fma,+avx,+sse4.2")
+    body = """
+        for i in range(4096):
+            a1[i] = a0[i] * 2.0 + 1.0
+    """
+    text = loop_ir.translate(HEADER + DECORATOR.format(fm="False") + "\ndef loop_isa(a0, a1):\n"
+                             + textwrap.indent(textwrap.dedent(body), "    "), "loop_isa",
+                             ("float32", "float32"), "jgk_isa").text
+    mod = llvm.parse_assembly(text)
+    mod.triple = llvm.get_process_triple()
+    tm = native.target_machine(opt=3)
+    mod.data_layout = str(tm.target_data)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=2))
+    pb.getModulePassManager().run(mod, pb)
+    asm = tm.emit_assembly(mod)
+    assert "ymm" in asm and "zmm" not in asm

@@ -438,16 +438,34 @@ def array_offsets_ok() -> bool:
     return True
 
 
+def target_cpu() -> tuple[str, str]:
+    """The CPU name and features machine code is generated for: those Numba compiles for
+    (``NUMBA_CPU_NAME`` and ``NUMBA_CPU_FEATURES``, read as Numba reads them, without
+    importing it), else this machine's. So the kernels LLVM compiles alone target what the
+    Numba kernels beside them target: ``generic`` code for a cache shared by several kinds
+    of machine, or AVX2 code on an AVX-512 machine to see how a program runs without it."""
+    import llvmlite.binding as llvm
+    config = sys.modules.get("numba.core.config")
+    if config is not None and hasattr(config, "CPU_FEATURES"):
+        name, features = config.CPU_NAME, config.CPU_FEATURES
+    else:
+        name = os.environ.get("NUMBA_CPU_NAME")
+        features = os.environ.get("NUMBA_CPU_FEATURES",
+                                  "" if str(name).lower() == "generic" else None)
+    return (name or llvm.get_host_cpu_name(),
+            llvm.get_host_cpu_features().flatten() if features is None else features)
+
+
 def target_machine(opt: int = 0):
-    """A new LLVM target machine for this CPU (``opt``: LLVM's code generation level)."""
+    """A new LLVM target machine for ``target_cpu()`` (``opt``: LLVM's code generation
+    level)."""
     import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=llvm.get_host_cpu_features().flatten(),
-                                        opt=opt, reloc="default", codemodel="jitdefault",
-                                        jit=True)
+    cpu, features = target_cpu()
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="default",
+                                        codemodel="jitdefault", jit=True)
 
 
 def register_runtime() -> None:
