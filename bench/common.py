@@ -68,6 +68,28 @@ def fresh_dir(name: str) -> str:
     return path
 
 
+def limit_isa(isa: str) -> None:
+    """``BENCH_ISA=avx2``: every framework runs AVX2 code, on an AVX-512 machine too, so one
+    machine measures both kinds of code path. Numba (and the kernels jitgraph compiles with
+    LLVM alone) compiles for Haswell with the machine's features less AVX-512; OpenBLAS runs
+    its Haswell kernels; PyTorch its AVX2 kernels (ATen, oneDNN, MKL); XLA at most AVX2. The
+    cores stay the same (an AVX2 machine's caches and clock differ), so this shows whether
+    a ratio hangs on AVX-512 code, not what an AVX2 machine measures."""
+    if isa.lower() != "avx2":
+        raise SystemExit(f"BENCH_ISA={isa!r}: the benchmarks know 'avx2'")
+    import llvmlite.binding as llvm
+    wide = ("avx512", "avx10", "amx", "evex512")
+    os.environ["NUMBA_CPU_NAME"] = "haswell"
+    os.environ["NUMBA_CPU_FEATURES"] = ",".join(
+        ("+" if on and not name.startswith(wide) else "-") + name
+        for name, on in sorted(llvm.get_host_cpu_features().items()))
+    os.environ.update(OPENBLAS_CORETYPE="Haswell", ATEN_CPU_CAPABILITY="avx2",
+                      ONEDNN_MAX_CPU_ISA="AVX2", MKL_ENABLE_INSTRUCTIONS="AVX2")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "--xla_cpu_max_isa" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_max_isa=AVX2").strip()
+
+
 def setup_env(threads: int = THREADS) -> None:
     """Pin thread counts and point compile caches at fresh, empty directories."""
     global PINNED_CPUS
@@ -89,6 +111,8 @@ def setup_env(threads: int = THREADS) -> None:
     if os.environ.get("BENCH_KEEP_OPENBLAS_ENV") != "1":
         os.environ.pop("OPENBLAS_CORETYPE", None)
         os.environ.pop("OPENBLAS_L2_SIZE", None)
+    if os.environ.get("BENCH_ISA"):
+        limit_isa(os.environ["BENCH_ISA"])
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # If the machine has more CPUs than we want threads, pin the process so that every
@@ -579,6 +603,23 @@ def print_kv(title: str, items: list[tuple[str, str]]) -> None:
 # --------------------------------------------------------------------------------------
 
 
+#: the settings that make each framework generate or pick code for a narrower instruction set
+#: than the machine has (an AVX2 run on an AVX-512 machine); XLA's is in XLA_FLAGS
+ISA_SETTINGS = ("NUMBA_CPU_NAME", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
+                "MKL_ENABLE_INSTRUCTIONS")
+
+
+def _isa_limits() -> str:
+    """The instruction-set limits set in the environment ("" if none): such a run measures
+    other code paths than the machine would take, so its header says so."""
+    parts = [f"{k}={os.environ[k]}" for k in ISA_SETTINGS if os.environ.get(k)]
+    features = os.environ.get("NUMBA_CPU_FEATURES")
+    if features is not None:
+        off = "-avx512f" in features.split(",")
+        parts.append("NUMBA_CPU_FEATURES=" + ("<AVX-512 off>" if off else "<given>"))
+    return "  ".join(parts)
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -660,6 +701,9 @@ def header_items() -> list[tuple[str, str]]:
     env = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS",
            "XLA_FLAGS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"]
     items.append(("env", "  ".join(f"{k}={os.environ.get(k, '<unset>')}" for k in env)))
+    isa = _isa_limits()
+    if isa:
+        items.append(("code for", isa))
     torch = _MODULES.get("torch")
     if torch is not None:
         items.append(("torch threads", f"intra-op {torch.get_num_threads()}, "
