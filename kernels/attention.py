@@ -22,7 +22,9 @@ Masks (``kind``): 0 none; 1 a mask (in q's dtype: nonzero = attend), a masked sc
 2 an additive bias. ``causal``: keys after the query's index are left out (``j <= i``),
 which is exact when they would have scored ``fill <= -1e4``: their probability underflows
 to 0. ``extra`` is the mask or bias as (batches, 1 or Tq, 1 or Tk); ``ebi[b]`` is the
-extra batch row of batch ``b`` (broadcasting without copies).
+extra batch row of batch ``b`` (broadcasting without copies). Each sweep has two kernels,
+one without the mask step (kind 0, so a transformer's causal attention compiles no mask code)
+and a ``_masked`` one (kinds 1 and 2); a program compiles those it runs.
 """
 from __future__ import annotations
 
@@ -181,8 +183,8 @@ def _forward_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _probs_and_dscores(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do,
-                       b, i0, i1, j0, j1):
+def _probs_and_dscores(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta,
+                       do, b, i0, i1, j0, j1):
     """Tile probabilities (recomputed from the row max and sum) and score cotangents."""
     s = _scores(q, k, scale, b, i0, i1, j0, j1)
     masked, live = mask(s, extra, ebi, kind, causal, fill, b, i0, i1, j0, j1)
@@ -225,7 +227,8 @@ def _key_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum,
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _query_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dq, t):
+def _query_block(mask, q, k, v, extra, ebi, kind, causal, fill, scale, rmax, rsum, delta, do, dq,
+                 t):
     """dq of one query block of one batch, over the key blocks."""
     tq, tk = q.shape[1], k.shape[1]
     b, i0, i1 = _work_item(t, tq)
@@ -423,6 +426,11 @@ def _masked(name: str, kind: int) -> str:
     return name + "_masked" if kind else name
 
 
+def _kernel(sweep: str, kind: int):
+    """The row kernel of ``sweep`` for mask ``kind``."""
+    return globals()[_masked(sweep, kind)]
+
+
 def row_kernels(dtype, backward: bool, batches: int, tk: int,
                 kind: int = 0) -> list[tuple[str, tuple]]:
     """The row kernels a forward (or backward) call at these sizes and mask ``kind`` runs,
@@ -452,8 +460,8 @@ def attention_forward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, r
     _written(o, rmax, rsum)
     flat, ints, floats = _params(q, k, v, extra, kind, causal, fill, scale)
     n = q.shape[0] * ((q.shape[1] + BLOCK - 1) // BLOCK)
-    run_rows(globals()[_masked("forward_rows", kind)], n, *flat, ebi, ints, floats, o.reshape(-1), rmax.reshape(-1),
-             rsum.reshape(-1))
+    run_rows(_kernel("forward_rows", kind), n, *flat, ebi, ints, floats, o.reshape(-1),
+             rmax.reshape(-1), rsum.reshape(-1))
 
 
 def attention_backward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, rsum, do,
@@ -467,11 +475,11 @@ def attention_backward(q, k, v, extra, ebi, kind, causal, fill, scale, o, rmax, 
     if _one_sweep(nb, tk):
         # enough batches to keep every thread busy (or one key block, where the key sweep
         # has no more work items): one sweep a batch (its rows' delta first)
-        run_rows(globals()[_masked("batch_rows", kind)], nb, *flat, ebi, ints, floats, o.reshape(-1), *stats,
-                 do.reshape(-1), dq.reshape(-1), dk.reshape(-1), dv.reshape(-1))
+        run_rows(_kernel("batch_rows", kind), nb, *flat, ebi, ints, floats, o.reshape(-1),
+                 *stats, do.reshape(-1), dq.reshape(-1), dk.reshape(-1), dv.reshape(-1))
         return
     run_rows(dots_rows, nb, do.reshape(-1), o.reshape(-1), delta, ints)
-    run_rows(globals()[_masked("key_rows", kind)], nb * ((tk + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
-             do.reshape(-1), dk.reshape(-1), dv.reshape(-1))
-    run_rows(globals()[_masked("query_rows", kind)], nb * ((tq + BLOCK - 1) // BLOCK), *flat, ebi, ints, floats, *stats,
-             do.reshape(-1), dq.reshape(-1))
+    run_rows(_kernel("key_rows", kind), nb * ((tk + BLOCK - 1) // BLOCK), *flat, ebi, ints,
+             floats, *stats, do.reshape(-1), dk.reshape(-1), dv.reshape(-1))
+    run_rows(_kernel("query_rows", kind), nb * ((tq + BLOCK - 1) // BLOCK), *flat, ebi, ints,
+             floats, *stats, do.reshape(-1), dq.reshape(-1))
