@@ -548,8 +548,11 @@ def test_kernels_target_the_cpu_numba_targets(monkeypatch):
     from jitgraph.compiler import native
     monkeypatch.setattr(config, "CPU_NAME", None)
     monkeypatch.setattr(config, "CPU_FEATURES", None)
+    monkeypatch.setattr(config, "ENABLE_AVX", True)
     assert native.target_cpu() == (llvm.get_host_cpu_name(),
                                    llvm.get_host_cpu_features().flatten())
+    monkeypatch.setattr(config, "ENABLE_AVX", False)       # NUMBA_ENABLE_AVX=0
+    assert not [f for f in native.target_cpu()[1].split(",") if f.startswith("+avx")]
     monkeypatch.setattr(config, "CPU_NAME", "haswell")
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,+avx,+sse4.2")
     assert native.target_cpu() == ("haswell", "+avx2,+fma,+avx,+sse4.2")

@@ -438,22 +438,36 @@ def array_offsets_ok() -> bool:
     return True
 
 
+#: CPUs Numba compiles for without AVX unless ``NUMBA_ENABLE_AVX`` says otherwise (its config)
+_NO_AVX_BY_DEFAULT = frozenset({"corei7-avx", "core-avx-i", "sandybridge", "ivybridge", "nocona"})
+
+
 def target_cpu() -> tuple[str, str]:
     """The CPU name and features machine code is generated for: those Numba compiles for
-    (``NUMBA_CPU_NAME`` and ``NUMBA_CPU_FEATURES``, read as Numba reads them, without
-    importing it), else this machine's. So the kernels LLVM compiles alone target what the
+    (``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES`` and ``NUMBA_ENABLE_AVX``, read as Numba reads
+    them, without importing it), else this machine's. So the kernels LLVM compiles alone target what the
     Numba kernels beside them target: ``generic`` code for a cache shared by several kinds
     of machine, or AVX2 code on an AVX-512 machine to see how a program runs without it."""
     import llvmlite.binding as llvm
     config = sys.modules.get("numba.core.config")
-    if config is not None and hasattr(config, "CPU_FEATURES"):
-        name, features = config.CPU_NAME, config.CPU_FEATURES
+    if config is not None and hasattr(config, "ENABLE_AVX"):
+        name, features, avx = config.CPU_NAME, config.CPU_FEATURES, config.ENABLE_AVX
     else:
         name = os.environ.get("NUMBA_CPU_NAME")
         features = os.environ.get("NUMBA_CPU_FEATURES",
                                   "" if str(name).lower() == "generic" else None)
-    return (name or llvm.get_host_cpu_name(),
-            llvm.get_host_cpu_features().flatten() if features is None else features)
+        avx = (name or llvm.get_host_cpu_name()) not in _NO_AVX_BY_DEFAULT
+        try:
+            avx = bool(int(os.environ["NUMBA_ENABLE_AVX"]))
+        except (KeyError, ValueError):
+            pass
+    if features is None:        # this machine's, less AVX where Numba turns it off
+        host = llvm.get_host_cpu_features()
+        for feature in host if not avx else ():
+            if feature.startswith("avx"):
+                host[feature] = False
+        features = host.flatten()
+    return name or llvm.get_host_cpu_name(), features
 
 
 def target_machine(opt: int = 0):
