@@ -571,3 +571,23 @@ def test_kernels_target_the_cpu_numba_targets(monkeypatch):
     pb.getModulePassManager().run(mod, pb)
     asm = tm.emit_assembly(mod)
     assert "ymm" in asm and "zmm" not in asm
+
+
+def test_numba_target_settings_read_the_same_with_and_without_numba():
+    """A process that has not imported Numba (one running a native bundle) reads Numba's
+    target settings as Numba does: the same target and cache key as a process that has,
+    ``NUMBA_CPU_NAME=generic`` (whose features default to none) included."""
+    import json
+    code = ("import sys, json\n{}from jitgraph.compiler import disk_cache, native\n"
+            "print(json.dumps([native.target_cpu(), dict(disk_cache._machine_key())"
+            "['numba_cpu_features'], 'numba' in sys.modules]))")
+    for env in ({"NUMBA_CPU_NAME": "generic"}, {"NUMBA_ENABLE_AVX": "0"}):
+        runs = []
+        for first in ("", "import numba\n"):
+            proc = subprocess.run([sys.executable, "-c", code.format(first)], text=True,
+                                  capture_output=True, env={**os.environ, **env}, timeout=120)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        assert [r[2] for r in runs] == [False, True]
+        assert runs[0][:2] == runs[1][:2], (env, runs)
+    assert runs[0][0][1] and "+avx" not in runs[0][0][1]        # NUMBA_ENABLE_AVX=0

@@ -136,13 +136,18 @@ def unsafe_reason(st: os.stat_result, what: str) -> str | None:
     return None
 
 
-def _numba_target_setting(name: str) -> str:
-    """``str(numba.core.config.<name>)`` for CPU_NAME / CPU_FEATURES, read from the environment
-    as Numba reads it (unset: ``None``), so computing a key needs no Numba import."""
+def numba_target_setting(name: str) -> Any:
+    """``numba.core.config.<name>`` for CPU_NAME / CPU_FEATURES (the CPU Numba compiles for;
+    None: this machine's), read from the environment as Numba reads it where Numba is not
+    imported, so computing a key or a target machine needs no Numba import."""
     config = sys.modules.get("numba.core.config")
     if config is not None and hasattr(config, name):   # not while another thread imports it
-        return str(getattr(config, name))
-    return str(os.environ.get("NUMBA_" + name) or None)
+        return getattr(config, name)
+    value = os.environ.get("NUMBA_" + name)
+    if name == "CPU_FEATURES" and value is None and \
+            str(os.environ.get("NUMBA_CPU_NAME")).lower() == "generic":
+        return ""                       # Numba's default for the generic CPU
+    return value
 
 
 @functools.lru_cache(maxsize=None)
@@ -170,8 +175,8 @@ def _machine_key() -> tuple[tuple[str, str], ...]:
         ("cpu_name", cpu_name),
         ("cpu_features", cpu_features),
         # Numba compiles for these instead of the host CPU when they are set.
-        ("numba_cpu_name", _numba_target_setting("CPU_NAME")),
-        ("numba_cpu_features", _numba_target_setting("CPU_FEATURES")),
+        ("numba_cpu_name", str(numba_target_setting("CPU_NAME"))),
+        ("numba_cpu_features", str(numba_target_setting("CPU_FEATURES"))),
     )
 
 

@@ -42,7 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import numba_patches
-from .disk_cache import atomic_write
+from .disk_cache import atomic_write, numba_target_setting
 from .state import STATE
 
 MAGIC = b"JITGRAPH-NATIVE-1\n"
@@ -445,23 +445,22 @@ _NO_AVX_BY_DEFAULT = frozenset({"corei7-avx", "core-avx-i", "sandybridge", "ivyb
 def target_cpu() -> tuple[str, str]:
     """The CPU name and features machine code is generated for: those Numba compiles for
     (``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES`` and ``NUMBA_ENABLE_AVX``, read as Numba reads
-    them, without importing it), else this machine's. So the kernels LLVM compiles alone target what the
-    Numba kernels beside them target: ``generic`` code for a cache shared by several kinds
-    of machine, or AVX2 code on an AVX-512 machine to see how a program runs without it."""
+    them, without importing it), else this machine's. So the kernels LLVM compiles alone
+    target what the Numba kernels beside them target: ``generic`` code for a cache shared by
+    several kinds of machine, or AVX2 code on an AVX-512 machine."""
     import llvmlite.binding as llvm
-    config = sys.modules.get("numba.core.config")
-    if config is not None and hasattr(config, "ENABLE_AVX"):
-        name, features, avx = config.CPU_NAME, config.CPU_FEATURES, config.ENABLE_AVX
-    else:
-        name = os.environ.get("NUMBA_CPU_NAME")
-        features = os.environ.get("NUMBA_CPU_FEATURES",
-                                  "" if str(name).lower() == "generic" else None)
-        avx = (name or llvm.get_host_cpu_name()) not in _NO_AVX_BY_DEFAULT
-        try:
-            avx = bool(int(os.environ["NUMBA_ENABLE_AVX"]))
-        except (KeyError, ValueError):
-            pass
+    name = numba_target_setting("CPU_NAME")
+    features = numba_target_setting("CPU_FEATURES")
     if features is None:        # this machine's, less AVX where Numba turns it off
+        config = sys.modules.get("numba.core.config")
+        if config is not None and hasattr(config, "ENABLE_AVX"):
+            avx = config.ENABLE_AVX
+        else:
+            avx = (name or llvm.get_host_cpu_name()) not in _NO_AVX_BY_DEFAULT
+            try:
+                avx = bool(int(os.environ["NUMBA_ENABLE_AVX"]))
+            except (KeyError, ValueError):
+                pass
         host = llvm.get_host_cpu_features()
         for feature in host if not avx else ():
             if feature.startswith("avx"):
