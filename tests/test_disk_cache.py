@@ -267,6 +267,18 @@ def test_unsafe_numba_cache_file_is_refused(tmp_path):
     _assert_private_fallback(module, tmp_path)
 
 
+def test_unsafe_numba_cache_file_is_refused_after_numba_cache_dir_was_unset(tmp_path,
+                                                                           monkeypatch):
+    """Numba rereads NUMBA_CACHE_DIR at each compile, so the files checked are where it looks
+    now, not where a variable since removed pointed at its last compile."""
+    from numba.core import config
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
+    config.reload_config()                          # (as a compile would)
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    test_unsafe_numba_cache_file_is_refused(tmp_path / "cache")
+    config.reload_config()
+
+
 # --------------------------------------------------------------------------
 # In-process behaviour with Numba compilation (one small compile per module)
 # --------------------------------------------------------------------------

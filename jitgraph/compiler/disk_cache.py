@@ -331,6 +331,9 @@ def _predicted_numba_cache_dir(py_file: pathlib.Path) -> pathlib.Path:
     """Where Numba will put the cache files of functions defined in *py_file*."""
     from numba.core import caching, config
 
+    # Numba reads NUMBA_CACHE_DIR again at each compile (a variable set or removed since its
+    # last compile counts): read it the same way, or the files checked are not those it loads
+    config.reload_config()
     if config.CACHE_DIR:
         locator = caching.UserProvidedCacheLocator
         return pathlib.Path(config.CACHE_DIR) / locator.get_suitable_cache_subpath(str(py_file))
