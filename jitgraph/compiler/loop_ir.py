@@ -121,10 +121,12 @@ def _int_const(t: str, v: int) -> str:
 @dataclass
 class Val:
     """A scalar value: its dtype name and its LLVM operand text (``const``: its Python value
-    where it is a literal, for literal-only typing)."""
+    where it is a literal, for literal-only typing; ``nonneg``: an integer known to be at
+    least 0, so an index of it needs no wraparound, see ``_Translator.element``)."""
     ty: str
     ref: str
     const: Any = None
+    nonneg: bool = False
 
 
 @dataclass
@@ -137,7 +139,7 @@ class _Array:
 def const(t: str, v: Any) -> Val:
     if _is_float(t):
         return Val(t, _float_const(t, float(v)), v)
-    return Val(t, _int_const(t, int(v)), v)
+    return Val(t, _int_const(t, int(v)), v, t == "bool" or 0 <= _wrap(t, v) < 1 << 63)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -193,7 +195,8 @@ class _Body:
     """One LLVM function being written: its instructions, its variables (an ``alloca``
     each, promoted to registers by LLVM) and, for the typing pass, what it learned."""
 
-    def __init__(self, tr: "_Translator", flags: str, namespace: dict, var_types: dict):
+    def __init__(self, tr: "_Translator", flags: str, namespace: dict, var_types: dict,
+                 var_signs: dict | None = None):
         self.tr = tr
         self.flags = flags
         self.ns = namespace
@@ -201,6 +204,10 @@ class _Body:
         self.allocas: list[str] = []
         self.vars: dict[str, tuple[str, str]] = {}      # name -> (type, slot)
         self.var_types = var_types                      # name -> type (from the typing pass)
+        # name -> whether every value assigned to it is a nonnegative integer (from the typing
+        # passes: a later assignment that may be negative makes the pass run again); None:
+        # not tracked, no variable is known nonnegative
+        self.var_signs = var_signs
         self.arrays: dict[str, _Array] = {}
         self.written: set[str] = set()                  # data pointers of arrays stored to
         self.scalars: dict[str, Val] = {}               # parameters read as they are
@@ -251,6 +258,11 @@ class _Body:
             final = unify(final, v.ty)
             self.tr.retype = True           # written again with the wider type
         self.var_types[name] = final
+        if self.var_signs is not None:
+            was = self.var_signs.get(name)
+            self.var_signs[name] = was is not False and v.nonneg and not _is_float(final)
+            if was and not self.var_signs[name]:
+                self.tr.retype = True       # an earlier read took it as nonnegative
         ref = self.slot(name, final)
         self.put(f"store {_LL[final]} {self.tr.cast(self, v, final).ref}, ptr {ref}")
 
@@ -260,7 +272,8 @@ class _Body:
         if name not in self.vars:
             raise Unsupported(f"{name} read before it is assigned")
         t, ref = self.vars[name]
-        return Val(t, self.emit(f"load {_LL[t]}, ptr {ref}"))
+        nonneg = self.var_signs is not None and self.var_signs.get(name, False)
+        return Val(t, self.emit(f"load {_LL[t]}, ptr {ref}"), nonneg=nonneg)
 
 
 class _Translator:
@@ -275,6 +288,15 @@ class _Translator:
     def cast(self, b: _Body, v: Val, t: str) -> Val:
         if v.ty == t:
             return v
+        w = self._cast(b, v, t)
+        # an integer cast to a signed type at least as wide keeps its value (a bool is 0/1)
+        if t.startswith("int") and (v.ty == "bool" or (
+                _is_int(v.ty) and (_bits(t) > _bits(v.ty) or (_bits(t) == _bits(v.ty)
+                                                              and v.nonneg)))):
+            w.nonneg = v.ty == "bool" or v.ty.startswith("uint") or v.nonneg
+        return w
+
+    def _cast(self, b: _Body, v: Val, t: str) -> Val:
         c = v.const
         if c is not None and not isinstance(c, bool) and t != "bool":
             if _is_float(t):
@@ -384,8 +406,10 @@ class _Translator:
             raise Unsupported("a non-integer index")
         i = self.cast(b, idx, "int64" if idx.ty.startswith("int") else "uint64")
         ref = i.ref
-        if idx.ty.startswith("int") and not (idx.const is not None and idx.const >= 0):
-            # Numba's wraparound: a negative index counts from the end, once
+        if idx.ty.startswith("int") and not i.nonneg:
+            # Numba's wraparound: a negative index counts from the end, once (left out where
+            # the index is known nonnegative: the select it takes keeps LLVM from
+            # vectorizing a loop whose index is a sum of products, ``r0 * 768 + o0``)
             neg = b.emit(f"icmp slt i64 {ref}, 0")
             up = b.emit(f"add i64 {ref}, {arr.nitems}")
             ref = b.emit(f"select i1 {neg}, i64 {up}, i64 {ref}")
@@ -420,7 +444,7 @@ class _Translator:
         b.put(f"br i1 {ok}, label %{body}, label %{end}")
         b.open = False
         b.start(body)
-        b.assign(s.target.id, Val("int64", c))
+        b.assign(s.target.id, Val("int64", c, nonneg=step > 0 and start.nonneg))
         self.stmts(b, s.body)
         if b.open:
             c2 = b.emit(f"load i64, ptr {ctr}")
@@ -531,7 +555,9 @@ class _Translator:
                 raise Unsupported("a bitwise operator on floats")
             t = int_result(x.ty, y.ty)
             x, y = self.cast(b, x, t), self.cast(b, y, t)
-            return Val(t, b.emit(f"{ins} i64 {x.ref}, {y.ref}"))
+            # x & y is nonnegative where either is; | and ^ where both are
+            nonneg = (x.nonneg or y.nonneg) if ins == "and" else (x.nonneg and y.nonneg)
+            return Val(t, b.emit(f"{ins} i64 {x.ref}, {y.ref}"), nonneg=nonneg)
         if isinstance(op, (ast.LShift, ast.RShift)):
             if _is_float(x.ty) or _is_float(y.ty):
                 raise Unsupported("a shift of a float")
@@ -539,7 +565,8 @@ class _Translator:
             x, y = self.cast(b, x, t), self.cast(b, y, t)
             ins = "shl" if isinstance(op, ast.LShift) else ("ashr" if t.startswith("int")
                                                              else "lshr")
-            return Val(t, b.emit(f"{ins} i64 {x.ref}, {y.ref}"))
+            return Val(t, b.emit(f"{ins} i64 {x.ref}, {y.ref}"),
+                       nonneg=ins != "shl" and x.nonneg)
         if isinstance(op, ast.Div):
             t = arith_result(x.ty, y.ty)
             if not _is_float(t):
@@ -557,11 +584,18 @@ class _Translator:
             name = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul"}[type(op)]
             if _is_float(t):
                 return Val(t, b.emit(f"f{name} {fl}{lt} {x.ref}, {y.ref}"))
-            return Val(t, b.emit(f"{name} {lt} {x.ref}, {y.ref}"))
+            # a sum or product of nonnegative integers is nonnegative (an index computed so
+            # would wrap only past 2**63 elements: no array's size)
+            nonneg = name != "sub" and x.nonneg and y.nonneg
+            return Val(t, b.emit(f"{name} {lt} {x.ref}, {y.ref}"), nonneg=nonneg)
         if isinstance(op, (ast.FloorDiv, ast.Mod)):
             if _is_float(t):
                 raise Unsupported("a float // or %")
-            return self.int_divmod(b, isinstance(op, ast.Mod), t, x, y)
+            r = self.int_divmod(b, isinstance(op, ast.Mod), t, x, y)
+            # Python's floor division of nonnegatives, and a modulo by a nonnegative (its
+            # sign is the divisor's; 0 for a zero divisor), are nonnegative
+            r.nonneg = y.nonneg and (x.nonneg or isinstance(op, ast.Mod))
+            return r
         raise Unsupported(type(op).__name__)
 
     def int_divmod(self, b: _Body, mod: bool, t: str, x: Val, y: Val) -> Val:
@@ -680,7 +714,8 @@ class _Translator:
             b.n = sub.n
             b.lines[at] = "\n".join(sub.lines + [f"  store {_LL[t]} {w.ref}, ptr {slot}"])
         b.start(end)
-        return Val(t, b.emit(f"load {_LL[t]}, ptr {slot}"))
+        nonneg = all(v.nonneg for _, v in marks) and not _is_float(t)
+        return Val(t, b.emit(f"load {_LL[t]}, ptr {slot}"), nonneg=nonneg)
 
     # ------------------------------------------------------------------ calls
     def call(self, b: _Body, e: ast.Call) -> Val:
@@ -728,7 +763,10 @@ class _Translator:
             a = self.cast(b, a, t)
             # Python's max keeps the first of equal values: a later one wins only if larger
             c = b.emit(f"icmp {pred} {_LL[t]} {a.ref}, {acc.ref}")
-            acc = Val(t, b.emit(f"select i1 {c}, {_LL[t]} {a.ref}, {_LL[t]} {acc.ref}"))
+            # the larger of values one of which is nonnegative, the smaller of nonnegatives
+            nonneg = (a.nonneg or acc.nonneg) if larger else (a.nonneg and acc.nonneg)
+            acc = Val(t, b.emit(f"select i1 {c}, {_LL[t]} {a.ref}, {_LL[t]} {acc.ref}"),
+                      nonneg=nonneg)
         return acc
 
     def absolute(self, b: _Body, x: Val) -> Val:
@@ -1015,16 +1053,18 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
     flags = _flag_text(opts.get("fastmath", False))
     noalias = bool(opts.get("_jitgraph_noalias"))
     var_types: dict = {}
+    var_signs: dict = {}
     unrolled = _unrolled(fn)
     for _ in range(4):
         tr.module = Module(symbol, unrolled=unrolled)
         tr.retype = False
-        b = _Body(tr, flags, tr.helpers_ns, var_types)
-        if rows:
-            b.scalars["lo"], b.scalars["hi"] = Val("int64", "%lo"), Val("int64", "%hi")
+        b = _Body(tr, flags, tr.helpers_ns, var_types, var_signs)
+        if rows:    # (a launcher's range of rows, and a size: never negative)
+            b.scalars["lo"], b.scalars["hi"] = (Val("int64", "%lo", nonneg=True),
+                                                Val("int64", "%hi", nonneg=True))
         for j, (p, dt) in enumerate(zip(arrays, dtypes)):
             if dt == SIZE:
-                b.scalars[p] = Val("int64", f"%v{j}")
+                b.scalars[p] = Val("int64", f"%v{j}", nonneg=True)
             else:
                 b.arrays[p] = _Array(dt, f"%d{j}", f"%n{j}")
         tr.stmts(b, fn.body)
