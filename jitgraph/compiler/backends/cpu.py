@@ -29,7 +29,8 @@ from ..kernel_text import (KernelSource, acc_init_lines, arg_update_lines, colum
 from ..memory import Buffers, MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_PRODUCT, PARALLEL_MIN_WORK,
                           PARALLEL_MIN_WORK_BESIDE_PRODUCTS, PARALLEL_MIN_WORK_WITH_BLAS,
-                          SMALL_PROGRAM_STEPS, SPLIT_COLUMN_MAX_PARTIAL, SPLIT_COLUMN_MIN_ROWS)
+                          SMALL_PROGRAM_STEPS, SPLIT_COLUMN_MAX_PARTIAL, SPLIT_COLUMN_MIN_ROWS,
+                          STRIDED_COLUMN_MAX_ROWS, COLUMN_BLOCK)
 from ..syntax import Syntax
 from .base import ModuleText
 
@@ -165,6 +166,16 @@ class LoopDecision:
     head: bool = False      # (a marker after the loops' decisions: a product head is paired)
 
 
+def column_block(o_size: int) -> int | None:
+    """The outputs a thread takes at a time in a blocked column-order kernel: ``COLUMN_BLOCK``,
+    or, with fewer than two such blocks, half of them rounded up to a multiple of 16 (a vector
+    of float32); None where that leaves one block."""
+    if o_size >= 2 * COLUMN_BLOCK:
+        return COLUMN_BLOCK
+    size = -(-(-(-o_size // 2)) // 16) * 16
+    return size if size < o_size else None
+
+
 def _rows(k: LoopKernel) -> int:
     """The rows a launcher splits a loop kernel's work into: its first dim that is not 1."""
     return next((d for d in k.outer_shape if d != 1), 1)
@@ -226,12 +237,17 @@ class CpuCodegen:
         o_size = int(np.prod(k.outer_shape, dtype=np.int64))
         work = int(np.prod(k.shape, dtype=np.int64))
         has_arg = has_arg_reduction(k)
-        if self._one_pool and column_order(k, False, has_arg):
-            # a leading-axis reduction (a bias gradient) beside products: in column order it
-            # reads memory contiguously; threads over its outputs would read each with a stride
-            # (the GPT step's MLP bias gradient, 512 outputs: 7x slower), so the threads take
-            # rows instead, each row's sums kept apart and added in order afterwards
-            return LoopDecision(False, False, True, split=self._splits_rows(k, work, o_size))
+        if column_order(k, False, has_arg) and (
+                self._one_pool or work // max(o_size, 1) > STRIDED_COLUMN_MAX_ROWS):
+            # a leading-axis reduction (a bias gradient): in column order it reads memory
+            # contiguously; threads over its outputs would read each with a stride (the GPT
+            # step's MLP bias gradient, 512 outputs: 7x slower; a sum over 64 rows of 32768
+            # outputs, 14x), so the threads take rows instead where there are enough, each
+            # row's sums kept apart and added in order afterwards
+            split = self._splits_rows(k, work, o_size)
+            # else threads over blocks of its outputs, where there are blocks for them
+            blocked = not split and self._blocks_outputs(k, work, o_size)
+            return LoopDecision(blocked, False, True, split=split)
         outer_par = work >= self.parallel_min and o_size >= PARALLEL_MIN_OUTER
         inner_par = work >= self.parallel_min and o_size == 1 and not has_arg and bool(k.inner_shape)
         return LoopDecision(outer_par, inner_par,
@@ -248,6 +264,16 @@ class CpuCodegen:
                 and bool(r_dims) and r_dims[0] >= SPLIT_COLUMN_MIN_ROWS
                 and r_dims[0] * o_size * SPLIT_COLUMN_MAX_PARTIAL <= work)
 
+    def _blocks_outputs(self, k: LoopKernel, work: int, o_size: int) -> bool:
+        """Whether a column-order kernel runs blocks of its outputs on threads:
+        launched (``loop_ir`` knows its indices nonnegative and vectorizes the block's loop;
+        Numba, in a ``prange`` kernel, does not: 4x slower than one thread), large enough to
+        thread, one kept dim (the blocks are ranges of it) and at least two blocks, sizes
+        known (a block's end is a constant)."""
+        return (self._launched and work >= self.parallel_min and not self.symbols
+                and column_block(o_size) is not None
+                and sum(d != 1 for d in k.outer_shape) == 1)
+
     # ------------------------------------------------------------ loop kernels
     def loop_kernel(self, k: LoopKernel) -> tuple[str, list]:
         plan, body = self.plan, k.body
@@ -263,14 +289,18 @@ class CpuCodegen:
         elif d.column:
             params += self._accumulator_params(k)
         params += [name for name, _, _ in self.symbols]
-        launched = (outer_par and self._launched and not d.column) or d.split
-        lines = [_decorator((outer_par or inner_par) and not launched, self.fastmath, has_red,
+        blocked = d.column and outer_par and not self.symbols   # (see _blocks_outputs)
+        launched = (outer_par and self._launched and (blocked or not d.column)) or d.split
+        lines = [_decorator((outer_par or inner_par) and not launched
+                            and (blocked or not d.column), self.fastmath, has_red,
                             self.python_driver),
                  _kernel_head((["lo", "hi"] if launched else []) + params)]
         if d.split:
             return "\n".join(lines + self._split_column_body(k)), params
         if d.column:
-            return "\n".join(lines + self._column_body(k)), params
+            o_size = int(np.prod(o_shape, dtype=np.int64))
+            block = (launched, column_block(o_size)) if blocked else None
+            return "\n".join(lines + self._column_body(k, block)), params
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
@@ -391,7 +421,11 @@ class CpuCodegen:
             ind += 1
         return out, "    " * ind
 
-    def _column_body(self, k: LoopKernel) -> list[str]:
+    def _column_body(self, k: LoopKernel, block: tuple | None = None) -> list[str]:
+        """A column-order kernel: the reduced dims' loops outside, the kept dims' inside, one
+        accumulator per output. ``block``: ``(launched, size)``, the kernel runs the outputs
+        of its one kept dim in blocks of ``size``, a block per thread (``prange``, or the
+        launcher's ``lo:hi``): each reads a contiguous run of every row."""
         plan, body = self.plan, k.body
         o_shape, r_shape = k.outer_shape, k.inner_shape
         o_size = int(np.prod(o_shape, dtype=np.int64))
@@ -399,16 +433,25 @@ class CpuCodegen:
         r_loops = [(v, d) for v, d in zip(body.r_vars, r_shape) if d != 1]
         olin = self.ctx.offset(body.o_vars, o_shape)
         loop_st = body.stages[0]
-        out = []
+        out, ind, z_range = [], 1, (o_size,)
+        if block is not None:
+            launched, size = block
+            blocks = (o_size + size - 1) // size
+            out += loop_header(self.ctx, "ob", blocks, not launched, "    ", launched=launched)
+            out.append(f"        o_lo = ob * {size}")
+            out.append(f"        o_hi = min(o_lo + {size}, {o_size})")
+            ind, z_range = 2, ("o_lo", "o_hi")
+            o_loops = [(v, "o_lo, o_hi") for v, _ in o_loops]
+        pad0 = "    " * ind
         for j, (n, acc, _, monoid) in enumerate(loop_st.reductions):
             dt = n.inputs[0].aval.dtype
             if n.out in plan.needed:     # accumulate straight into the output buffer
-                out.append(f"    {acc} = {plan.array_name(n.out)}")
+                out.append(f"{pad0}{acc} = {plan.array_name(n.out)}")
             else:                        # into scratch the driver passes
-                out.append(f"    {acc} = {_accumulator_name(k, j)}")
-            out.append("    " + self.ctx.for_range("z", o_size))
-            out.append(f"        {acc}[z] = {init_value(self.ctx, monoid, dt)}")
-        loops, pad = self._nest(r_loops + o_loops, 1)
+                out.append(f"{pad0}{acc} = {_accumulator_name(k, j)}")
+            out.append(pad0 + self.ctx.for_range("z", *z_range))
+            out.append(f"{pad0}    {acc}[z] = {init_value(self.ctx, monoid, dt)}")
+        loops, pad = self._nest(r_loops + o_loops, ind)
         out += loops + [pad + l for l in loop_st.lines]
         for (n, acc, val, monoid) in loop_st.reductions:
             if monoid == "sum":
@@ -424,7 +467,7 @@ class CpuCodegen:
             # through a local named ``<acc>_x``
             pos = next(i for i, s in enumerate(plan.steps) if s is k)
             sc = build_body(plan, k, pos, self.ctx, acc_reads="_x").stages[1]
-            loops, pad = self._nest(o_loops, 1)
+            loops, pad = self._nest(o_loops, ind)
             out += loops
             accs = [acc for (_, acc, _, _) in loop_st.reductions]
             out += [pad + self.ctx.assign(f"{acc}_x", self.ctx.index(acc, olin)) for acc in accs]
