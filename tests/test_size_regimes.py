@@ -417,8 +417,8 @@ def test_full_reductions_thread_the_reduced_loop():
 @pytest.mark.parametrize("products", [False, True])
 def test_leading_axis_reductions(products):
     """Sums over the batch (bias gradients) in column order (rows outside, one accumulator per
-    output): serial below the threshold, blocks of outputs on threads from it where the
-    driver launches threads (a program with products); threads over the outputs instead for
+    output): serial below the threshold, blocks of outputs on threads from it (the
+    launcher's in a program with products, ``prange`` otherwise); threads over the outputs for
     at most ``STRIDED_COLUMN_MAX_ROWS`` rows (LLVM unrolls the rows and vectorizes over the
     outputs). Each against the reference, value and gradient."""
     rows = PAR // 32
@@ -440,25 +440,33 @@ def test_leading_axis_reductions(products):
     else:
         f = lambda x: (jnp.sum(x, axis=0), jnp.max(x * 2.0, axis=0))                    # noqa: E731
         lowered = check_value_and_grad(f, (x,))
-        srcs = [k.source for k in loop_kernels(lowered)]
-        assert all(not parallel(s) for s in srcs)      # (a compiled driver: no launcher)
-        assert any("for z in range(32)" in s for s in srcs), "no column-order kernel"
+        col = column_kernels(lowered)       # (a compiled driver: blocks on prange threads)
+        assert col and all(parallel(s) and "o_hi = min(o_lo + 16, 32)" in s for s in col), \
+            "no blocked column-order kernel"
+        small = check_value_and_grad(f, (x[: rows // 4],))
+        col = column_kernels(small)
+        assert col and not any(parallel(s) for s in col), "a threaded kernel below the threshold"
         few = T.STRIDED_COLUMN_MAX_ROWS
         lowered = check_value_and_grad(f, (rn(few, PAR // few),))
         assert any(parallel(k.source) for k in loop_kernels(lowered))
 
 
+@pytest.mark.parametrize("products", [False, True])
 @pytest.mark.parametrize("outputs", [33, 100, 600])
-def test_blocked_column_reductions_at_ragged_output_counts(outputs):
-    """Blocks of outputs on threads (``column_block``) where the last block is short: sums,
-    means (a second, per-output stage), maxima and products over the rows, value and
-    gradient, against the reference."""
+def test_blocked_column_reductions_at_ragged_output_counts(outputs, products):
+    """Blocks of outputs on threads (``column_block``) where the last block is short, on the
+    launcher's threads (a program with products) and in a ``prange`` loop: sums, means (a
+    second, per-output stage), maxima and products over the rows, value and gradient,
+    against the reference."""
     from jitgraph.compiler.backends.cpu import column_block
     rows = -(-T.PARALLEL_MIN_WORK_BESIDE_PRODUCTS // outputs) + 3
     x = rn(rows, outputs)
     w = rn(outputs, 8)
-    f = lambda x, w: (jnp.sum(x, axis=0), jnp.mean(x * x, axis=0),                  # noqa: E731
-                      jnp.max(x, axis=0), jnp.prod(1.0 + 1e-4 * x, axis=0), x[:4] @ w)
+
+    def f(x, w):
+        out = (jnp.sum(x, axis=0), jnp.mean(x * x, axis=0), jnp.max(x, axis=0),
+               jnp.prod(1.0 + 1e-4 * x, axis=0))
+        return out + (x[:4] @ w,) if products else out + (jnp.sum(w),)
     lowered = check_value_and_grad(f, (x, w), (0, 1))
     size = column_block(outputs)
     blocked = [k.source for k in loop_kernels(lowered)

@@ -33,13 +33,14 @@ PARALLEL_MIN_OUTER = 8
 # column order (reduced dims outside, kept dims inside, one accumulator per output).
 COLUMN_ORDER_MIN_OUTER = 8
 # Threads over the outputs of a leading-axis reduction read each output's rows with a stride:
-# up to this many rows LLVM unrolls the rows' loop and vectorizes over the outputs (16 x 131072:
-# 0.08 ms, faster than column order on one thread), past it each sum runs down its column, one
-# scalar at a time (64 x 32768: 2.9 ms, column order 0.2 ms), so column order is taken.
-STRIDED_COLUMN_MAX_ROWS = 16
+# up to this many rows LLVM unrolls the rows' loop and vectorizes over the outputs (8 x 262144:
+# 0.06 ms, as fast as column order); past it each sum runs down its column, one scalar at a
+# time (16 x 131072: 0.13 ms; 64 x 32768: 2.9 ms, column order 0.06 ms), so column order is
+# taken.
+STRIDED_COLUMN_MAX_ROWS = 8
 # A column-order reduction large enough to thread, with one kept dim, runs blocks of this many
-# outputs on threads (each thread reads a contiguous run of every row): the sum of 2048 x 1024
-# float32 over its rows in 0.07 ms on 2 threads, 0.13 ms on one.
+# outputs on threads (each thread reads a contiguous run of every row): the sum and maximum of
+# 2048 x 1024 float32 over its rows in 0.10 ms on 2 threads, 0.21 ms on one.
 COLUMN_BLOCK = 256
 # A column-order reduction beside products splits its rows over threads (each row's sums apart,
 # added in order afterwards) when its first reduced dim has at least this many rows and its
