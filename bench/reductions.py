@@ -45,30 +45,29 @@ def run_shape(rows: int, cols: int, axis: int, args) -> ResultTable:
                         unit="ms", extra_cols=("GB/s", "check"))
     guarded("numpy", add_row, table, "numpy", lambda: (x.sum(axis), x.max(axis)), x, ref, args)
 
-    torch = import_torch()
-    if torch is None:
-        table.add_unavailable("torch.compile", f"n/a ({import_error('torch')})")
-    else:
+    def torch_fn(torch):
         xt = torch.tensor(x)
         fc = torch.compile(lambda a: (a.sum(axis), a.amax(axis)), dynamic=False)
-        guarded("torch.compile", add_row, table, "torch.compile", lambda: fc(xt), x, ref, args)
+        return lambda: fc(xt)
 
-    jax = import_jax()
-    if jax is None:
-        table.add_unavailable("jax.jit", f"n/a ({import_error('jax')})")
-    else:
+    def jax_fn(jax):
         jnp = jax.numpy
         fj = jax.jit(lambda a: (jnp.sum(a, axis), jnp.max(a, axis)))
         xj = jnp.asarray(x)
-        guarded("jax.jit", add_row, table, "jax.jit", lambda: fj(xj), x, ref, args)
+        return lambda: fj(xj)
 
-    jg = import_jitgraph()
-    if jg is None:
-        table.add_unavailable("jitgraph.jit", f"n/a ({import_error('jitgraph')})")
-    else:
+    def jitgraph_fn(jg):
         gnp = jg.numpy
         fg = jg.jit(lambda a: (gnp.sum(a, axis), gnp.max(a, axis)))
-        guarded("jitgraph", add_row, table, "jitgraph.jit", lambda: fg(x), x, ref, args)
+        return lambda: fg(x)
+    for name, module, key, make in (("torch.compile", import_torch, "torch", torch_fn),
+                                    ("jax.jit", import_jax, "jax", jax_fn),
+                                    ("jitgraph.jit", import_jitgraph, "jitgraph", jitgraph_fn)):
+        mod = module()
+        if mod is None:
+            table.add_unavailable(name, f"n/a ({import_error(key)})")
+        else:
+            guarded(name, lambda: add_row(table, name, make(mod), x, ref, args))
     table.print()
     print()
     return table
