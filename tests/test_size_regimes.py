@@ -474,12 +474,53 @@ def test_blocked_column_reductions_at_ragged_output_counts(outputs, products):
     assert blocked and all(parallel(s) for s in blocked), "no blocked column-order kernel"
 
 
+def first_on_one_and_two_threads(f, *args) -> np.ndarray:
+    """``jit(f)(*args)[0]`` on one of Numba's threads and on all of them, which must give the
+    same bits (split sums are added in a fixed order); that result."""
+    import numba
+    jf = jitgraph.jit(f)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = np.asarray(jf(*args)[0])
+        numba.set_num_threads(before)
+        two = np.asarray(jf(*args)[0])
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)
+    return two
+
+
+def test_tall_narrow_sums_split_their_rows_into_parts():
+    """A sum over many rows into few outputs beside products (65536 x 16: one part a row would
+    keep as many partial sums as it reads) splits its rows into ``SPLIT_COLUMN_MAX_PARTS``
+    parts of ``p * R // parts`` rows: the reference's numbers, the same bits on one thread
+    and on two, and in a dynamic program (bounds linear in the row count) at another row
+    count too."""
+    parts = T.SPLIT_COLUMN_MAX_PARTS
+    rows, cols = 4 * T.PARALLEL_MIN_WORK_BESIDE_PRODUCTS // 16 + 5, 16
+    x = rn(rows, cols, dtype=F32)
+    w = rn(cols, 8, dtype=F32)
+
+    def f(x, w):
+        return jnp.sum(jnp.tanh(x), axis=0), x[:4] @ w
+    lowered = check_value_and_grad(f, (x, w), (0, 1), tol={np.dtype(F32): (1e-4, 1e-5)})
+    split = [k.source for k in loop_kernels(lowered) if f"pr * {rows} // {parts}" in k.source]
+    assert split and all(threaded.rows_of(s) == parts for s in split), "no kernel split in parts"
+    first_on_one_and_two_threads(f, x, w)
+    dyn = jitgraph.jit(f, dynamic_dims={0: 0})
+    for n in (rows, rows + 999, 2 * rows + 1):
+        xn = rn(n, cols, dtype=F32)
+        np.testing.assert_allclose(np.asarray(dyn(xn, w)[0]),
+                                   np.tanh(xn.astype(F64)).sum(0), rtol=1e-4)
+    assert any(e["dynamic"] for e in dyn.cache_entries())
+
+
 def test_leading_axis_sums_beside_products_split_their_rows():
     """Above the threshold beside products, a column-order sum over (batch, h, w) runs its
     batch rows on threads, each row's sums apart, added in row order by the driver (a
     convolution's bias gradient): the same bits on one thread and on two, and the
     reference's numbers. Its elementwise output (the masked gradient) is written as before."""
-    import numba
     batch, hw, ch = 2 * T.PARALLEL_MIN_WORK_BESIDE_PRODUCTS // (8 * 8 * 32), 8, 32
     x = rn(batch, hw, hw, ch, dtype=F32)
     w = rn(ch, 16, dtype=F32)
@@ -491,16 +532,7 @@ def test_leading_axis_sums_beside_products_split_their_rows():
     split = [k.source for k in loop_kernels(lowered) if "part = r0 *" in k.source]
     assert split and all(threaded.rows_of(s) == batch for s in split), "no split column kernel"
     assert f"np.sum(k0_loop_acc0.reshape(({batch}, {ch}))" in lowered.source
-    jf = jitgraph.jit(f)
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        one = np.asarray(jf(x, w)[0])
-        numba.set_num_threads(before)
-        two = np.asarray(jf(x, w)[0])
-    finally:
-        numba.set_num_threads(before)
-    np.testing.assert_array_equal(one, two)
+    two = first_on_one_and_two_threads(f, x, w)
     np.testing.assert_allclose(two, np.maximum(x, 0).astype(F64).sum((0, 1, 2)), rtol=1e-5)
 
 

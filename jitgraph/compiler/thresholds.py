@@ -48,6 +48,9 @@ COLUMN_BLOCK = 256
 # bias gradient over (batch, 28, 28, 32), 3.1 ms serial.
 SPLIT_COLUMN_MIN_ROWS = 4
 SPLIT_COLUMN_MAX_PARTIAL = 8
+# ... in at most this many parts of whole rows (a tall, narrow sum: 65536 x 16 over its rows in
+# 16 parts of 4096 rows, on the launcher's threads, instead of one thread down the columns).
+SPLIT_COLUMN_MAX_PARTS = 16
 # A threaded loop kernel that writes the left operand of the product after it, row block by
 # row block (an im2col before a convolution's product), runs with that product as one step
 # (``threaded.py``'s product tail) when the operand has at least ``product_tail_min_bytes()``:

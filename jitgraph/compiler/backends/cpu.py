@@ -30,7 +30,7 @@ from ..memory import Buffers, MemoryPlan
 from ..thresholds import (PARALLEL_MIN_OUTER, PARALLEL_MIN_PRODUCT, PARALLEL_MIN_WORK,
                           PARALLEL_MIN_WORK_BESIDE_PRODUCTS, PARALLEL_MIN_WORK_WITH_BLAS,
                           SMALL_PROGRAM_STEPS, SPLIT_COLUMN_MAX_PARTIAL, SPLIT_COLUMN_MIN_ROWS,
-                          STRIDED_COLUMN_MAX_ROWS, COLUMN_BLOCK)
+                          STRIDED_COLUMN_MAX_ROWS, COLUMN_BLOCK, SPLIT_COLUMN_MAX_PARTS)
 from ..syntax import Syntax
 from .base import ModuleText
 
@@ -166,6 +166,25 @@ class LoopDecision:
     head: bool = False      # (a marker after the loops' decisions: a product head is paired)
 
 
+def split_parts(k: LoopKernel) -> tuple[int, bool]:
+    """(parts, chunked) of a split column-order kernel: a part a row of its first reduced dim
+    where the partial sums (a row of outputs a part) stay at most
+    1/``SPLIT_COLUMN_MAX_PARTIAL`` of the elements read (a batch's rows); else, where that
+    ``SPLIT_COLUMN_MAX_PARTS`` parts of the rows, part ``p`` rows ``p * R // parts`` up to
+    ``(p + 1) * R // parts`` (bounds linear in the row count ``R``, which a dynamic
+    program's fitted sizes need). Only the layout: a decision kept at other sizes keeps it
+    (``_splits_rows`` decides). (0, False): no reduced dim."""
+    r_dims = [d for d in k.inner_shape if d != 1]
+    if not r_dims:
+        return 0, False
+    rows = r_dims[0]
+    o_size = int(np.prod(k.outer_shape, dtype=np.int64))
+    work = int(np.prod(k.shape, dtype=np.int64))
+    if rows * o_size * SPLIT_COLUMN_MAX_PARTIAL <= work:
+        return rows, False
+    return SPLIT_COLUMN_MAX_PARTS, True
+
+
 def column_block(o_size: int) -> int | None:
     """The outputs a thread takes at a time in a blocked column-order kernel: ``COLUMN_BLOCK``,
     or, with fewer than two such blocks, half of them rounded up to a multiple of 16 (a vector
@@ -256,13 +275,16 @@ class CpuCodegen:
     def _splits_rows(self, k: LoopKernel, work: int, o_size: int) -> bool:
         """Whether a column-order kernel runs its rows on threads: large enough to thread,
         one loop stage of sums (the combine is a sum), and a first reduced dim that gives
-        the threads rows while its partial sums stay small beside what the kernel reads."""
+        the threads at least ``SPLIT_COLUMN_MIN_ROWS`` parts (``split_parts``), each of at
+        least one row, while their partial sums stay small beside what the kernel reads."""
         st = k.body.stages
-        r_dims = [d for d in k.inner_shape if d != 1]
+        parts, chunked = split_parts(k)
+        rows = next((d for d in k.inner_shape if d != 1), 0)
         return (self._launched and work >= self.parallel_min and len(st) == 1
-                and all(r[3] == "sum" for r in st[0].reductions) and st[0].reductions
-                and bool(r_dims) and r_dims[0] >= SPLIT_COLUMN_MIN_ROWS
-                and r_dims[0] * o_size * SPLIT_COLUMN_MAX_PARTIAL <= work)
+                and all(r[3] == "sum" for r in st[0].reductions) and bool(st[0].reductions)
+                and parts >= SPLIT_COLUMN_MIN_ROWS
+                and (not chunked or (rows >= parts and
+                                     parts * o_size * SPLIT_COLUMN_MAX_PARTIAL <= work)))
 
     def _blocks_outputs(self, k: LoopKernel, work: int, o_size: int) -> bool:
         """Whether a column-order kernel runs blocks of its outputs on threads (the
@@ -375,7 +397,7 @@ class CpuCodegen:
         first reduced dim (scratch from the driver), and the driver's combine: each output is
         the sum of its partial rows in row order, so the result is the same on any number of
         threads."""
-        rows = next(d for d in k.inner_shape if d != 1)
+        rows = split_parts(k)[0]
         o_size = int(np.prod(k.outer_shape, dtype=np.int64))
         names = []
         for j, (n, _, _, _) in enumerate(k.body.stages[0].reductions):
@@ -398,8 +420,14 @@ class CpuCodegen:
         (rv, rows), *r_loops = [(v, d) for v, d in zip(body.r_vars, k.inner_shape) if d != 1]
         olin = self.ctx.offset(body.o_vars, k.outer_shape)
         st = body.stages[0]
-        out = loop_header(self.ctx, rv, rows, False, "    ", launched=True)
-        out.append(f"        part = {rv} * {o_size}")
+        parts, chunked = split_parts(k)
+        if not chunked:         # a part a row
+            out = loop_header(self.ctx, rv, rows, False, "    ", launched=True)
+            out.append(f"        part = {rv} * {o_size}")
+        else:                   # parts of the rows (a tall, narrow sum)
+            out = loop_header(self.ctx, "pr", parts, False, "    ", launched=True)
+            out.append(f"        part = pr * {o_size}")
+            r_loops = [(rv, f"pr * {rows} // {parts}, (pr + 1) * {rows} // {parts}")] + r_loops
         for j, (n, acc, _, monoid) in enumerate(st.reductions):
             out.append(f"        {acc} = {_accumulator_name(k, j)}")
             out.append("        " + self.ctx.for_range("z", o_size))
