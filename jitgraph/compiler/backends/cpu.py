@@ -167,13 +167,14 @@ class LoopDecision:
 
 
 def split_parts(k: LoopKernel) -> tuple[int, bool]:
-    """(parts, chunked) of a split column-order kernel: a part a row of its first reduced dim
+    """(parts, chunked) of a split column-order kernel. A part a row of its first reduced dim
     where the partial sums (a row of outputs a part) stay at most
-    1/``SPLIT_COLUMN_MAX_PARTIAL`` of the elements read (a batch's rows); else, where that
-    ``SPLIT_COLUMN_MAX_PARTS`` parts of the rows, part ``p`` rows ``p * R // parts`` up to
-    ``(p + 1) * R // parts`` (bounds linear in the row count ``R``, which a dynamic
-    program's fitted sizes need). Only the layout: a decision kept at other sizes keeps it
-    (``_splits_rows`` decides). (0, False): no reduced dim."""
+    1/``SPLIT_COLUMN_MAX_PARTIAL`` of the elements read (a batch's rows); otherwise
+    ``SPLIT_COLUMN_MAX_PARTS`` parts of those rows, part ``p`` taking rows ``p * R // parts``
+    up to ``(p + 1) * R // parts`` (bounds linear in the row count ``R``, which a dynamic
+    program's fitted sizes need). This is the layout only: ``_splits_rows`` decides whether
+    to split, and a decision kept at other sizes keeps its layout. (0, False): no reduced
+    dim."""
     r_dims = [d for d in k.inner_shape if d != 1]
     if not r_dims:
         return 0, False
