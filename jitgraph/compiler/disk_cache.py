@@ -138,8 +138,9 @@ def unsafe_reason(st: os.stat_result, what: str) -> str | None:
 
 def numba_target_setting(name: str) -> Any:
     """``numba.core.config.<name>`` for CPU_NAME / CPU_FEATURES (the CPU Numba compiles for;
-    None: this machine's), read from the environment as Numba reads it where Numba is not
-    imported, so computing a key or a target machine needs no Numba import."""
+    None: this machine's) and ENABLE_AVX, read from the environment as Numba reads it where
+    Numba is not imported (ENABLE_AVX then as its text, None where unset: its default depends
+    on the CPU), so computing a key or a target machine needs no Numba import."""
     config = sys.modules.get("numba.core.config")
     if config is not None and hasattr(config, name):   # not while another thread imports it
         return getattr(config, name)

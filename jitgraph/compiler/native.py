@@ -452,15 +452,10 @@ def target_cpu() -> tuple[str, str]:
     name = numba_target_setting("CPU_NAME")
     features = numba_target_setting("CPU_FEATURES")
     if features is None:        # this machine's, less AVX where Numba turns it off
-        config = sys.modules.get("numba.core.config")
-        if config is not None and hasattr(config, "ENABLE_AVX"):
-            avx = config.ENABLE_AVX
-        else:
+        try:
+            avx = bool(int(numba_target_setting("ENABLE_AVX")))
+        except (TypeError, ValueError):     # unset: Numba's default for the CPU
             avx = (name or llvm.get_host_cpu_name()) not in _NO_AVX_BY_DEFAULT
-            try:
-                avx = bool(int(os.environ["NUMBA_ENABLE_AVX"]))
-            except (KeyError, ValueError):
-                pass
         host = llvm.get_host_cpu_features()
         for feature in host if not avx else ():
             if feature.startswith("avx"):

@@ -192,7 +192,8 @@ def column_block(o_size: int) -> int | None:
     of float32); None where that leaves one block."""
     if o_size >= 2 * COLUMN_BLOCK:
         return COLUMN_BLOCK
-    size = -(-(-(-o_size // 2)) // 16) * 16
+    half = -(-o_size // 2)
+    size = -(-half // 16) * 16
     return size if size < o_size else None
 
 
@@ -320,9 +321,7 @@ class CpuCodegen:
         if d.split:
             return "\n".join(lines + self._split_column_body(k)), params
         if d.column:
-            o_size = int(np.prod(o_shape, dtype=np.int64))
-            block = (launched, column_block(o_size)) if blocked else None
-            return "\n".join(lines + self._column_body(k, block)), params
+            return "\n".join(lines + self._column_body(k, blocked, launched)), params
         ind = 1
         o_loop_vars = [(v, d) for v, d in zip(body.o_vars, o_shape) if d != 1]
         for i, (v, d) in enumerate(o_loop_vars):
@@ -449,11 +448,12 @@ class CpuCodegen:
             ind += 1
         return out, "    " * ind
 
-    def _column_body(self, k: LoopKernel, block: tuple | None = None) -> list[str]:
+    def _column_body(self, k: LoopKernel, blocked: bool = False,
+                     launched: bool = False) -> list[str]:
         """A column-order kernel: the reduced dims' loops outside, the kept dims' inside, one
-        accumulator per output. ``block``: ``(launched, size)``, the kernel runs the outputs
-        of its one kept dim in blocks of ``size``, a block per thread (``prange``, or the
-        launcher's ``lo:hi``): each reads a contiguous run of every row."""
+        accumulator per output. ``blocked``: the kernel runs the outputs of its one kept dim
+        in blocks of ``column_block`` outputs, a block per thread (the launcher's ``lo:hi``
+        where ``launched``, else ``prange``): each reads a contiguous run of every row."""
         plan, body = self.plan, k.body
         o_shape, r_shape = k.outer_shape, k.inner_shape
         o_size = int(np.prod(o_shape, dtype=np.int64))
@@ -462,8 +462,8 @@ class CpuCodegen:
         olin = self.ctx.offset(body.o_vars, o_shape)
         loop_st = body.stages[0]
         out, ind, z_range = [], 1, (o_size,)
-        if block is not None:
-            launched, size = block
+        if blocked:
+            size = column_block(o_size)
             blocks = (o_size + size - 1) // size
             out += loop_header(self.ctx, "ob", blocks, not launched, "    ", launched=launched)
             # (a no-op that bounds the block for LLVM: with ``ob`` from a ``prange`` chunk
