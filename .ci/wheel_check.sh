@@ -18,14 +18,16 @@ start=$SECONDS
 # two processes compile at once), every primitive's gradient, eager mode, error messages and
 # tracebacks (which trim frames by the package's path), save/load, optimizers and train_step,
 # the Numba internals jitgraph reads present in this Numba, native bundles, loop kernels
-# compiled by LLVM alone (their typing checked against this Numba's), and the products built in
-# LLVM IR (bit for bit against this Numba's functions, on its threading layer)
+# compiled by LLVM alone (their typing checked against this Numba's), the products built in
+# LLVM IR (bit for bit against this Numba's functions, on its threading layer), and the attention
+# kernels' shipped IR (in the wheel, made from its sources; used where this Numba made it)
 sample=(tests/test_jit_cache.py::test_second_process_loads_everything_from_disk
         tests/test_jit_cache.py::test_concurrent_first_compiles_from_two_processes
         tests/test_grads.py tests/test_eager.py tests/test_errors.py tests/test_serialization.py
         tests/test_optim.py tests/test_tracebacks.py
         tests/test_numba_patches.py::test_the_listed_names_exist_in_the_installed_numba
-        tests/test_native_bundle.py tests/test_loop_ir.py tests/test_gemm_launchers.py)
+        tests/test_native_bundle.py tests/test_loop_ir.py tests/test_gemm_launchers.py
+        tests/test_prebuilt.py)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/jitgraph-wheel-check.XXXXXX")"
 site=""
@@ -69,6 +71,9 @@ for top, installed in (("jitgraph", "jitgraph"), ("kernels", "jitgraph/kernels")
         rel = os.path.relpath(d, os.path.join(src, top)).replace(os.sep, "/")
         base = installed if rel == "." else f"{installed}/{rel}"
         expected |= {f"{base}/{f}" for f in files if f.endswith(".py")}
+        if rel == "prebuilt":   # the attention kernels' IR (pyproject's package-data)
+            expected |= {f"{base}/{f}" for f in files
+                         if f == "manifest.json" or f.endswith(".ll.xz")}
 shipped = {n for n in names if not n.split("/")[0].endswith(".dist-info")}
 missing, extra = sorted(expected - shipped), sorted(shipped - expected)
 bad = [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".nbi", ".nbc"))]

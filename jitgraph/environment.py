@@ -166,7 +166,18 @@ def settings_info() -> dict[str, Any]:
         out["numba_threading_layer"] = config.THREADING_LAYER
     except Exception as e:  # pragma: no cover - numba is a dependency
         out["numba"] = f"{type(e).__name__}: {e}"
+    out["prebuilt_kernels"] = _guarded(prebuilt_info)
     return out
+
+
+def prebuilt_info() -> str:
+    """Whether the kernels shipped as LLVM IR compile from it here, or why Numba compiles them
+    (``jitgraph/compiler/prebuilt.py``: a first call with attention waits seconds longer)."""
+    from .compiler import prebuilt
+    data, why = prebuilt.manifest()
+    if data is None:
+        return f"not used ({why}): Numba compiles the attention kernels"
+    return f"used: {len(data['kernels'])} attention kernels, made with numba {data['numba']}"
 
 
 def environment_info() -> dict[str, Any]:

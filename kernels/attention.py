@@ -447,6 +447,21 @@ def row_kernels(dtype, backward: bool, batches: int, tk: int,
             (_masked("query_rows", kind), head + (a,) * 5 + ("size",))]
 
 
+def prebuilt_jobs() -> list[tuple[str, tuple]]:
+    """Every row kernel at every dtype, mask kind and sweep (``row_kernels``' jobs): those
+    ``jitgraph/compiler/prebuilt.py`` ships as LLVM IR, so a first call does not wait for
+    Numba to compile them."""
+    jobs: list = []
+    for dtype in (np.float32, np.float64):
+        for kind in (0, 1):
+            # the forward sweep; one sweep a batch (one key block); key and query sweeps
+            for backward, batches, tk in ((False, 1, 1), (True, 1, 1), (True, 1, 2 * BLOCK)):
+                for job in row_kernels(dtype, backward, batches, tk, kind):
+                    if job not in jobs:
+                        jobs.append(job)
+    return jobs
+
+
 def _written(*outs) -> None:
     """The kernels write through flat views: an output that is not C-contiguous would be a
     copy, written and lost."""

@@ -30,6 +30,10 @@ def run_rows(kernel, n: int, *args) -> None:
         return
     if _ROW_POOL and _ROW_POOL[0](kernel, n, args):
         return
+    # an empty range first: Numba compiles the kernel in this thread, not in the threads
+    # below (which would wait for Numba's compiler lock where this thread holds it, as a
+    # program's first call does, while this thread waits for them)
+    kernel(n, n, *args, n)
     run_split(lambda s, st: kernel(n * s // st, n * (s + 1) // st, *args, n)
               if s < n else None, n)
 

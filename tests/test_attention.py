@@ -232,8 +232,9 @@ def test_kernels_run_on_numbas_threads_and_their_compile_jobs_match(one_sweep, m
     the cores with Numba's spinning ones), in both gradient paths, with the causal cut alone
     and with a mask (the ``_masked`` kernels); the compile jobs the compiler hands its
     workers name exactly the signatures the host steps then run (else the workers' cache
-    entries would serve nothing)."""
-    from jitgraph.compiler import compile_pool, threaded
+    entries would serve nothing): each kernel ran from its shipped IR or was compiled by
+    Numba for that signature."""
+    from jitgraph.compiler import compile_pool, prebuilt, threaded
     from jitgraph.kernels import attention as kernels
     from jitgraph.kernels import threads
     if not threaded.available():
@@ -250,8 +251,9 @@ def test_kernels_run_on_numbas_threads_and_their_compile_jobs_match(one_sweep, m
     names = [f"{s}_rows_masked" if masked else f"{s}_rows" for s in sweeps]
     assert [name for name, _ in jobs] == (names if one_sweep else
                                           names[:1] + ["dots_rows"] + names[1:])
-    for name, types in jobs:
-        assert compile_pool.numba_signature(types) in getattr(kernels, name).signatures, name
+    for name, types in jobs:      # run from their shipped IR (compiler/prebuilt.py), or Numba's
+        assert prebuilt.served(kernels.__name__, name, types) or \
+            compile_pool.numba_signature(types) in getattr(kernels, name).signatures, name
 
 
 def test_host_steps_hand_their_kernels_to_the_compile_workers():

@@ -112,6 +112,19 @@ def test_settings(monkeypatch):
     assert s["variables"]["OMP_NUM_THREADS"] == "3"
     assert "UNRELATED_VARIABLE" not in s["variables"]
     assert s["numba_num_threads"] == numba.config.NUMBA_NUM_THREADS
+    assert s["prebuilt_kernels"].startswith(("used: 18 attention kernels", "not used ("))
+
+
+def test_prebuilt_kernels_say_why_numba_compiles_them(monkeypatch):
+    from jitgraph.compiler import prebuilt
+    monkeypatch.setenv(prebuilt.ENV, "0")
+    prebuilt.manifest.cache_clear()
+    try:
+        assert environment.prebuilt_info() == \
+            "not used (JITGRAPH_PREBUILT=0): Numba compiles the attention kernels"
+    finally:
+        monkeypatch.delenv(prebuilt.ENV)
+        prebuilt.manifest.cache_clear()
 
 
 def test_printed_report(info, monkeypatch):

@@ -31,7 +31,10 @@ pytestmark = pytest.mark.skipif(not (ROOT / "jitgraph" / "__init__.py").is_file(
 
 # source folder -> the package it is installed as
 TOPS = {"jitgraph": "jitgraph", "kernels": "jitgraph.kernels"}
+TOP_OF = {name: top for top, name in TOPS.items()}
 CACHE_SUFFIXES = (".pyc", ".nbi", ".nbc")
+#: the data files installed beside the modules (the kernels shipped as LLVM IR), by package
+PACKAGE_DATA = {"jitgraph.kernels": ["prebuilt/manifest.json", "prebuilt/*.ll.xz"]}
 
 CONFIGURED = textwrap.dedent("""
     import json, os, sys, tempfile
@@ -67,12 +70,18 @@ def _package_folders(root: pathlib.Path) -> dict[str, pathlib.Path]:
 
 
 def _expected_modules(root: pathlib.Path) -> set[str]:
-    """The installed paths (``jitgraph/...``) of every module under jitgraph/ and kernels/."""
+    """The installed paths (``jitgraph/...``) of every module under jitgraph/ and kernels/,
+    and of the data files ``PACKAGE_DATA`` names."""
     out = set()
     for top, name in TOPS.items():
         for rel, files in _walk(root, top):
             base = pathlib.PurePosixPath(*name.split("."), *rel.parts[1:])
             out |= {str(base / f) for f in files if f.endswith(".py")}
+    for package, patterns in PACKAGE_DATA.items():
+        folder = root / TOP_OF[package]
+        for pattern in patterns:
+            out |= {str(pathlib.PurePosixPath(*package.split("."), f.relative_to(folder)))
+                    for f in folder.glob(pattern)}
     return out
 
 
@@ -103,8 +112,8 @@ def test_setuptools_is_configured_with_every_package_folder():
         else:
             resolved = pathlib.Path(package_dir.get("", ""), *parts)
         assert resolved == folder, f"{name} would be built from {resolved}, not {folder}"
-    # only modules are installed: no data files from a manifest (nothing reads one at run time)
-    assert cfg["include_package_data"] is False and not cfg["package_data"]
+    # modules are installed, and the data files named one pattern each: none from a manifest
+    assert cfg["include_package_data"] is False and cfg["package_data"] == PACKAGE_DATA
 
 
 def test_every_folder_of_modules_is_a_package():

@@ -9,6 +9,8 @@ launcher given wrong arguments raises ``TypeError`` instead of reading the wrong
 """
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
 import pytest
@@ -175,6 +177,43 @@ def test_row_kernels_the_launcher_cannot_take_run_on_python_threads():
     assert not threaded.row_pool(rows2d, 10, (x, out))
     threads.run_rows(rows2d, 10, x, out)
     np.testing.assert_array_equal(out, x.sum(1))
+
+
+NEW_KERNEL_UNDER_THE_LOCK = """
+import numba, numpy as np
+from numba.core.compiler_lock import global_compiler_lock
+import jitgraph
+from jitgraph.kernels import threads
+
+@numba.njit(nogil=True)
+def fresh_rows(lo, hi, x, out, n):
+    for i in range(lo, hi):
+        out[i] = 2.0 * x[i]
+
+x, out = np.arange(64.0), np.zeros(64)
+threads._ROW_POOL[:] = []               # the pool declines, as in a serial child
+with global_compiler_lock:              # as a program's first call holds it
+    threads.run_rows(fresh_rows, 64, x, out)
+assert (out == 2.0 * x).all()
+print("ok")
+"""
+
+
+def test_python_threads_run_a_new_kernel_while_the_caller_holds_numbas_lock():
+    """A program's first call holds Numba's compiler lock while it runs. Where its row
+    kernels take the Python threads (a child forked after OpenMP ran: no pool), a kernel
+    Numba has not compiled yet is compiled by the calling thread first; the threads, which
+    would wait for that lock while the caller waited for them, only run it. (In a new
+    process: a hang must not take the lock from the rest of the suite.)"""
+    import subprocess
+    import sys
+    try:
+        p = subprocess.run([sys.executable, "-c", NEW_KERNEL_UNDER_THE_LOCK],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "NUMBA_NUM_THREADS": "2"})
+    except subprocess.TimeoutExpired:
+        pytest.fail("run_rows hung: its threads waited for the compiler lock the caller held")
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
 
 
 def test_a_row_kernel_numba_cannot_compile_falls_back_once():

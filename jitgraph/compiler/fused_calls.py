@@ -7,7 +7,8 @@ control flow's are, the compile jobs of the kernels those steps run (``"host_ker
 ``"cuda"`` lowerings (``fits``/``lines``) into ``host.DEVICE_CALLS``. A fused op's module
 declares them; nothing here names one. The hand-written kernels' parallel loops
 (``kernels.threads.run_rows``) run on Numba's threads, through ``threaded.row_pool``'s
-launchers: one pool for generated and hand-written kernels."""
+launchers: one pool for generated and hand-written kernels; the kernels shipped as LLVM IR
+(``prebuilt``) are compiled from it, the others by Numba."""
 from __future__ import annotations
 
 import functools
@@ -15,7 +16,8 @@ import functools
 from ..rewrite import FusedOp, on_fused_op
 from ..kernels import threads as kernel_threads  # type: ignore[attr-defined]
 from .host import DEVICE_CALLS, HOST_KERNEL_JOBS, HOST_LOWERINGS, one_blas_thread
-from .threaded import row_pool
+from .prebuilt import object_code
+from .threaded import ROW_OBJECTS, row_pool
 
 
 def install(fused: FusedOp) -> None:
@@ -27,4 +29,5 @@ def install(fused: FusedOp) -> None:
 
 
 kernel_threads.set_row_pool(row_pool)
+ROW_OBJECTS.append(object_code)     # their shipped IR first (``prebuilt``), then Numba
 on_fused_op(install)

@@ -28,7 +28,7 @@ import math
 import struct
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -1095,18 +1095,19 @@ def translate(source: str, name: str, dtypes: tuple, symbol: str) -> Module:
 
 # ----------------------------------------------------------------------------- machine code
 
-def compile_object(text: str) -> bytes:
+def compile_object(text: str, inspect: Callable[[Any], None] | None = None) -> bytes:
     """Optimise a module's IR text (LLVM's ``-O2`` pipeline with the loop and SLP vectorizers,
     for this machine; Numba runs ``-O3``, which compiled the GPT tiny step's kernels about 10 %
     slower here and ran them no faster, nor the CNN step's) and return its object code, code
-    generation at ``-O3``. LLVM unrolls only the loops marked for it (``UNROLL_TRIPS``)."""
+    generation at ``-O3``. LLVM unrolls only the loops marked for it (``UNROLL_TRIPS``).
+    ``inspect(module)`` sees the optimised module first (and may raise to refuse it)."""
     import llvmlite.binding as llvm
     from numba.core.compiler_lock import global_compiler_lock
     with global_compiler_lock:          # LLVM's context is not thread-safe
-        return _compile(llvm, text)
+        return _compile(llvm, text, inspect)
 
 
-def _compile(llvm, text: str) -> bytes:
+def _compile(llvm, text: str, inspect: Callable[[Any], None] | None = None) -> bytes:
     mod = llvm.parse_assembly(text)
     mod.triple = llvm.get_process_triple()
     mod.verify()
@@ -1119,6 +1120,8 @@ def _compile(llvm, text: str) -> bytes:
             setattr(pto, option, value)
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+    if inspect is not None:
+        inspect(mod)
     return tm.emit_object(mod)
 
 

@@ -626,6 +626,10 @@ def entry_of(dispatcher, signature) -> tuple[str, int] | None:
 
 # ------------------------------------------------------------------ hand-written row kernels
 _ROW_LAUNCHERS: dict = {}
+#: where a hand-written row kernel's machine code may come from before Numba is asked:
+#: ``(module, name, argument types) -> (entry symbol, object code) or None``
+#: (``prebuilt.object_code``, put here by ``fused_calls``: this layer imports no higher one)
+ROW_OBJECTS: list[Callable] = []
 
 
 def _arg_type(x) -> str | None:
@@ -670,12 +674,21 @@ def _row_launcher(kernel, types: tuple) -> Callable | None:
     from numba import types as nt
     from numba.np.numpy_support import from_dtype
     numba_patches.start_threads()
+    name = re.sub(r"\W", "_", getattr(kernel, "__name__", "rows"))
+    py_func = getattr(kernel, "py_func", None)
+    for source in ROW_OBJECTS if py_func is not None else ():
+        shipped = source(py_func.__module__, py_func.__name__, (SIZE, SIZE) + types)
+        if shipped is not None:
+            launch = Launch(name, shipped[0], types, 0, direct=True, rows_scale=1,
+                            rows_arg=len(types) - 1)
+            built = build([launch], {}, (shipped[1],))
+            if built is not None:
+                return built[launch.callable_name]
     entry = entry_of(kernel, tuple(nt.int64 if t == SIZE else
                                    nt.Array(from_dtype(np.dtype(t)), 1, "C")
                                    for t in (SIZE, SIZE) + types))
     if entry is None:
         return None
-    name = re.sub(r"\W", "_", getattr(kernel, "__name__", "rows"))
     launch = Launch(name, entry[0], types, 0, rows_scale=1, rows_arg=len(types) - 1)
     built = build([launch], {entry[0]: entry[1]})
     return None if built is None else built[launch.callable_name]

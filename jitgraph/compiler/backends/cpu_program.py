@@ -20,7 +20,7 @@ from ...compile_phases import phase
 from ...core import Graph
 from ...dtypes import as_stored, is_narrow, storage
 from .. import (compile_pool, gemm_launchers, loop_ir, loop_objects, native, numba_patches,
-               threaded)
+               prebuilt, threaded)
 from ..disk_cache import MODULE_PREFIX, DiskCache, numba_compile_count
 from ..fusion import HostStep
 from ..host import HOST_KERNEL_JOBS, host_impl, one_blas_thread
@@ -593,11 +593,16 @@ def _precompile(new: list) -> None:
             except Exception:
                 return                      # ``finish`` tries once more, and counts it
         module, name, arg_types = job
+        with phase("llvm"):
+            if prebuilt.compile_job(module.__name__, name, tuple(arg_types)):
+                return                      # (its IR is shipped: LLVM's job alone)
         with compile_settings("cpu"):
             getattr(module, name).compile(compile_pool.numba_signature(arg_types))
+    def llvm_alone(job) -> bool:
+        return isinstance(job, loop_objects.DirectKernel) or \
+            prebuilt.ships(job[0].__name__, job[1], tuple(job[2]))
     with phase("numba"):
-        compile_pool.precompile(new, compile_one, numba=not all(
-            isinstance(job, loop_objects.DirectKernel) for job in new))
+        compile_pool.precompile(new, compile_one, numba=not all(map(llvm_alone, new)))
 
 
 def _overlaps(xs: tuple, donated: tuple) -> list:

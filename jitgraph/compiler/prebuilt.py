@@ -1,0 +1,326 @@
+"""Hand-written kernels shipped as LLVM IR, so that their first compile is LLVM's alone.
+
+Why: a fused attention's row kernels (``kernels/attention.py``) took Numba 2.1-2.6 s each to
+compile, most of it Numba's typing, inlining and lowering: the longest jobs of a transformer
+step's first call. The IR Numba lowers them to, before any optimisation (``NUMBA_OPT=0``,
+every callee linked in), names no address of the process that made it and nothing of its CPU.
+So it is made once, by ``python -m jitgraph.compiler.prebuilt`` (a developer's command, run
+when those kernels change), and shipped in ``kernels/prebuilt/``: one xz-compressed module per
+kernel and argument types, and ``manifest.json`` with the Numba, llvmlite and target triple it
+was made with and the SHA-256 of every ``kernels/`` source file it came from. At run time
+LLVM optimises a module for this CPU (``loop_ir.compile_object``, as for the generated loop
+kernels: 0.4-0.5 s instead of 2-2.6 s) and its object code is cached under the helpers'
+cache directory, bound to its bytes by a checksum; the row kernels' launchers
+(``threaded.row_pool``) run it through the kernel's native entry point, as they run Numba's.
+The machine code computes what Numba's does, bit for bit (tests/test_prebuilt.py).
+
+A kernel is served from here only where everything it was made from matches this process:
+the same Numba and llvmlite versions, the same triple, the same source of every kernel file,
+Numba's bounds checking and debug info off, and ``JITGRAPH_PREBUILT`` not ``0``. Otherwise,
+and wherever LLVM turns the module down or a symbol it needs cannot be found, Numba compiles
+the kernel as before. Numba lowers a global function object it never calls (a ``mask`` step
+passed to an inlined sweep) to a load from a "dynamic global" holding the object's address:
+those are set to null when the IR is written, and a module where one survives optimisation
+is refused (when written, and again when compiled).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import lzma
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from typing import Any
+
+from . import loop_ir, native
+from .disk_cache import atomic_write, unsafe_reason
+
+ENV = "JITGRAPH_PREBUILT"
+MAGIC = b"JITGRAPH-PREBUILT-OBJECT-1\n"
+FOLDER = "prebuilt"                 # beside the kernels' modules (kernels/prebuilt/)
+MANIFEST = "manifest.json"
+#: the kernels modules whose ``prebuilt_jobs()`` list the kernels shipped as IR
+MODULES = ("attention",)
+_DYNAMIC = re.compile(r"@numba\.dynamic\.globals\.([0-9a-f]+)((?:\.\d+)?)"
+                      r"( = linkonce global ptr) inttoptr \(i64 \d+ to ptr\)")
+_LOCK = threading.Lock()
+_OBJECTS: dict[str, tuple[str, bytes] | None] = {}     # by job key: this process's
+
+
+def job_key(module: str, name: str, arg_types: tuple) -> str:
+    """A kernel's name in the manifest: ``attention.forward_rows(size,size,float32,...)``."""
+    return f"{module.rsplit('.', 1)[-1]}.{name}({','.join(arg_types)})"
+
+
+def data_folder() -> str:
+    """``kernels/prebuilt`` (``jitgraph/kernels/prebuilt`` where installed)."""
+    from ..kernels import blas  # type: ignore[attr-defined]  (any module of the folder)
+    return os.path.join(os.path.dirname(os.path.abspath(blas.__file__)), FOLDER)
+
+
+def source_digest(filename: str) -> str | None:
+    """SHA-256 of a ``kernels/`` source file (None: missing)."""
+    try:
+        with open(os.path.join(os.path.dirname(data_folder()), filename), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _versions() -> dict[str, str]:
+    import llvmlite
+    import llvmlite.binding as llvm
+    import numba
+    return {"numba": numba.__version__, "llvmlite": llvmlite.__version__,
+            "triple": llvm.get_process_triple()}
+
+
+@functools.lru_cache(maxsize=1)
+def manifest() -> tuple[dict | None, str]:
+    """The shipped manifest where this process may use it, and why not otherwise."""
+    if os.environ.get(ENV, "1") == "0":
+        return None, f"{ENV}=0"
+    try:
+        with open(os.path.join(data_folder(), MANIFEST), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        return None, f"no readable manifest: {exc}"
+    for what, have in _versions().items():
+        if data.get(what) != have:
+            return None, f"made with {what} {data.get(what)}, this process has {what} {have}"
+    from numba.core import config
+    if config.BOUNDSCHECK or config.DEBUGINFO_DEFAULT or config.DISABLE_JIT:
+        return None, "Numba's bounds checking, debug info or DISABLE_JIT is on"
+    for filename, digest in data.get("sources", {}).items():
+        if source_digest(filename) != digest:
+            return None, f"kernels/{filename} changed since the IR was made"
+    return data, ""
+
+
+def ships(module: str, name: str, arg_types: tuple) -> bool:
+    """Whether kernel ``name`` of ``module`` for ``arg_types`` is shipped as IR usable here
+    (compiling it needs LLVM alone, no Numba)."""
+    data, _ = manifest()
+    return data is not None and job_key(module, name, arg_types) in data["kernels"]
+
+
+def object_code(module: str, name: str, arg_types: tuple) -> tuple[str, bytes] | None:
+    """The entry point's symbol and the object code of kernel ``name`` of ``module`` (a
+    ``jitgraph.kernels`` module) for ``arg_types`` (as compile jobs name them), from this
+    process, the helpers' cache or its shipped IR; None where it is not shipped or cannot be
+    used here (then Numba compiles it)."""
+    key = job_key(module, name, arg_types)
+    if key in _OBJECTS:
+        return _OBJECTS[key]
+    data, _ = manifest()
+    entry = data["kernels"].get(key) if data else None
+    if entry is None:
+        return None
+    with _LOCK:
+        if key not in _OBJECTS:
+            _OBJECTS[key] = _load(entry)
+    return _OBJECTS[key]
+
+
+def served(module: str, name: str, arg_types: tuple) -> bool:
+    """Whether this process has run (or readied) that kernel from its shipped IR."""
+    return _OBJECTS.get(job_key(module, name, arg_types)) is not None
+
+
+def compile_job(module: str, name: str, arg_types: tuple) -> bool:
+    """A compile worker's job: the kernel's object code into the helpers' cache (True), or
+    False where it is not shipped (Numba's job then)."""
+    return object_code(module, name, arg_types) is not None
+
+
+def _cache_path(entry: dict) -> str:
+    from .helper_cache import helpers_directory
+    cpu, features = native.target_cpu()
+    target = hashlib.sha256(f"{cpu}|{features}|{_versions()}".encode()).hexdigest()[:16]
+    folder = os.path.join(helpers_directory(), FOLDER)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return os.path.join(folder, f"{entry['sha256'][:24]}.{target}.o")
+
+
+def _read(path: str) -> bytes | None:
+    """Object code cached at ``path`` (None: missing, not ours, or damaged)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if unsafe_reason(os.fstat(f.fileno()), path):
+            return None
+        data = f.read()
+    if not data.startswith(MAGIC):
+        return None
+    digest, _, obj = data[len(MAGIC):].partition(b"\n")
+    return obj if hashlib.sha256(obj).hexdigest().encode() == digest else None
+
+
+def _load(entry: dict) -> tuple[str, bytes] | None:
+    """``object_code`` for a manifest entry: cached, else compiled here and cached."""
+    try:
+        path = _cache_path(entry)
+    except OSError:
+        path = None
+    obj = _read(path) if path else None
+    if obj is None:
+        try:
+            with lzma.open(os.path.join(data_folder(), entry["file"])) as f:
+                text = f.read()
+            if hashlib.sha256(text).hexdigest() != entry["sha256"]:
+                return None
+            obj = loop_ir.compile_object(text.decode(), inspect=_no_dynamic_globals)
+        except Exception:               # (a damaged file, IR this LLVM rejects)
+            return None
+        if path:
+            try:
+                atomic_write(path, MAGIC + hashlib.sha256(obj).hexdigest().encode() + b"\n" + obj)
+            except OSError:
+                pass                    # a read-only cache: compiled again next process
+    return (entry["symbol"], obj) if _resolvable(obj) else None
+
+
+def _resolvable(obj: bytes) -> bool:
+    """Whether every symbol the object needs is known to LLVM here (an unknown one would
+    abort the process when the launcher is built)."""
+    import llvmlite.binding as llvm
+    from ..kernels import blas  # type: ignore[attr-defined]
+    native.register_runtime()
+    blas.register()
+    names = native.undefined_symbols(obj)
+    return names is not None and all(llvm.address_of_symbol(n) for n in names)
+
+
+def _no_dynamic_globals(mod: Any) -> None:
+    """Refuse a module whose optimised code still reads an address of the process that made
+    its IR (set to null when it was written)."""
+    left = [g.name for g in mod.global_variables if g.name.startswith("numba.dynamic.globals")]
+    if left:
+        raise ValueError(f"the optimised module still reads dynamic globals {left}")
+
+
+# ------------------------------------------------------------------------ writing the IR
+
+def _portable(text: str) -> str:
+    """Numba's IR with its dynamic globals named by order and set to null."""
+    names: dict[str, int] = {}
+
+    def null(m: re.Match) -> str:
+        n = names.setdefault(m[1], len(names))
+        return f"@numba.dynamic.globals.{n}{m[2]}{m[3]} null"
+    text = _DYNAMIC.sub(null, text)
+    for addr, n in names.items():       # the uses
+        text = re.sub(rf"@numba\.dynamic\.globals\.{addr}\b", f"@numba.dynamic.globals.{n}", text)
+    if re.search(r"inttoptr \(i64 [1-9]\d{5,}", text):
+        raise ValueError("the IR holds an address of this process")
+    return text
+
+
+def _simplified(text: str) -> str:
+    """The IR after LLVM's ``-O1`` simplifications for a generic x86-64, without
+    vectorizing or unrolling (those are done for the CPU it runs on): a sixth of the text,
+    and a quarter less for LLVM to do at run time."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    mod = llvm.parse_assembly(text)
+    machine = llvm.Target.from_triple(mod.triple).create_target_machine(cpu="x86-64", opt=1)
+    options = llvm.create_pipeline_tuning_options(speed_level=1)
+    for option in ("loop_vectorization", "slp_vectorization", "loop_unrolling"):
+        setattr(options, option, False)
+    builder = llvm.create_pass_builder(machine, options)
+    builder.getModulePassManager().run(mod, builder)
+    return str(mod)
+
+
+def _sources(modules: set[str]) -> dict[str, str]:
+    """The ``kernels/`` files of ``modules`` and of the kernels modules they import, with
+    their SHA-256: what the IR was made from."""
+    folder = os.path.dirname(data_folder())
+    todo, seen = [m.rsplit(".", 1)[-1] for m in modules], set()
+    while todo:
+        stem = todo.pop()
+        if stem in seen or not os.path.exists(os.path.join(folder, stem + ".py")):
+            continue
+        seen.add(stem)
+        with open(os.path.join(folder, stem + ".py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo += [node.module] if node.module else [a.name for a in node.names]
+    return {f"{s}.py": source_digest(f"{s}.py") for s in sorted(seen)}
+
+
+def _write_here(folder: str) -> None:
+    """Lower every shipped kernel with Numba (this process runs with ``NUMBA_OPT=0`` and
+    empty caches) and write its IR and the manifest into ``folder``."""
+    import importlib
+
+    from numba.core import event
+
+    from .compile_pool import numba_signature
+    from .numba_patches import entry_point
+    compiled: set[str] = set()
+
+    class Modules(event.Listener):
+        def on_start(self, ev):
+            compiled.add(ev.data["dispatcher"].py_func.__module__)
+
+        def on_end(self, ev):
+            pass
+    kernels: dict = {}
+    # (Numba warns that such IR cannot go to its own cache: it never does here)
+    warnings.filterwarnings("ignore", "Cannot cache compiled function")
+    with event.install_listener("numba:compile", Modules()):
+        for stem in MODULES:
+            module = importlib.import_module(f"jitgraph.kernels.{stem}")
+            for name, arg_types in module.prebuilt_jobs():
+                disp = getattr(module, name)
+                signature = numba_signature(arg_types)
+                disp.compile(signature)
+                cres = disp.overloads[signature]
+                text = _simplified(_portable(cres.library.get_llvm_str())).encode()
+                digest = hashlib.sha256(text).hexdigest()
+                loop_ir.compile_object(text.decode(), inspect=_no_dynamic_globals)
+                filename = f"{stem}.{name}.{digest[:16]}.ll.xz"
+                with lzma.open(os.path.join(folder, filename), "wb", preset=9) as f:
+                    f.write(text)
+                kernels[job_key(module.__name__, name, tuple(arg_types))] = {
+                    "file": filename, "symbol": entry_point(cres)[1], "sha256": digest}
+    data = {**_versions(), "sources": _sources({m for m in compiled
+                                                if m.startswith("jitgraph.kernels.")}),
+            "kernels": kernels}
+    with open(os.path.join(folder, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def write(folder: str | None = None) -> str:
+    """Make ``kernels/prebuilt/`` again (its old files removed) in a new process that lowers
+    without optimising and with empty caches; returns the folder."""
+    folder = folder or data_folder()
+    os.makedirs(folder, exist_ok=True)
+    for fn in os.listdir(folder):
+        if fn == MANIFEST or fn.endswith(".ll.xz"):
+            os.unlink(os.path.join(folder, fn))
+    with tempfile.TemporaryDirectory(prefix="jitgraph-prebuilt-") as tmp:
+        env = dict(os.environ, NUMBA_OPT="0", JITGRAPH_CACHE_DIR=os.path.join(tmp, "jit"),
+                   JITGRAPH_HELPER_CACHE_DIR=os.path.join(tmp, "helpers"),
+                   NUMBA_CACHE_DIR=os.path.join(tmp, "numba"))
+        code = f"from jitgraph.compiler.prebuilt import _write_here; _write_here({folder!r})"
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    return folder
+
+
+if __name__ == "__main__":
+    print(f"wrote {write(sys.argv[1] if len(sys.argv) > 1 else None)}")

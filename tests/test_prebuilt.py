@@ -1,0 +1,223 @@
+"""The attention kernels shipped as LLVM IR (``jitgraph/compiler/prebuilt.py``): made from the
+kernels as they are, used where everything they were made from matches, the same bits as
+Numba's compile of the same source, and Numba's compile wherever they do not apply."""
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from jitgraph.compiler import loop_ir, prebuilt, threaded
+from jitgraph.kernels import attention as kernels  # type: ignore[attr-defined]
+
+DATA = prebuilt.data_folder()
+REGENERATE = "run `python -m jitgraph.compiler.prebuilt` and commit kernels/prebuilt/"
+
+
+def _shipped() -> dict:
+    with open(os.path.join(DATA, prebuilt.MANIFEST), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _usable() -> tuple[bool, str]:
+    data, why = prebuilt.manifest()
+    return data is not None, why
+
+
+needs_usable_ir = pytest.mark.skipif(not _usable()[0] or not threaded.available(),
+                                     reason=f"the shipped IR does not apply here: {_usable()[1]}")
+
+
+@pytest.fixture
+def fresh_manifest():
+    """``prebuilt.manifest`` read again (after the test changed what it checks) and again
+    after it (so later tests see this process's true state)."""
+    prebuilt.manifest.cache_clear()
+    yield
+    prebuilt.manifest.cache_clear()
+
+
+def test_the_shipped_ir_is_made_from_the_kernels_as_they_are():
+    """Every kernels/ file the IR came from is unchanged, the kernels shipped are exactly the
+    attention module's ``prebuilt_jobs``, and each file holds the IR its digest names."""
+    shipped = _shipped()
+    stale = [f for f, digest in shipped["sources"].items()
+             if prebuilt.source_digest(f) != digest]
+    assert not stale, f"kernels/{stale} changed since the IR was made: {REGENERATE}"
+    assert {"attention.py", "fastmath.py", "matmul.py", "rows.py"} <= set(shipped["sources"])
+    wanted = {prebuilt.job_key(kernels.__name__, name, types)
+              for name, types in kernels.prebuilt_jobs()}
+    assert set(shipped["kernels"]) == wanted, REGENERATE
+    assert len(wanted) == 18            # 9 row kernels (masked or not, each sweep) x 2 dtypes
+    for key, entry in shipped["kernels"].items():
+        with lzma.open(os.path.join(DATA, entry["file"])) as f:
+            text = f.read()
+        assert hashlib.sha256(text).hexdigest() == entry["sha256"], key
+        assert b"numba.dynamic.globals" not in text or b"inttoptr" not in text.split(
+            b"numba.dynamic.globals", 1)[1].split(b"\n", 1)[0], key
+    files = {f for f in os.listdir(DATA) if f.endswith(".ll.xz")}
+    assert files == {e["file"] for e in shipped["kernels"].values()}, "stray IR files"
+
+
+CHILD = textwrap.dedent("""
+    import json
+    import numpy as np
+    import jitgraph
+    from jitgraph.kernels import attention as A
+    out = {}
+    for b, t in ((2, 100), (1, 300)):       # one sweep a batch; key and query sweeps
+        rng = np.random.default_rng(t)
+        q, k, v, do = (rng.standard_normal((b, t, 8)) for _ in range(4))
+        extra, ebi = np.zeros((1, 1, 1)), np.zeros(b, np.int64)
+        o, rmax, rsum = np.empty((b, t, 8)), np.empty((b, t)), np.empty((b, t))
+        A.attention_forward(q, k, v, extra, ebi, 0, True, -1e9, 0.5, o, rmax, rsum)
+        dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+        A.attention_backward(q, k, v, extra, ebi, 0, True, -1e9, 0.5, o, rmax, rsum, do,
+                             dq, dk, dv)
+        s = 0.5 * q @ k.transpose(0, 2, 1) + np.where(np.tri(t, dtype=bool), 0, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        dp = do @ v.transpose(0, 2, 1)
+        ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+        want = (p @ v, 0.5 * ds @ k, 0.5 * ds.transpose(0, 2, 1) @ q, p.transpose(0, 2, 1) @ do)
+        out[t] = max(float(np.abs(x - w).max()) for x, w in zip((o, dq, dk, dv), want))
+    names = ("forward_rows", "batch_rows", "dots_rows", "key_rows", "query_rows")
+    out["numba"] = {n: len(getattr(A, n).overloads) for n in names}
+    print(json.dumps(out))
+""")
+
+
+@needs_usable_ir
+def test_a_new_process_runs_attention_from_the_ir_without_numba_compiling_it(tmp_path):
+    """With every cache empty, a first forward and backward pass in both gradient paths
+    compiles no attention kernel with Numba, and gives the formula's numbers."""
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path / "jit"),
+               JITGRAPH_HELPER_CACHE_DIR=str(tmp_path / "helpers"))
+    p = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["numba"] == dict.fromkeys(out["numba"], 0), out["numba"]
+    assert out["100"] < 1e-12 and out["300"] < 1e-12, out
+
+
+@needs_usable_ir
+def test_the_ir_computes_numbas_bits():
+    """The forward kernel from the shipped IR and Numba's compile of its source (called as a
+    Python function) give the same bits, over several tiles with the causal cut."""
+    b, t, d = 3, 300, 16
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((b, t, d)).astype(np.float32) for _ in range(3))
+    extra, ebi = np.zeros((1, 1, 1), np.float32), np.zeros(b, np.int64)
+    flat, ints, floats = kernels._params(q, k, v, extra, 0, True, -1e9, 0.25)
+    n = b * ((t + kernels.BLOCK - 1) // kernels.BLOCK)
+    outs = []
+    for run in ("ir", "numba"):
+        o, rmax, rsum = np.empty(b * t * d, np.float32), np.empty(b * t, np.float32), \
+            np.empty(b * t, np.float32)
+        args = (*flat, ebi, ints, floats, o, rmax, rsum)
+        if run == "ir":
+            assert threaded.row_pool(kernels.forward_rows, n, args)
+        else:
+            kernels.forward_rows(0, n, *args, n)
+        outs.append((o, rmax, rsum))
+    types = ("size", "size") + tuple(threaded._arg_type(a) for a in args) + ("size",)
+    assert prebuilt.served(kernels.__name__, "forward_rows", types)
+    for x, y in zip(*outs):
+        assert np.array_equal(x, y)
+
+
+def _smallest_kernel() -> tuple[str, tuple, dict]:
+    name, types = next(j for j in kernels.prebuilt_jobs()
+                       if j[0] == "dots_rows" and "float64" in j[1])
+    return name, types, _shipped()["kernels"][prebuilt.job_key(kernels.__name__, name, types)]
+
+
+@needs_usable_ir
+def test_a_damaged_cached_object_is_compiled_again(monkeypatch):
+    """Object code cached with a checksum: a truncated, altered or foreign file is not run but
+    compiled again from the IR, and the cache entry is mended."""
+    name, types, entry = _smallest_kernel()
+    monkeypatch.setattr(prebuilt, "_OBJECTS", {})
+    first = prebuilt.object_code(kernels.__name__, name, types)
+    assert first is not None and first[0] == entry["symbol"]
+    path = prebuilt._cache_path(entry)
+    with open(path, "rb") as f:
+        good = f.read()
+    cut = len(prebuilt.MAGIC) + 70
+    for bad in (good[:-9], good[:cut] + bytes([good[cut] ^ 1]) + good[cut + 1:], b"junk"):
+        with open(path, "wb") as f:
+            f.write(bad)
+        monkeypatch.setattr(prebuilt, "_OBJECTS", {})
+        again = prebuilt.object_code(kernels.__name__, name, types)
+        assert again == first
+        with open(path, "rb") as f:
+            assert f.read() == good
+
+
+def test_kernels_go_to_numba_where_the_ir_does_not_apply(monkeypatch, fresh_manifest):
+    """Turned off, made with another Numba, or made from a kernels file that has changed
+    since: the manifest says why and nothing is served (Numba compiles the kernels)."""
+    name, types, _ = _smallest_kernel()
+    monkeypatch.setattr(prebuilt, "_OBJECTS", {})
+    # (as if this process had the versions the IR was made with, whatever it has)
+    shipped = {k: _shipped()[k] for k in prebuilt._versions()}
+    monkeypatch.setattr(prebuilt, "_versions", lambda: dict(shipped))
+
+    def other_sources(m):
+        m.setattr(prebuilt, "source_digest", lambda f: "0" * 64)
+    cases = [(lambda m: m.setenv(prebuilt.ENV, "0"), f"{prebuilt.ENV}=0"),
+             (lambda m: m.setattr(prebuilt, "_versions", lambda: {**shipped, "numba": "0.1"}),
+              "this process has numba 0.1"),
+             (other_sources, "changed since the IR was made")]
+    for change, reason in cases:
+        with monkeypatch.context() as m:        # (each change undone after its case)
+            change(m)
+            prebuilt.manifest.cache_clear()
+            data, why = prebuilt.manifest()
+            assert data is None and reason in why, why
+            assert not prebuilt.ships(kernels.__name__, name, types)
+            assert prebuilt.object_code(kernels.__name__, name, types) is None
+
+
+GLOBAL = "@numba.dynamic.globals.7fc035fa1770{} = linkonce global ptr inttoptr " \
+         "(i64 140463516030832 to ptr)\n"
+
+
+def test_addresses_of_the_writing_process_are_nulled_and_must_not_survive():
+    """A dynamic global (an object's address in the process that lowered the IR) is written
+    as null under a name by order; a module that still reads one after optimisation is
+    refused, and so is IR holding any other address."""
+    text = GLOBAL.format("") + GLOBAL.format(".1") + textwrap.dedent("""
+        define ptr @f() {
+          %a = load ptr, ptr @numba.dynamic.globals.7fc035fa1770
+          %b = load ptr, ptr @numba.dynamic.globals.7fc035fa1770.1
+          ret ptr %a
+        }
+    """)
+    out = prebuilt._portable(text)
+    assert "140463516030832" not in out and "7fc035fa1770" not in out
+    assert "@numba.dynamic.globals.0 = linkonce global ptr null" in out
+    assert "@numba.dynamic.globals.0.1 = linkonce global ptr null" in out
+    assert "load ptr, ptr @numba.dynamic.globals.0\n" in out
+    with pytest.raises(ValueError, match="dynamic globals"):
+        loop_ir.compile_object(out, inspect=prebuilt._no_dynamic_globals)
+    dead = out.replace("ret ptr %a", "ret ptr null")    # loads nobody uses: optimised away
+    assert loop_ir.compile_object(dead, inspect=prebuilt._no_dynamic_globals)
+    with pytest.raises(ValueError, match="address"):
+        prebuilt._portable("@x = global ptr inttoptr (i64 140463516030832 to ptr)\n")
+
+
+def test_object_code_needing_an_unknown_symbol_is_refused():
+    """LLVM would abort the process building a launcher over a symbol it cannot resolve:
+    such object code is refused first (Numba's compile then runs the kernel)."""
+    call = "declare void @{0}()\ndefine void @g() {{\n  call void @{0}()\n  ret void\n}}\n"
+    assert not prebuilt._resolvable(loop_ir.compile_object(call.format("jg_no_such_symbol")))
+    assert prebuilt._resolvable(loop_ir.compile_object(call.format("NRT_MemInfo_call_dtor")))
