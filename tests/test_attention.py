@@ -223,6 +223,36 @@ def test_rewrite_leaves_other_graphs_alone():
     assert fuse_attention(g) is g
 
 
+def test_causal_diagonal_tiles_are_computed_as_a_staircase_covering_every_seen_key():
+    """Under the causal cut alone a tile the diagonal crosses is computed in bands of rows,
+    each with the keys its last row sees: the bands cover the tile's rows once each, every
+    row gets every key it sees (and the band's keys are no more than the tile's), and tiles
+    below the diagonal, tiles with a mask and bands under ``SPLIT_MIN_ROWS`` rows stay whole."""
+    from jitgraph.kernels import attention as kernels
+    parts_of = kernels._diagonal_parts.py_func
+    part = kernels._part.py_func
+    block = kernels.BLOCK
+    for tq in (1, 31, 64, 100, 128, 200, 260, 512):
+        for i0 in range(0, tq, block):
+            i1 = min(i0 + block, tq)
+            for j0 in range(0, min(tq, i1), block):
+                j1 = min(j0 + block, tq)
+                n = parts_of(0, True, i0, i1, j1)
+                assert 1 <= n <= kernels.DIAGONAL_PARTS
+                if n > 1:
+                    assert j1 - 1 > i0 and (i1 - i0) // n >= kernels.SPLIT_MIN_ROWS
+                rows = []
+                for p in range(n):
+                    r0, r1, jx = part(i0, i1, j1, n, p)
+                    rows += range(r0, r1)
+                    assert j0 < jx <= j1
+                    assert all(jx >= min(j1, r + 1) for r in range(r0, r1)), (i0, j0, p)
+                assert rows == list(range(i0, i1))
+                assert parts_of(1, True, i0, i1, j1) == parts_of(0, False, i0, i1, j1) == 1
+    assert parts_of(0, True, 0, 128, 128) == kernels.DIAGONAL_PARTS
+    assert parts_of(0, True, 128, 256, 128) == 1            # below the diagonal
+
+
 # ------------------------------------------------------------------ threads and compile jobs
 @pytest.mark.parametrize("one_sweep", [True, False])
 @pytest.mark.parametrize("masked", [False, True])
