@@ -20,7 +20,7 @@ start=$SECONDS
 # the Numba internals jitgraph reads present in this Numba, native bundles, loop kernels
 # compiled by LLVM alone (their typing checked against this Numba's), the products built in
 # LLVM IR (bit for bit against this Numba's functions, on its threading layer), and the attention
-# kernels' shipped IR (in the wheel, made from its sources; used where this Numba made it)
+# kernels' shipped IR (in the wheel, made from its sources, used with this Numba: the oldest's IR)
 sample=(tests/test_jit_cache.py::test_second_process_loads_everything_from_disk
         tests/test_jit_cache.py::test_concurrent_first_compiles_from_two_processes
         tests/test_grads.py tests/test_eager.py tests/test_errors.py tests/test_serialization.py
@@ -71,7 +71,7 @@ for top, installed in (("jitgraph", "jitgraph"), ("kernels", "jitgraph/kernels")
         rel = os.path.relpath(d, os.path.join(src, top)).replace(os.sep, "/")
         base = installed if rel == "." else f"{installed}/{rel}"
         expected |= {f"{base}/{f}" for f in files if f.endswith(".py")}
-        if rel == "prebuilt":   # the attention kernels' IR (pyproject's package-data)
+        if rel.startswith("prebuilt/"):   # the attention kernels' IR (pyproject's package-data)
             expected |= {f"{base}/{f}" for f in files
                          if f == "manifest.json" or f.endswith(".ll.xz")}
 shipped = {n for n in names if not n.split("/")[0].endswith(".dist-info")}

@@ -34,7 +34,7 @@ TOPS = {"jitgraph": "jitgraph", "kernels": "jitgraph.kernels"}
 TOP_OF = {name: top for top, name in TOPS.items()}
 CACHE_SUFFIXES = (".pyc", ".nbi", ".nbc")
 #: the data files installed beside the modules (the kernels shipped as LLVM IR), by package
-PACKAGE_DATA = {"jitgraph.kernels": ["prebuilt/manifest.json", "prebuilt/*.ll.xz"]}
+PACKAGE_DATA = {"jitgraph.kernels": ["prebuilt/*/manifest.json", "prebuilt/*/*.ll.xz"]}
 
 CONFIGURED = textwrap.dedent("""
     import json, os, sys, tempfile

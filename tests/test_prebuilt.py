@@ -7,6 +7,7 @@ import hashlib
 import json
 import lzma
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,12 +19,13 @@ from jitgraph.compiler import loop_ir, prebuilt, threaded
 from jitgraph.kernels import attention as kernels  # type: ignore[attr-defined]
 
 DATA = prebuilt.data_folder()
-REGENERATE = "run `python -m jitgraph.compiler.prebuilt` and commit kernels/prebuilt/"
+REGENERATE = ("run `python -m jitgraph.compiler.prebuilt [PYTHON]` for each Numba shipped and "
+              "commit kernels/prebuilt/")
 
 
 def _shipped() -> dict:
-    with open(os.path.join(DATA, prebuilt.MANIFEST), encoding="utf-8") as f:
-        return json.load(f)
+    """The manifest of the newest Numba shipped."""
+    return prebuilt.read_manifest(prebuilt.version_folders()[-1])
 
 
 def _usable() -> tuple[bool, str]:
@@ -45,25 +47,31 @@ def fresh_manifest():
 
 
 def test_the_shipped_ir_is_made_from_the_kernels_as_they_are():
-    """Every kernels/ file the IR came from is unchanged, the kernels shipped are exactly the
+    """For each Numba shipped (the oldest and the newest ``pyproject.toml`` admits): every
+    kernels/ file the IR came from is unchanged, the kernels shipped are exactly the
     attention module's ``prebuilt_jobs``, and each file holds the IR its digest names."""
-    shipped = _shipped()
-    stale = [f for f, digest in shipped["sources"].items()
-             if prebuilt.source_digest(f) != digest]
-    assert not stale, f"kernels/{stale} changed since the IR was made: {REGENERATE}"
-    assert {"attention.py", "fastmath.py", "matmul.py", "rows.py"} <= set(shipped["sources"])
+    folders = prebuilt.version_folders()
+    versions = [prebuilt.read_manifest(f)["numba"] for f in folders]
+    assert len(folders) == 2 and [os.path.basename(f) for f in folders] == \
+        [f"numba-{v}" for v in versions], versions
     wanted = {prebuilt.job_key(kernels.__name__, name, types)
               for name, types in kernels.prebuilt_jobs()}
-    assert set(shipped["kernels"]) == wanted, REGENERATE
     assert len(wanted) == 18            # 9 row kernels (masked or not, each sweep) x 2 dtypes
-    for key, entry in shipped["kernels"].items():
-        with lzma.open(os.path.join(DATA, entry["file"])) as f:
-            text = f.read()
-        assert hashlib.sha256(text).hexdigest() == entry["sha256"], key
-        assert b"numba.dynamic.globals" not in text or b"inttoptr" not in text.split(
-            b"numba.dynamic.globals", 1)[1].split(b"\n", 1)[0], key
-    files = {f for f in os.listdir(DATA) if f.endswith(".ll.xz")}
-    assert files == {e["file"] for e in shipped["kernels"].values()}, "stray IR files"
+    for folder in folders:
+        shipped = prebuilt.read_manifest(folder)
+        stale = [f for f, digest in shipped["sources"].items()
+                 if prebuilt.source_digest(f) != digest]
+        assert not stale, f"kernels/{stale} changed since {folder} was made: {REGENERATE}"
+        assert {"attention.py", "fastmath.py", "matmul.py", "rows.py"} <= set(shipped["sources"])
+        assert set(shipped["kernels"]) == wanted, REGENERATE
+        for key, entry in shipped["kernels"].items():
+            with lzma.open(os.path.join(folder, entry["file"])) as f:
+                text = f.read()
+            assert hashlib.sha256(text).hexdigest() == entry["sha256"], key
+            assert not re.search(rb"inttoptr \(i64 [1-9][0-9]{5,}", text), key
+        files = {f for f in os.listdir(folder) if f != prebuilt.MANIFEST}
+        assert files == {e["file"] for e in shipped["kernels"].values()}, "stray files"
+    assert not [f for f in os.listdir(DATA) if not f.startswith("numba-")], "stray files"
 
 
 CHILD = textwrap.dedent("""
@@ -134,17 +142,20 @@ def test_the_ir_computes_numbas_bits():
         assert np.array_equal(x, y)
 
 
-def _smallest_kernel() -> tuple[str, tuple, dict]:
+def _smallest_kernel(data: dict | None = None) -> tuple[str, tuple, dict]:
+    """A kernel's name, argument types and entry in ``data`` (a manifest; default: the
+    newest Numba's)."""
     name, types = next(j for j in kernels.prebuilt_jobs()
                        if j[0] == "dots_rows" and "float64" in j[1])
-    return name, types, _shipped()["kernels"][prebuilt.job_key(kernels.__name__, name, types)]
+    data = data or _shipped()
+    return name, types, data["kernels"][prebuilt.job_key(kernels.__name__, name, types)]
 
 
 @needs_usable_ir
 def test_a_damaged_cached_object_is_compiled_again(monkeypatch):
     """Object code cached with a checksum: a truncated, altered or foreign file is not run but
     compiled again from the IR, and the cache entry is mended."""
-    name, types, entry = _smallest_kernel()
+    name, types, entry = _smallest_kernel(prebuilt.manifest()[0])
     monkeypatch.setattr(prebuilt, "_OBJECTS", {})
     first = prebuilt.object_code(kernels.__name__, name, types)
     assert first is not None and first[0] == entry["symbol"]
@@ -167,15 +178,17 @@ def test_kernels_go_to_numba_where_the_ir_does_not_apply(monkeypatch, fresh_mani
     since: the manifest says why and nothing is served (Numba compiles the kernels)."""
     name, types, _ = _smallest_kernel()
     monkeypatch.setattr(prebuilt, "_OBJECTS", {})
-    # (as if this process had the versions the IR was made with, whatever it has)
+    # (as if this process had the versions the newest IR was made with, whatever it has)
     shipped = {k: _shipped()[k] for k in prebuilt._versions()}
     monkeypatch.setattr(prebuilt, "_versions", lambda: dict(shipped))
+    prebuilt.manifest.cache_clear()
+    assert prebuilt.manifest()[0]["numba"] == shipped["numba"]
 
     def other_sources(m):
         m.setattr(prebuilt, "source_digest", lambda f: "0" * 64)
     cases = [(lambda m: m.setenv(prebuilt.ENV, "0"), f"{prebuilt.ENV}=0"),
              (lambda m: m.setattr(prebuilt, "_versions", lambda: {**shipped, "numba": "0.1"}),
-              "this process has numba 0.1"),
+              "this process has numba 0.1 with llvmlite"),
              (other_sources, "changed since the IR was made")]
     for change, reason in cases:
         with monkeypatch.context() as m:        # (each change undone after its case)

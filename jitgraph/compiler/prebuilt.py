@@ -4,10 +4,12 @@ Why: a fused attention's row kernels (``kernels/attention.py``) took Numba 2.1-2
 compile, most of it Numba's typing, inlining and lowering: the longest jobs of a transformer
 step's first call. The IR Numba lowers them to, before any optimisation (``NUMBA_OPT=0``,
 every callee linked in), names no address of the process that made it and nothing of its CPU.
-So it is made once, by ``python -m jitgraph.compiler.prebuilt`` (a developer's command, run
-when those kernels change), and shipped in ``kernels/prebuilt/``: one xz-compressed module per
-kernel and argument types, and ``manifest.json`` with the Numba, llvmlite and target triple it
-was made with and the SHA-256 of every ``kernels/`` source file it came from. At run time
+So it is made once per Numba version shipped, by ``python -m jitgraph.compiler.prebuilt
+[PYTHON]`` (a developer's command, run when those kernels change, for the oldest and the newest
+Numba ``pyproject.toml`` admits), and shipped in ``kernels/prebuilt/numba-<version>/``: one
+xz-compressed module per kernel and argument types, and ``manifest.json`` with the Numba,
+llvmlite and target triple it was made with and the SHA-256 of every ``kernels/`` source file
+it came from. At run time
 LLVM optimises a module for this CPU (``loop_ir.compile_object``, as for the generated loop
 kernels: 0.4-0.5 s instead of 2-2.6 s) and its object code is cached under the helpers'
 cache directory, bound to its bytes by a checksum; the row kernels' launchers
@@ -15,7 +17,7 @@ cache directory, bound to its bytes by a checksum; the row kernels' launchers
 The machine code computes what Numba's does, bit for bit (tests/test_prebuilt.py).
 
 A kernel is served from here only where everything it was made from matches this process:
-the same Numba and llvmlite versions, the same triple, the same source of every kernel file,
+a folder made with its Numba and llvmlite versions, the same triple, the same source of every kernel file,
 Numba's bounds checking and debug info off, and ``JITGRAPH_PREBUILT`` not ``0``. Otherwise,
 and wherever LLVM turns the module down or a symbol it needs cannot be found, Numba compiles
 the kernel as before. Numba lowers a global function object it never calls (a ``mask`` step
@@ -82,26 +84,51 @@ def _versions() -> dict[str, str]:
             "triple": llvm.get_process_triple()}
 
 
+def version_folders() -> list[str]:
+    """The shipped IR's folders, one per Numba version it was made with
+    (``kernels/prebuilt/numba-<version>/``)."""
+    root = data_folder()
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [os.path.join(root, n) for n in names
+            if n.startswith("numba-") and os.path.isfile(os.path.join(root, n, MANIFEST))]
+
+
+def read_manifest(folder: str) -> dict:
+    """One version folder's manifest (raises ``OSError`` or ``ValueError`` where unreadable)."""
+    with open(os.path.join(folder, MANIFEST), encoding="utf-8") as f:
+        return json.load(f)
+
+
 @functools.lru_cache(maxsize=1)
 def manifest() -> tuple[dict | None, str]:
-    """The shipped manifest where this process may use it, and why not otherwise."""
+    """The manifest of the IR this process may use (with its ``"folder"``), and why there is
+    none otherwise."""
     if os.environ.get(ENV, "1") == "0":
         return None, f"{ENV}=0"
-    try:
-        with open(os.path.join(data_folder(), MANIFEST), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        return None, f"no readable manifest: {exc}"
-    for what, have in _versions().items():
-        if data.get(what) != have:
-            return None, f"made with {what} {data.get(what)}, this process has {what} {have}"
+    have = _versions()
+    made: list[str] = []
+    for folder in version_folders():
+        try:
+            data = read_manifest(folder)
+        except (OSError, ValueError):
+            continue
+        made.append(f"numba {data.get('numba')} with llvmlite {data.get('llvmlite')}")
+        if all(data.get(k) == v for k, v in have.items()):
+            break
+    else:
+        return None, (f"made with {' and '.join(made) or 'nothing'} ({have['triple']}); this "
+                      f"process has numba {have['numba']} with llvmlite {have['llvmlite']} "
+                      f"({have['triple']})")
     from numba.core import config
     if config.BOUNDSCHECK or config.DEBUGINFO_DEFAULT or config.DISABLE_JIT:
         return None, "Numba's bounds checking, debug info or DISABLE_JIT is on"
     for filename, digest in data.get("sources", {}).items():
         if source_digest(filename) != digest:
             return None, f"kernels/{filename} changed since the IR was made"
-    return data, ""
+    return {**data, "folder": folder}, ""
 
 
 def ships(module: str, name: str, arg_types: tuple) -> bool:
@@ -125,7 +152,7 @@ def object_code(module: str, name: str, arg_types: tuple) -> tuple[str, bytes] |
         return None
     with _LOCK:
         if key not in _OBJECTS:
-            _OBJECTS[key] = _load(entry)
+            _OBJECTS[key] = _load(entry, data["folder"])
     return _OBJECTS[key]
 
 
@@ -166,8 +193,9 @@ def _read(path: str) -> bytes | None:
     return obj if hashlib.sha256(obj).hexdigest().encode() == digest else None
 
 
-def _load(entry: dict) -> tuple[str, bytes] | None:
-    """``object_code`` for a manifest entry: cached, else compiled here and cached."""
+def _load(entry: dict, folder: str) -> tuple[str, bytes] | None:
+    """``object_code`` for a manifest entry (of version folder ``folder``): cached, else
+    compiled here and cached."""
     try:
         path = _cache_path(entry)
     except OSError:
@@ -175,7 +203,7 @@ def _load(entry: dict) -> tuple[str, bytes] | None:
     obj = _read(path) if path else None
     if obj is None:
         try:
-            with lzma.open(os.path.join(data_folder(), entry["file"])) as f:
+            with lzma.open(os.path.join(folder, entry["file"])) as f:
                 text = f.read()
             if hashlib.sha256(text).hexdigest() != entry["sha256"]:
                 return None
@@ -261,9 +289,10 @@ def _sources(modules: set[str]) -> dict[str, str]:
     return {f"{s}.py": source_digest(f"{s}.py") for s in sorted(seen)}
 
 
-def _write_here(folder: str) -> None:
+def _write_here(root: str) -> None:
     """Lower every shipped kernel with Numba (this process runs with ``NUMBA_OPT=0`` and
-    empty caches) and write its IR and the manifest into ``folder``."""
+    empty caches) and write its IR and the manifest into this Numba's folder under ``root``
+    (its old files removed)."""
     import importlib
 
     from numba.core import event
@@ -278,6 +307,12 @@ def _write_here(folder: str) -> None:
 
         def on_end(self, ev):
             pass
+    import numba
+    folder = os.path.join(root, f"numba-{numba.__version__}")
+    os.makedirs(folder, exist_ok=True)
+    for fn in os.listdir(folder):
+        if fn == MANIFEST or fn.endswith(".ll.xz"):
+            os.unlink(os.path.join(folder, fn))
     kernels: dict = {}
     # (Numba warns that such IR cannot go to its own cache: it never does here)
     warnings.filterwarnings("ignore", "Cannot cache compiled function")
@@ -305,22 +340,28 @@ def _write_here(folder: str) -> None:
         f.write("\n")
 
 
-def write(folder: str | None = None) -> str:
-    """Make ``kernels/prebuilt/`` again (its old files removed) in a new process that lowers
-    without optimising and with empty caches; returns the folder."""
-    folder = folder or data_folder()
-    os.makedirs(folder, exist_ok=True)
-    for fn in os.listdir(folder):
-        if fn == MANIFEST or fn.endswith(".ll.xz"):
-            os.unlink(os.path.join(folder, fn))
+def write(root: str | None = None, python: str | None = None) -> str:
+    """Make the IR of the Numba that ``python`` (default: this interpreter) imports again,
+    in ``root/numba-<version>/`` (default root: ``kernels/prebuilt``), in a new process that
+    lowers without optimising and with empty caches; returns the root. Run it once per Numba
+    version shipped (the oldest and the newest ``pyproject.toml`` admits)."""
+    root = root or data_folder()
     with tempfile.TemporaryDirectory(prefix="jitgraph-prebuilt-") as tmp:
         env = dict(os.environ, NUMBA_OPT="0", JITGRAPH_CACHE_DIR=os.path.join(tmp, "jit"),
                    JITGRAPH_HELPER_CACHE_DIR=os.path.join(tmp, "helpers"),
                    NUMBA_CACHE_DIR=os.path.join(tmp, "numba"))
-        code = f"from jitgraph.compiler.prebuilt import _write_here; _write_here({folder!r})"
-        subprocess.run([sys.executable, "-c", code], env=env, check=True)
-    return folder
+        code = f"from jitgraph.compiler.prebuilt import _write_here; _write_here({root!r})"
+        subprocess.run([python or sys.executable, "-c", code], env=env, check=True)
+    return root
 
 
 if __name__ == "__main__":
-    print(f"wrote {write(sys.argv[1] if len(sys.argv) > 1 else None)}")
+    # python -m jitgraph.compiler.prebuilt [PYTHON]: PYTHON, an interpreter whose Numba is
+    # another shipped version (its packages: numba, numpy, scipy, threadpoolctl), imports this
+    # source tree by PYTHONPATH
+    other = sys.argv[1] if len(sys.argv) > 1 else None
+    if other:
+        tree = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [tree] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    print(f"wrote {write(python=other)}")
