@@ -6,19 +6,19 @@ maximum and row sum (an online softmax), so only a (rows, keys) tile of scores e
 time; it also returns each row's maximum and sum. Under the causal cut alone, a tile the
 diagonal crosses is computed as a staircase of ``DIAGONAL_PARTS`` bands of rows, each with the
 keys its last row sees (``_diagonal_parts``): 37.5 % less product work on those tiles, the
-attention of a GPT step with T = 256 (two thirds of its tiles on the diagonal) 7-13 % faster. The backward pass recomputes the tile
-probabilities from them. With enough batches for every thread (``BATCH_SWEEP_MIN`` a
-thread) or a single key block, one work item owns a batch and one sweep over its tiles
-accumulates ``dq``, ``dk`` and ``dv`` together (five products a tile); otherwise one parallel
-sweep over key blocks accumulates ``dk`` and ``dv`` and a second over query blocks ``dq``
-(seven products a tile, but as many work items as key or query blocks). Neither uses
-atomic adds, so every result is computed in one fixed order: deterministic. The tile
-products go through BLAS (``matmul.blas_gemm``, the one product function generated programs
-call, so it is compiled once for all of them). Work items (batch x block) run in
+attention of a GPT step with T = 256 (two thirds of its tiles on the diagonal) 7-13 % faster.
+The backward pass recomputes the tile probabilities from them. With enough batches for every
+thread (``BATCH_SWEEP_MIN`` a thread) or a single key block, one work item owns a batch and one
+sweep over its tiles accumulates ``dq``, ``dk`` and ``dv`` together (five products a tile);
+otherwise one parallel sweep over key blocks accumulates ``dk`` and ``dv`` and a second over
+query blocks ``dq`` (seven products a tile, but as many work items as key or query blocks).
+Neither uses atomic adds, so every result is computed in one fixed order: deterministic. The
+tile products go through BLAS (``matmul.blas_gemm``, the one product function generated
+programs call, so it is compiled once for all of them). Work items (batch x block) run in
 parallel on Numba's threads, the pool generated kernels run on (``threads.run_rows``: row
-kernels over flat operands, launched without ``prange`` compilation). Each row's maximum
-score and sum of exponentials are kept (not their log-sum-exp, which loses the sum where a
-row is all ``fill`` and ``fill`` is huge).
+kernels over flat operands, launched without ``prange`` compilation). Each row's maximum score
+and sum of exponentials are kept (not their log-sum-exp, which loses the sum where a row is all
+``fill`` and ``fill`` is huge).
 
 Masks (``kind``): 0 none; 1 a mask (in q's dtype: nonzero = attend), a masked score *is* ``fill``
 (as ``where(mask, s, fill)``: a fully masked row attends uniformly when ``fill`` is finite);
@@ -28,6 +28,11 @@ to 0. ``extra`` is the mask or bias as (batches, 1 or Tq, 1 or Tk); ``ebi[b]`` i
 extra batch row of batch ``b`` (broadcasting without copies). Each sweep has two kernels,
 one without the mask step (kind 0, so a transformer's causal attention compiles no mask code)
 and a ``_masked`` one (kinds 1 and 2); a program compiles those it runs.
+
+The row kernels also ship as LLVM IR made from this source (``jitgraph/compiler/prebuilt.py``;
+``prebuilt_jobs`` lists them), which LLVM compiles in a fraction of Numba's time: after
+changing this file or a kernels module it imports, run ``python -m jitgraph.compiler.prebuilt
+[PYTHON]`` for each Numba shipped (``tests/test_prebuilt.py`` fails until then).
 """
 from __future__ import annotations
 

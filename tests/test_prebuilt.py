@@ -207,7 +207,8 @@ GLOBAL = "@numba.dynamic.globals.7fc035fa1770{} = linkonce global ptr inttoptr "
 def test_addresses_of_the_writing_process_are_nulled_and_must_not_survive():
     """A dynamic global (an object's address in the process that lowered the IR) is written
     as null under a name by order; a module that still reads one after optimisation is
-    refused, and so is IR holding any other address."""
+    refused, and so is IR holding any other address; names made of an object's id are
+    replaced by the constant's digest, addresses printed in text by zeros."""
     text = GLOBAL.format("") + GLOBAL.format(".1") + textwrap.dedent("""
         define ptr @f() {
           %a = load ptr, ptr @numba.dynamic.globals.7fc035fa1770
@@ -226,6 +227,14 @@ def test_addresses_of_the_writing_process_are_nulled_and_must_not_survive():
     assert loop_ir.compile_object(dead, inspect=prebuilt._no_dynamic_globals)
     with pytest.raises(ValueError, match="address"):
         prebuilt._portable("@x = global ptr inttoptr (i64 140463516030832 to ptr)\n")
+    # an older Numba names pickled exception constants by an object's id: named by their bytes
+    pickled = "@.const.pickledata.140686044240896 = internal constant [1 x i8] c\"a\"\n" \
+              "@.const.picklebuf.140686044240896 = internal constant ptr " \
+              "@.const.pickledata.140686044240896\n"
+    name = hashlib.sha1(b'c"a"').hexdigest()[:16] + "_0"
+    assert prebuilt._portable(pickled) == pickled.replace("140686044240896", name)
+    assert prebuilt._portable('c"<X object at 0x7f1f99340410>"') == \
+        'c"<X object at 0x000000000000>"'
 
 
 def test_object_code_needing_an_unknown_symbol_is_refused():

@@ -5,25 +5,24 @@ compile, most of it Numba's typing, inlining and lowering: the longest jobs of a
 step's first call. The IR Numba lowers them to, before any optimisation (``NUMBA_OPT=0``,
 every callee linked in), names no address of the process that made it and nothing of its CPU.
 So it is made once per Numba version shipped, by ``python -m jitgraph.compiler.prebuilt
-[PYTHON]`` (a developer's command, run when those kernels change, for the oldest and the newest
-Numba ``pyproject.toml`` admits), and shipped in ``kernels/prebuilt/numba-<version>/``: one
-xz-compressed module per kernel and argument types, and ``manifest.json`` with the Numba,
+[PYTHON]`` (a developer's command, run when those kernels change, for the oldest and the
+newest Numba ``pyproject.toml`` admits), and shipped in ``kernels/prebuilt/numba-<version>/``:
+one xz-compressed module per kernel and argument types, and ``manifest.json`` with the Numba,
 llvmlite and target triple it was made with and the SHA-256 of every ``kernels/`` source file
-it came from. At run time
-LLVM optimises a module for this CPU (``loop_ir.compile_object``, as for the generated loop
-kernels: 0.4-0.5 s instead of 2-2.6 s) and its object code is cached under the helpers'
-cache directory, bound to its bytes by a checksum; the row kernels' launchers
-(``threaded.row_pool``) run it through the kernel's native entry point, as they run Numba's.
-The machine code computes what Numba's does, bit for bit (tests/test_prebuilt.py).
+it came from. At run time LLVM optimises a module for this CPU (``loop_ir.compile_object``, as
+for the generated loop kernels: 0.3-0.5 s instead of 2-2.6 s) and its object code is cached
+under the helpers' cache directory, bound to its bytes by a checksum; the row kernels'
+launchers (``threaded.row_pool``) run it through the kernel's native entry point, as they run
+Numba's. The machine code computes what Numba's does, bit for bit (tests/test_prebuilt.py).
 
-A kernel is served from here only where everything it was made from matches this process:
-a folder made with its Numba and llvmlite versions, the same triple, the same source of every kernel file,
-Numba's bounds checking and debug info off, and ``JITGRAPH_PREBUILT`` not ``0``. Otherwise,
-and wherever LLVM turns the module down or a symbol it needs cannot be found, Numba compiles
-the kernel as before. Numba lowers a global function object it never calls (a ``mask`` step
-passed to an inlined sweep) to a load from a "dynamic global" holding the object's address:
-those are set to null when the IR is written, and a module where one survives optimisation
-is refused (when written, and again when compiled).
+A kernel is served from here only where everything it was made from matches this process: a
+folder made with its Numba and llvmlite versions, the same triple, the same source of every
+kernel file, Numba's bounds checking and debug info off, and ``JITGRAPH_PREBUILT`` not ``0``.
+Otherwise, and wherever LLVM turns the module down or a symbol it needs cannot be found, Numba
+compiles the kernel as before. Numba lowers a global function object it never calls (a
+``mask`` step passed to an inlined sweep) to a load from a "dynamic global" holding the
+object's address: those are set to null when the IR is written, and a module where one
+survives optimisation is refused (when written, and again when compiled).
 """
 from __future__ import annotations
 
@@ -52,6 +51,7 @@ MANIFEST = "manifest.json"
 MODULES = ("attention",)
 _DYNAMIC = re.compile(r"@numba\.dynamic\.globals\.([0-9a-f]+)((?:\.\d+)?)"
                       r"( = linkonce global ptr) inttoptr \(i64 \d+ to ptr\)")
+_PICKLED = re.compile(r"(@\.const\.pickle(?:data|buf)\.)(\d{6,})\b")
 _LOCK = threading.Lock()
 _OBJECTS: dict[str, tuple[str, bytes] | None] = {}     # by job key: this process's
 
@@ -249,6 +249,16 @@ def _portable(text: str) -> str:
     text = _DYNAMIC.sub(null, text)
     for addr, n in names.items():       # the uses
         text = re.sub(rf"@numba\.dynamic\.globals\.{addr}\b", f"@numba.dynamic.globals.{n}", text)
+    # (older Numbas name their pickled exception constants by an object's id, and print an
+    # object's repr with its address into a string: named by their bytes here, the address
+    # zeroed, so that the IR does not change with the process that wrote it)
+    named: dict[str, str] = {}
+    for i, body in re.findall(r'@\.const\.pickledata\.(\d{6,}) = internal constant '
+                              r'\[\d+ x i8\] (c".*?")\n', text):
+        digest = hashlib.sha1(body.encode()).hexdigest()[:16]
+        named[i] = f"{digest}_{sum(n.startswith(digest) for n in named.values())}"
+    text = _PICKLED.sub(lambda m: m[1] + named.get(m[2], m[2]), text)
+    text = re.sub(r"(object at 0x)([0-9a-f]+)", lambda m: m[1] + "0" * len(m[2]), text)
     if re.search(r"inttoptr \(i64 [1-9]\d{5,}", text):
         raise ValueError("the IR holds an address of this process")
     return text
