@@ -142,6 +142,45 @@ def test_the_ir_computes_numbas_bits():
         assert np.array_equal(x, y)
 
 
+FORKED_WHILE_HELD = textwrap.dedent("""
+    import os, threading, time
+    import numpy as np
+    import jitgraph
+    from jitgraph.compiler import prebuilt
+    from jitgraph.kernels import attention as A
+    name, types = next(j for j in A.prebuilt_jobs() if j[0] == "dots_rows")
+    held, done = threading.Event(), threading.Event()
+
+    def holder():                       # a thread inside prebuilt's lock at the fork
+        with prebuilt._LOCK:
+            held.set()
+            done.wait()
+    threading.Thread(target=holder, daemon=True).start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        ok = prebuilt.object_code(A.__name__, name, types) is not None
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    done.set()
+    print(os.waitstatus_to_exitcode(status))
+""")
+
+
+@needs_usable_ir
+def test_a_child_forked_while_a_thread_holds_the_lock_still_loads_kernels(tmp_path):
+    """A child forked while another thread reads or compiles a kernel's object code (inside
+    the module's lock) loads kernels itself instead of waiting for a thread it does not have."""
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path / "jit"),
+               JITGRAPH_HELPER_CACHE_DIR=str(tmp_path / "helpers"))
+    try:
+        p = subprocess.run([sys.executable, "-c", FORKED_WHILE_HELD], env=env,
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child waited for a lock held by a thread it does not have")
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "0", p.stderr[-2000:]
+
+
 def _smallest_kernel(data: dict | None = None) -> tuple[str, tuple, dict]:
     """A kernel's name, argument types and entry in ``data`` (a manifest; default: the
     newest Numba's)."""

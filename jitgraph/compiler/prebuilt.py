@@ -56,6 +56,17 @@ _LOCK = threading.Lock()
 _OBJECTS: dict[str, tuple[str, bytes] | None] = {}     # by job key: this process's
 
 
+def _new_lock_in_child() -> None:
+    """A child forked while another thread held ``_LOCK`` (reading or compiling a kernel's
+    object code) would wait for it forever: the child gets a lock of its own."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def job_key(module: str, name: str, arg_types: tuple) -> str:
     """A kernel's name in the manifest: ``attention.forward_rows(size,size,float32,...)``."""
     return f"{module.rsplit('.', 1)[-1]}.{name}({','.join(arg_types)})"
