@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from jitgraph.compiler import loop_ir, prebuilt, threaded
+from jitgraph.compiler.state import STATE
 from jitgraph.kernels import attention as kernels  # type: ignore[attr-defined]
 
 DATA = prebuilt.data_folder()
@@ -147,12 +148,13 @@ FORKED_WHILE_HELD = textwrap.dedent("""
     import numpy as np
     import jitgraph
     from jitgraph.compiler import prebuilt
+    from jitgraph.compiler.state import STATE
     from jitgraph.kernels import attention as A
     name, types = next(j for j in A.prebuilt_jobs() if j[0] == "dots_rows")
     held, done = threading.Event(), threading.Event()
 
     def holder():                       # a thread inside prebuilt's lock at the fork
-        with prebuilt._LOCK:
+        with STATE.prebuilt_lock:
             held.set()
             done.wait()
     threading.Thread(target=holder, daemon=True).start()
@@ -195,7 +197,7 @@ def test_a_damaged_cached_object_is_compiled_again(monkeypatch):
     """Object code cached with a checksum: a truncated, altered or foreign file is not run but
     compiled again from the IR, and the cache entry is mended."""
     name, types, entry = _smallest_kernel(prebuilt.manifest()[0])
-    monkeypatch.setattr(prebuilt, "_OBJECTS", {})
+    monkeypatch.setattr(STATE, "prebuilt_objects", {})
     first = prebuilt.object_code(kernels.__name__, name, types)
     assert first is not None and first[0] == entry["symbol"]
     path = prebuilt._cache_path(entry)
@@ -205,7 +207,7 @@ def test_a_damaged_cached_object_is_compiled_again(monkeypatch):
     for bad in (good[:-9], good[:cut] + bytes([good[cut] ^ 1]) + good[cut + 1:], b"junk"):
         with open(path, "wb") as f:
             f.write(bad)
-        monkeypatch.setattr(prebuilt, "_OBJECTS", {})
+        monkeypatch.setattr(STATE, "prebuilt_objects", {})
         again = prebuilt.object_code(kernels.__name__, name, types)
         assert again == first
         with open(path, "rb") as f:
@@ -216,7 +218,7 @@ def test_kernels_go_to_numba_where_the_ir_does_not_apply(monkeypatch, fresh_mani
     """Turned off, made with another Numba, or made from a kernels file that has changed
     since: the manifest says why and nothing is served (Numba compiles the kernels)."""
     name, types, _ = _smallest_kernel()
-    monkeypatch.setattr(prebuilt, "_OBJECTS", {})
+    monkeypatch.setattr(STATE, "prebuilt_objects", {})
     # (as if this process had the versions the newest IR was made with, whatever it has)
     shipped = {k: _shipped()[k] for k in prebuilt._versions()}
     monkeypatch.setattr(prebuilt, "_versions", lambda: dict(shipped))

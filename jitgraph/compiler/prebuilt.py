@@ -42,6 +42,7 @@ from typing import Any
 
 from . import loop_ir, native
 from .disk_cache import atomic_write, unsafe_reason
+from .state import STATE
 
 ENV = "JITGRAPH_PREBUILT"
 MAGIC = b"JITGRAPH-PREBUILT-OBJECT-1\n"
@@ -52,15 +53,12 @@ MODULES = ("attention",)
 _DYNAMIC = re.compile(r"@numba\.dynamic\.globals\.([0-9a-f]+)((?:\.\d+)?)"
                       r"( = linkonce global ptr) inttoptr \(i64 \d+ to ptr\)")
 _PICKLED = re.compile(r"(@\.const\.pickle(?:data|buf)\.)(\d{6,})\b")
-_LOCK = threading.Lock()
-_OBJECTS: dict[str, tuple[str, bytes] | None] = {}     # by job key: this process's
 
 
 def _new_lock_in_child() -> None:
-    """A child forked while another thread held ``_LOCK`` (reading or compiling a kernel's
-    object code) would wait for it forever: the child gets a lock of its own."""
-    global _LOCK
-    _LOCK = threading.Lock()
+    """A child forked while another thread held ``STATE.prebuilt_lock`` (reading or compiling
+    a kernel's object code) would wait for it forever: the child gets a lock of its own."""
+    STATE.prebuilt_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -155,21 +153,22 @@ def object_code(module: str, name: str, arg_types: tuple) -> tuple[str, bytes] |
     process, the helpers' cache or its shipped IR; None where it is not shipped or cannot be
     used here (then Numba compiles it)."""
     key = job_key(module, name, arg_types)
-    if key in _OBJECTS:
-        return _OBJECTS[key]
+    objects = STATE.prebuilt_objects
+    if key in objects:
+        return objects[key]
     data, _ = manifest()
     entry = data["kernels"].get(key) if data else None
     if entry is None:
         return None
-    with _LOCK:
-        if key not in _OBJECTS:
-            _OBJECTS[key] = _load(entry, data["folder"])
-    return _OBJECTS[key]
+    with STATE.prebuilt_lock:
+        if key not in objects:
+            objects[key] = _load(entry, data["folder"])
+    return objects[key]
 
 
 def served(module: str, name: str, arg_types: tuple) -> bool:
     """Whether this process has run (or readied) that kernel from its shipped IR."""
-    return _OBJECTS.get(job_key(module, name, arg_types)) is not None
+    return STATE.prebuilt_objects.get(job_key(module, name, arg_types)) is not None
 
 
 def compile_job(module: str, name: str, arg_types: tuple) -> bool:

@@ -39,6 +39,10 @@ class CompilerState:
     caching_hooks: dict = field(default_factory=dict)
     # helper_cache: guard(dispatcher) for the kernels' helpers, set once their locator is in
     helper_guard: Any = None
+    # prebuilt: the object code of kernels shipped as LLVM IR, by job key (None: not usable
+    # here), and the lock loading them (a child forked while it was held gets a new one)
+    prebuilt_objects: dict = field(default_factory=dict)
+    prebuilt_lock: Any = field(default_factory=threading.Lock)
     lock: Any = field(default_factory=threading.RLock)
 
     def reset_disk_cache(self) -> None:
