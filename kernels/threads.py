@@ -30,17 +30,14 @@ def run_rows(kernel, n: int, *args) -> None:
         return
     if _ROW_POOL and _ROW_POOL[0](kernel, n, args):
         return
-    # an empty range first: Numba compiles the kernel in this thread, not in the threads
-    # below (which would wait for Numba's compiler lock where this thread holds it, as a
-    # program's first call does, while this thread waits for them)
-    kernel(n, n, *args, n)
-    run_split(lambda s, st: kernel(n * s // st, n * (s + 1) // st, *args, n)
-              if s < n else None, n)
+    # (``run_split``'s first call, at start n, is an empty range: rows n:n)
+    run_split(lambda s, st: kernel(min(n * s // st, n), min(n * (s + 1) // st, n), *args, n), n)
 
 
 def run_split(work, n: int) -> None:
     """Run ``work(start, step)`` on up to Numba's thread count of Python threads (the kernels
-    release the GIL): a parallel loop that costs no ``prange`` compilation. The threads live
+    release the GIL): a parallel loop that costs no ``prange`` compilation. ``work(n, 1)``
+    must run its kernel over no rows: it is called first, in this thread. The threads live
     for one call only: a process with other threads running forks no compile workers."""
     import threading
 
@@ -49,7 +46,10 @@ def run_split(work, n: int) -> None:
     if step == 1:
         work(0, 1)
         return
-    work(n, 1)          # an empty range: compiles here, not in several threads at once
+    # an empty range first: Numba compiles the kernel in this thread, not in the threads
+    # below (which would wait for Numba's compiler lock where this thread holds it, as a
+    # program's first call does, while this thread waits for them)
+    work(n, 1)
     threads = [threading.Thread(target=work, args=(w, step)) for w in range(1, step)]
     for t in threads:
         t.start()

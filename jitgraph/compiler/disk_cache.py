@@ -193,6 +193,52 @@ class _CorruptNumbaEntry(Exception):
     """A Numba cache data file failed jitgraph's checks."""
 
 
+def read_private_file(path: str | os.PathLike) -> tuple[str, bytes | None, str]:
+    """Read a file of a cache: ``("ok", bytes, "")``, ``("missing"|"unsafe", None, why)``:
+    never through a symbolic link, never a file that is not regular or not the user's own."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return "missing", None, ""
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "unsafe", None, f"cache entry {str(path)!r} is a symbolic link"
+        return "unsafe", None, f"cannot open cache entry {str(path)!r}: {exc}"
+    try:
+        st = os.fstat(fd)  # the file actually opened, not the name
+        if not stat.S_ISREG(st.st_mode):
+            return "unsafe", None, f"cache entry {str(path)!r} is not a regular file"
+        reason = unsafe_reason(st, f"cache entry {str(path)!r}")
+        if reason:
+            return "unsafe", None, reason
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    return "ok", data, ""
+
+
+def seal(magic: bytes, payload: bytes) -> bytes:
+    """``payload`` as a cache file of kind ``magic`` holds it: the magic line, the payload's
+    SHA-256 in hex and a newline first, so that ``unseal`` tells a damaged or foreign file."""
+    return magic + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def unseal(magic: bytes, data: bytes | None) -> bytes | None:
+    """The payload ``seal`` wrapped in ``data``; None where ``data`` is missing, of another
+    kind or damaged."""
+    if data is None or not data.startswith(magic):
+        return None
+    digest, _, payload = data[len(magic):].partition(b"\n")
+    return payload if hashlib.sha256(payload).hexdigest().encode() == digest else None
+
+
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     """Write *data* to *path* via a private temp file in the same directory and os.replace.
     A file of the disk cache in use (a native bundle, object code) counts towards its size
@@ -559,7 +605,7 @@ class DiskCache:
         """The bytes of a file of this cache (a native bundle) where the directory and the
         file are safe to execute from; None where it is missing or unsafe (with a warning)."""
         reason = self.ensure_directory()
-        status, data, why = ("unsafe", None, reason) if reason else self._read_file(path)
+        status, data, why = ("unsafe", None, reason) if reason else read_private_file(path)
         if status == "unsafe":
             self._warn(f"{why}; not using it")
         if data is not None:
@@ -567,38 +613,9 @@ class DiskCache:
             self._touch(path)
         return data
 
-    def _read_file(self, path: pathlib.Path) -> tuple[str, bytes | None, str]:
-        """Read a file of the cache: ``("ok", bytes, "")``, ``("missing"|"unsafe", None, why)``."""
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(path, flags)
-        except FileNotFoundError:
-            return "missing", None, ""
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return "unsafe", None, f"cache entry {str(path)!r} is a symbolic link"
-            return "unsafe", None, f"cannot open cache entry {str(path)!r}: {exc}"
-        try:
-            st = os.fstat(fd)  # the file actually opened, not the name
-            if not stat.S_ISREG(st.st_mode):
-                return "unsafe", None, f"cache entry {str(path)!r} is not a regular file"
-            reason = unsafe_reason(st, f"cache entry {str(path)!r}")
-            if reason:
-                return "unsafe", None, reason
-            chunks = []
-            while True:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            data = b"".join(chunks)
-        finally:
-            os.close(fd)
-        return "ok", data, ""
-
     def _read_entry(self, path: pathlib.Path, digest: str) -> tuple[str, bytes | None, str]:
         """Read and verify an entry: ``("ok", bytes, "")``, ``("missing"|"corrupt"|"unsafe", None, why)``."""
-        status, data, why = self._read_file(path)
+        status, data, why = read_private_file(path)
         if data is None:
             return status, data, why
         if hashlib.sha256(data).hexdigest() != digest:

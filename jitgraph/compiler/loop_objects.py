@@ -17,7 +17,7 @@ import pathlib
 from dataclasses import dataclass
 
 from . import loop_ir, native, threaded
-from .disk_cache import atomic_write
+from .disk_cache import atomic_write, seal, unseal
 from .state import STATE
 
 MAGIC = b"JITGRAPH-LOOP-OBJECT-1\n"
@@ -77,9 +77,8 @@ def compile_one(k: DirectKernel) -> None:
     worker's job). Raises ``loop_ir.Unsupported`` where the translator turns it down."""
     text = loop_ir.translate(k.source, k.launch.name, k.launch.dtypes, k.launch.symbol).text
     k.obj = loop_ir.compile_object(text)
-    data = hashlib.sha256(k.obj).hexdigest().encode() + b"\n" + k.obj
     try:
-        atomic_write(k.path, MAGIC + data)
+        atomic_write(k.path, seal(MAGIC, k.obj))
     except OSError:
         pass                            # a read-only cache: compiled again next process
 
@@ -113,8 +112,4 @@ def _note_failure(name: str, exc: Exception) -> None:
 
 def _read(cache, path: pathlib.Path) -> bytes | None:
     """The object code cached at ``path`` (None: missing, unsafe or damaged)."""
-    data = cache.read_trusted(path)
-    if data is None or not data.startswith(MAGIC):
-        return None
-    digest, _, obj = data[len(MAGIC):].partition(b"\n")
-    return obj if hashlib.sha256(obj).hexdigest().encode() == digest else None
+    return unseal(MAGIC, cache.read_trusted(path))

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import json
 import os
 import pickle
@@ -42,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import numba_patches
-from .disk_cache import atomic_write, numba_target_setting
+from .disk_cache import atomic_write, numba_target_setting, seal, unseal
 from .state import STATE
 
 MAGIC = b"JITGRAPH-NATIVE-1\n"
@@ -363,8 +362,7 @@ def export(path: str, callees: dict, driver_def: str | None, machine: dict,
               "undefined": sorted(undefined), "sizes": [len(b) for b in blobs]}
     head = json.dumps(header, sort_keys=True).encode()
     payload = struct.pack("<Q", len(head)) + head + b"".join(blobs)
-    data = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
-    atomic_write(path, data)
+    atomic_write(path, seal(MAGIC, payload))
     return True
 
 
@@ -389,10 +387,8 @@ def _loadable(names: set[str]) -> bool:
 
 def parse(data: bytes) -> tuple[dict, list[bytes]] | None:
     """Header and blobs of a bundle's bytes (None: not a bundle, or damaged)."""
-    if not data.startswith(MAGIC):
-        return None
-    digest, payload = data[len(MAGIC):len(MAGIC) + 64], data[len(MAGIC) + 65:]
-    if hashlib.sha256(payload).hexdigest().encode() != digest:
+    payload = unseal(MAGIC, data)
+    if payload is None:
         return None
     n, = struct.unpack_from("<Q", payload, 0)
     header = json.loads(payload[8:8 + n])

@@ -41,7 +41,7 @@ import warnings
 from typing import Any
 
 from . import loop_ir, native
-from .disk_cache import atomic_write, unsafe_reason
+from .disk_cache import atomic_write, read_private_file, seal, unseal
 from .state import STATE
 
 ENV = "JITGRAPH_PREBUILT"
@@ -186,23 +186,6 @@ def _cache_path(entry: dict) -> str:
     return os.path.join(folder, f"{entry['sha256'][:24]}.{target}.o")
 
 
-def _read(path: str) -> bytes | None:
-    """Object code cached at ``path`` (None: missing, not ours, or damaged)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if unsafe_reason(os.fstat(f.fileno()), path):
-            return None
-        data = f.read()
-    if not data.startswith(MAGIC):
-        return None
-    digest, _, obj = data[len(MAGIC):].partition(b"\n")
-    return obj if hashlib.sha256(obj).hexdigest().encode() == digest else None
-
-
 def _load(entry: dict, folder: str) -> tuple[str, bytes] | None:
     """``object_code`` for a manifest entry (of version folder ``folder``): cached, else
     compiled here and cached."""
@@ -210,7 +193,7 @@ def _load(entry: dict, folder: str) -> tuple[str, bytes] | None:
         path = _cache_path(entry)
     except OSError:
         path = None
-    obj = _read(path) if path else None
+    obj = unseal(MAGIC, read_private_file(path)[1]) if path else None
     if obj is None:
         try:
             with lzma.open(os.path.join(folder, entry["file"])) as f:
@@ -222,7 +205,7 @@ def _load(entry: dict, folder: str) -> tuple[str, bytes] | None:
             return None
         if path:
             try:
-                atomic_write(path, MAGIC + hashlib.sha256(obj).hexdigest().encode() + b"\n" + obj)
+                atomic_write(path, seal(MAGIC, obj))
             except OSError:
                 pass                    # a read-only cache: compiled again next process
     return (entry["symbol"], obj) if _resolvable(obj) else None
