@@ -248,8 +248,7 @@ GLOBAL = "@numba.dynamic.globals.7fc035fa1770{} = linkonce global ptr inttoptr "
 def test_addresses_of_the_writing_process_are_nulled_and_must_not_survive():
     """A dynamic global (an object's address in the process that lowered the IR) is written
     as null under a name by order; a module that still reads one after optimisation is
-    refused, and so is IR holding any other address; names made of an object's id are
-    replaced by the constant's digest, addresses printed in text by zeros."""
+    refused, and so is IR holding any other address; addresses printed in text are zeroed."""
     text = GLOBAL.format("") + GLOBAL.format(".1") + textwrap.dedent("""
         define ptr @f() {
           %a = load ptr, ptr @numba.dynamic.globals.7fc035fa1770
@@ -268,14 +267,84 @@ def test_addresses_of_the_writing_process_are_nulled_and_must_not_survive():
     assert loop_ir.compile_object(dead, inspect=prebuilt._no_dynamic_globals)
     with pytest.raises(ValueError, match="address"):
         prebuilt._portable("@x = global ptr inttoptr (i64 140463516030832 to ptr)\n")
-    # an older Numba names pickled exception constants by an object's id: named by their bytes
-    pickled = "@.const.pickledata.140686044240896 = internal constant [1 x i8] c\"a\"\n" \
-              "@.const.picklebuf.140686044240896 = internal constant ptr " \
-              "@.const.pickledata.140686044240896\n"
-    name = hashlib.sha1(b'c"a"').hexdigest()[:16] + "_0"
-    assert prebuilt._portable(pickled) == pickled.replace("140686044240896", name)
     assert prebuilt._portable('c"<X object at 0x7f1f99340410>"') == \
         'c"<X object at 0x000000000000>"'
+
+
+def _pickled_constants(text: str) -> dict[str, tuple[bytes, bytes, int]]:
+    """Each pickled exception constant of ``text``: its bytes, its SHA-1 constant and the
+    length its buffer gives, by name."""
+    def constant(pattern: str) -> dict[str, str]:
+        return dict(re.findall(pattern, text, re.M))
+    data = constant(r'^@\.const\.pickledata\.(\w+) = internal constant \[\d+ x i8\] c"(.*)"$')
+    sha1 = constant(r'^@\.const\.pickledata\.(\w+)\.sha1 = internal constant \[20 x i8\] '
+                    r'c"(.*)"$')
+    size = constant(r"^@\.const\.picklebuf\.(\w+) = .*?, i32 (\d+), ptr @")
+    return {n: (prebuilt._llvm_bytes(d), prebuilt._llvm_bytes(sha1[n]), int(size[n]))
+            for n, d in data.items()}
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, tuple):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_the_shipped_ir_names_no_path_of_the_machine_that_wrote_it():
+    """The exception constants Numba pickles into the IR carry the raising source's file:
+    package-relative in every shipped file, each constant consistent with its SHA-1 (its
+    name too) and its length."""
+    import pickle
+    seen = set()
+    for folder in prebuilt.version_folders():
+        for entry in prebuilt.read_manifest(folder)["kernels"].values():
+            with lzma.open(os.path.join(folder, entry["file"])) as f:
+                text = f.read().decode()
+            constants = _pickled_constants(text)
+            assert constants, entry["file"]
+            for name, (data, sha1, size) in constants.items():
+                assert hashlib.sha1(data).digest() == sha1 and name == sha1.hex(), name
+                assert size == len(data), name
+                strings = _strings(pickle.loads(data))
+                assert not [s for s in strings if os.path.isabs(s) or "site-packages" in s]
+                seen.update(s for s in strings if s.endswith(".py"))
+    assert {"jitgraph/kernels/matmul.py", "numba/np/arrayobj.py"} <= seen, seen
+
+
+def test_pickled_constants_are_made_portable_and_named_by_their_bytes():
+    """Paths of loaded modules become package-relative (any other absolute path its file
+    name); an older Numba's id-named constants, identical ones among them, become one
+    constant named by the SHA-1 of its new bytes, with its length and references mended."""
+    import pickle
+
+    from numba.core.serialize import dumps
+    where = os.path.realpath(prebuilt.__file__)
+    raised = (ValueError, ("too \\ \"big\"",), ("blas_gemm", where, 7),
+              ("f", "/elsewhere/x.py", 1))
+    data = dumps(raised)
+    lines = []
+    for i in ("140686044240896", "140686044240999"):    # two ids, the same bytes
+        const = f"@.const.pickledata.{i}"
+        lines += [f'{const} = internal constant [{len(data)} x i8] '
+                  f'c"{prebuilt._llvm_string(data)}"',
+                  f'{const}.sha1 = internal constant [20 x i8] '
+                  f'c"{prebuilt._llvm_string(hashlib.sha1(data).digest())}"',
+                  f"@.const.picklebuf.{i} = internal constant {{ ptr, i32, ptr, ptr, i32 }} "
+                  f"{{ ptr {const}, i32 {len(data)}, ptr {const}.sha1, ptr null, i32 0 }}"]
+    lines += ["define ptr @f(i1 %c) {",
+              "  %p = select i1 %c, ptr @.const.picklebuf.140686044240896, "
+              "ptr @.const.picklebuf.140686044240999", "  ret ptr %p", "}", ""]
+    out = prebuilt._portable("\n".join(lines))
+    constants = _pickled_constants(out)
+    assert len(constants) == 1 and "1406860442" not in out
+    [(name, (new, sha1, size))] = constants.items()
+    assert pickle.loads(new) == (ValueError, ("too \\ \"big\"",),
+                                 ("blas_gemm", "jitgraph/compiler/prebuilt.py", 7),
+                                 ("f", "x.py", 1))
+    assert name == hashlib.sha1(new).hexdigest() and sha1 == hashlib.sha1(new).digest()
+    assert size == len(new) and out.count(f"@.const.picklebuf.{name}") == 3
+    assert prebuilt._portable(out) == out
+    loop_ir.compile_object(out)             # still IR that LLVM takes
 
 
 def test_object_code_needing_an_unknown_symbol_is_refused():

@@ -52,7 +52,8 @@ MANIFEST = "manifest.json"
 MODULES = ("attention",)
 _DYNAMIC = re.compile(r"@numba\.dynamic\.globals\.([0-9a-f]+)((?:\.\d+)?)"
                       r"( = linkonce global ptr) inttoptr \(i64 \d+ to ptr\)")
-_PICKLED = re.compile(r"(@\.const\.pickle(?:data|buf)\.)(\d{6,})\b")
+_PICKLED = re.compile(r"(@\.const\.pickle(?:data|buf)\.)(\w+)")
+_PICKLED_DEF = re.compile(r"^@\.const\.pickle(data|buf)\.(\w+)(\.sha1)? = .*$", re.M)
 
 
 def _new_lock_in_child() -> None:
@@ -242,19 +243,83 @@ def _portable(text: str) -> str:
     text = _DYNAMIC.sub(null, text)
     for addr, n in names.items():       # the uses
         text = re.sub(rf"@numba\.dynamic\.globals\.{addr}\b", f"@numba.dynamic.globals.{n}", text)
-    # (older Numbas name their pickled exception constants by an object's id, and print an
-    # object's repr with its address into a string: named by their bytes here, the address
-    # zeroed, so that the IR does not change with the process that wrote it)
-    named: dict[str, str] = {}
-    for i, body in re.findall(r'@\.const\.pickledata\.(\d{6,}) = internal constant '
-                              r'\[\d+ x i8\] (c".*?")\n', text):
-        digest = hashlib.sha1(body.encode()).hexdigest()[:16]
-        named[i] = f"{digest}_{sum(n.startswith(digest) for n in named.values())}"
-    text = _PICKLED.sub(lambda m: m[1] + named.get(m[2], m[2]), text)
+    # (the address older Numbas print with an object's repr, zeroed)
     text = re.sub(r"(object at 0x)([0-9a-f]+)", lambda m: m[1] + "0" * len(m[2]), text)
+    text = _pickled_constants(text)
     if re.search(r"inttoptr \(i64 [1-9]\d{5,}", text):
         raise ValueError("the IR holds an address of this process")
     return text
+
+
+def _llvm_bytes(body: str) -> bytes:
+    """The bytes of an LLVM ``c"..."`` constant's body (``\\XX`` and ``\\\\`` escapes, the rest
+    as is)."""
+    return re.sub(rb"\\(\\|[0-9A-Fa-f]{2})",
+                  lambda m: b"\\" if m[1] == b"\\" else bytes([int(m[1], 16)]),
+                  body.encode("latin-1"))
+
+
+def _llvm_string(data: bytes) -> str:
+    """``data`` written as LLVM writes a ``c"..."`` constant's body."""
+    return "".join("\\\\" if b == 92 else chr(b) if 32 <= b < 127 and b != 34 else f"\\{b:02X}"
+                   for b in data)
+
+
+def _package_path(value: Any, files: dict[str, str]) -> Any:
+    """``value`` (an exception's pickled arguments and source location) with each path of a
+    loaded module's file (``files``: real path to module name) written relative to its
+    package root (``numba/np/arrayobj.py``, ``jitgraph/kernels/matmul.py``), any other
+    absolute path as its file name: what a user's error shows, whatever machine wrote it."""
+    if isinstance(value, tuple):
+        return tuple(_package_path(v, files) for v in value)
+    if isinstance(value, str) and os.path.isabs(value):
+        name = files.get(os.path.realpath(value))
+        if name is None:
+            return os.path.basename(value)
+        return name.replace(".", "/") + ("/__init__.py" if value.endswith("__init__.py")
+                                         else ".py")
+    return value
+
+
+def _pickled_constants(text: str) -> str:
+    """Numba's pickled exception constants (their class, message and the source location
+    that raises) with package-relative paths, named by the SHA-1 of their bytes as newer
+    Numbas name them (older ones use an object's id), one constant for identical ones: the
+    IR then holds no path of the machine that wrote it, and does not change with the process
+    or with the order in which Numba emitted its constants."""
+    import pickle
+
+    from numba.core.serialize import dumps
+    files = {os.path.realpath(m.__file__): name for name, m in list(sys.modules.items())
+             if isinstance(getattr(m, "__file__", None), str)}
+    renamed: dict[str, str] = {}
+    pickled: dict[str, bytes] = {}
+    for old, body in re.findall(r'^@\.const\.pickledata\.(\w+) = internal constant '
+                                r'\[\d+ x i8\] c"(.*)"$', text, re.M):
+        data = _llvm_bytes(body)
+        value = pickle.loads(data)
+        portable = _package_path(value, files)
+        if portable != value:
+            data = dumps(portable)
+        renamed[old] = name = hashlib.sha1(data).hexdigest()
+        pickled[name] = data
+    text = _PICKLED.sub(lambda m: m[1] + renamed.get(m[2], m[2]), text)
+    written: set[tuple] = set()
+
+    def definition(m: re.Match) -> str:
+        data = pickled.get(m[2])
+        if data is None:
+            return m[0]
+        if m.groups() in written:           # the same bytes, defined already
+            return "\x00"
+        written.add(m.groups())
+        if m[1] == "buf":
+            return re.sub(r"(ptr @\.const\.pickledata\.\w+, i32 )\d+",
+                          lambda n: f"{n[1]}{len(data)}", m[0])
+        body = hashlib.sha1(data).digest() if m[3] else data
+        return re.sub(r'\[\d+ x i8\] c".*"$', lambda n: f'[{len(body)} x i8] '
+                      f'c"{_llvm_string(body)}"', m[0])
+    return _PICKLED_DEF.sub(definition, text).replace("\x00\n", "")
 
 
 def _simplified(text: str) -> str:
