@@ -118,6 +118,33 @@ def test_a_new_process_runs_attention_from_the_ir_without_numba_compiling_it(tmp
 
 
 @needs_usable_ir
+def test_two_processes_on_one_empty_cache_both_run_the_ir_and_leave_it_whole(tmp_path):
+    """Two processes started together on the same empty caches both compile the IR and write
+    its object code (atomically, the same bytes): both give the formula's numbers, every
+    cached object is whole, and a third process runs from those objects."""
+    env = dict(os.environ, JITGRAPH_CACHE_DIR=str(tmp_path / "jit"),
+               JITGRAPH_HELPER_CACHE_DIR=str(tmp_path / "helpers"))
+    children = [subprocess.Popen([sys.executable, "-c", CHILD], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for _ in range(2)]
+    runs = [child.communicate(timeout=300) for child in children]
+    for child, (out, err) in zip(children, runs):
+        assert child.returncode == 0, err[-3000:]
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["100"] < 1e-12 and result["300"] < 1e-12, result
+    cached = sorted((tmp_path / "helpers").rglob(f"{prebuilt.FOLDER}/*"))
+    assert cached and all(p.suffix == ".o" for p in cached), cached     # no temporary left
+    for path in cached:
+        assert prebuilt.unseal(prebuilt.MAGIC, path.read_bytes()) is not None, path
+    stamps = {p: p.stat().st_mtime_ns for p in cached}
+    third = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert json.loads(third.stdout.strip().splitlines()[-1])["300"] < 1e-12
+    assert {p: p.stat().st_mtime_ns for p in cached} == stamps     # read, not compiled again
+
+
+@needs_usable_ir
 def test_the_ir_computes_numbas_bits():
     """The forward kernel from the shipped IR and Numba's compile of its source (called as a
     Python function) give the same bits, over several tiles with the causal cut."""
