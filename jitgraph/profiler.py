@@ -489,9 +489,10 @@ def benchmark(f: Callable, *args: Any, warmup: int = 3, reps: int = 20, min_time
               **kwargs: Any) -> BenchmarkResult:
     """Time ``f(*args, **kwargs)``: the first call apart (``first_call_s``, and ``compile_s``
     when it compiled a ``jit`` program), then ``reps`` samples of enough back-to-back calls to
-    last ``min_time`` in all; ``print`` the result for a report. A donated argument is
-    updated in place by every call, as in training, when it is a jitgraph array (a NumPy
-    array is copied first by each call: pass ``jnp.array(x)`` to time the update alone).
+    last ``min_time`` in all; ``print`` the result for a report. A donated argument that is a
+    jitgraph array is passed again to every call: where the program updates it in place it
+    holds its own new value, as in training, else its old one (a NumPy array is copied first
+    by each call: pass ``jnp.array(x)`` to time the update alone).
 
     Example:
 

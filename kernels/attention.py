@@ -44,6 +44,7 @@ from numba import njit
 from .fastmath import fast_exp
 from .matmul import blas_gemm
 from .rows import row_max
+from .scalar import maximum_step
 from .threads import run_rows
 
 BLOCK = 128         # query rows and keys per tile (products on one BLAS thread each)
@@ -184,7 +185,7 @@ def _forward_tile(mask, q, k, v, extra, ebi, kind, causal, fill, scale, m, ssum,
     for r in range(r1 - r0):
         a = r0 - i0 + r
         nv = _seen(kind, causal, r0 + r, j0, n)
-        mx = max(m[a], row_max(s, r, nv))
+        mx = maximum_step(m[a], row_max(s, r, nv))     # (NaN propagates)
         tot = _exp_sum(s, r, nv, mx)
         for c in range(nv, n):
             s[r, c] = 0.0
@@ -402,57 +403,57 @@ def _query_sweep(mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, 
 
 # The row kernels (``kernels.threads.run_rows``: ``kernel(lo, hi, *operands, n)``), each sweep
 # without and with the mask step.
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def forward_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, n):
     _forward_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def forward_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, n):
     _forward_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def batch_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1, do1, dq1,
                dk1, dv1, n):
     _batch_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1,
                  do1, dq1, dk1, dv1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def batch_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1, delta1, do1,
                       dq1, dk1, dv1, n):
     _batch_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, o1, rmax1, rsum1,
                  delta1, do1, dq1, dk1, dv1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def key_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1, dv1, n):
     _key_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1,
                dk1, dv1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def key_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dk1,
                     dv1, n):
     _key_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1,
                do1, dk1, dv1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def query_rows(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1, n):
     _query_sweep(_no_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1,
                  dq1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def query_rows_masked(lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1, do1, dq1,
                       n):
     _query_sweep(_apply_mask, lo, hi, q1, k1, v1, e1, ebi, ints, floats, rmax1, rsum1, delta1,
                  do1, dq1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def dots_rows(lo, hi, do1, o1, delta1, ints, n):
     """``row_dots`` of batches lo:hi."""
     shape = (ints[0], ints[1], ints[4])

@@ -143,6 +143,34 @@ def test_fully_masked_rows_attend_uniformly_as_unfused():
     np.testing.assert_allclose(o[..., 6, :], V.mean(axis=2), rtol=1e-10)
 
 
+def _where_inf(mask):
+    """Attention spelled with ``where(mask, s, -inf)``: a row with no key is NaN (0 / 0)."""
+    def att(q, k, v):
+        s = jnp.where(mask, q @ jnp.swapaxes(k, -1, -2) * 0.5, -jnp.inf)
+        return nn.softmax(s, axis=-1) @ v
+    return att
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["padded", "causal"])
+def test_nan_inputs_and_rows_with_no_key_under_an_infinite_fill_give_nan_as_unfused(causal):
+    """NaN in a query gives NaN in its row's output, as the unfused program does, and a row
+    that sees no key where masked scores are -inf gives NaN (0 / 0) as it does: the kernels
+    neither stop with an error nor make up a value."""
+    mask = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+    mask[7] = False                             # row 7 sees no key
+    q = Q.copy()
+    q[0, 1, 30, 2] = np.nan
+    att = _where_inf(mask)
+    assert jg.jit(att).lower(q, K, V).stages["lowered"].count("attention") == 1
+    with np.errstate(invalid="ignore"):       # (NumPy's reference warns of its NaN)
+        got, want = jg.jit(att)(q, K, V), att(q, K, V)
+    assert np.isnan(want[0, 1, 30]).all() and np.isnan(want[:, :, 7]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-10)
+    grads = jg.jit(jg.grad(_loss(att), argnums=(0, 1, 2)))(q, K, V)
+    assert all(np.isnan(g).any() for g in grads)     # NaN flows back, no error
+
+
 def test_no_score_sized_buffer_is_planned():
     t = 256
     q, k, v = (RNG.standard_normal((1, 2, t, 16)).astype(np.float32) for _ in range(3))

@@ -170,6 +170,34 @@ def test_train_step_one_program_donates_and_matches_eager():
     assert lowered.kernels and "matmul" in {n.prim.name for n in lowered.graph.nodes}
 
 
+def two_layer_loss(params, x, y):
+    h = jnp.tanh(x @ params["w1"] + params["b1"])
+    return jnp.mean((h @ params["w2"] - y) ** 2)
+
+
+@pytest.mark.parametrize("opt", [optim.sgd(0.1), optim.adamw(0.05, weight_decay=0.01)],
+                         ids=["sgd", "adamw"])
+def test_donated_arrays_passed_again_hold_their_own_leaf(opt):
+    """Passing a step's donated arrays again instead of rebinding them (as ``benchmark`` and
+    ``profile`` do): each old array holds its own leaf's new value where the update ran in
+    place, else its value from before the call; never another leaf's (an AdamW step once
+    wrote its parameters into its moments' buffers: NaN from the square root of a weight)."""
+    x, y = RNG.standard_normal((16, 6)), RNG.standard_normal((16, 6))
+    params = {"w1": jnp.array(RNG.standard_normal((6, 6))), "b1": jnp.array(np.zeros(6)),
+              "w2": jnp.array(RNG.standard_normal((6, 6)))}     # two leaves of one shape
+    step = jitgraph.train_step(two_layer_loss, opt)
+    params, state, _ = step(params, opt.init(params), x, y)     # jitgraph's own arrays
+    for _ in range(3):
+        old = jitgraph.tree_leaves((params, state))
+        before = [np.array(a) for a in old]
+        new = jitgraph.tree_leaves(step(params, state, x, y)[:2])
+        for k, (a, was, b) in enumerate(zip(old, before, new)):
+            assert np.isfinite(a).all(), k
+            assert np.array_equal(a, b) or np.array_equal(a, was), k
+        assert sum(np.array_equal(a, b) and not np.array_equal(a, was)
+                   for a, was, b in zip(old, before, new)) >= 2      # weights updated in place
+
+
 def log_loss(params, x):
     return jnp.sum(jnp.log(x @ params["w"]))
 

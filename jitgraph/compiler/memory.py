@@ -313,25 +313,30 @@ class MemoryPlan:
 
     def _donor(self, v, s, i, donatable, last_use):
         """A donated input whose buffer can hold output ``v``: same shape and dtype, read for the
-        last time by the elementwise kernel that writes ``v``, at the same index only."""
+        last time by the elementwise kernel that writes ``v``, at the same index only. The input
+        at ``v``'s own position first (a training step's parameter or optimizer state, whose
+        new value it is): a caller who passes the donated arrays again (``benchmark``,
+        ``profile``, a loop that does not rebind) then gets each leaf's new value in its own
+        array, not another leaf's (an AdamW step's moments in its parameters' arrays)."""
+        g = self.plan.graph
+        k = next((j for j, out in enumerate(g.outputs) if out is v), None)
+        own = g.inputs[k] if k is not None and k < len(g.inputs) else None
+        if own in donatable and self._can_hold(own, v, s, i, last_use):
+            return own
+        return next((u for u in donatable if u is not own and
+                     self._can_hold(u, v, s, i, last_use)), None)
+
+    def _can_hold(self, u, v, s, i, last_use) -> bool:
+        """Whether donated input ``u``'s buffer can hold output ``v`` (``_donor``)."""
         if isinstance(s, MatmulStep):   # GEMM epilogue: c is read and written in place
             ep = s.epilogue
-            u = ep.c if ep is not None else None
-            if u is not None and u in donatable and v is ep.out and ep.beta != 0 and \
-                    last_use.get(u, -1) <= i and u not in (s.a[0], s.b[0]) and \
-                    u not in self.plan.graph.outputs:
-                return u
-            return None
+            return ep is not None and u is ep.c and v is ep.out and ep.beta != 0 and \
+                last_use.get(u, -1) <= i and u not in (s.a[0], s.b[0]) and \
+                u not in self.plan.graph.outputs
         if not isinstance(s, LoopKernel) or s.axes or len(s.stages) != 1:
-            return None
-        own = self.plan.syntax.offset(s.body.full_idx, s.shape)
-        for u in donatable:
-            if u.aval.shape != v.aval.shape or u.aval.dtype != v.aval.dtype or u in self.plan.graph.outputs:
-                continue
-            if last_use.get(u, -1) > i:
-                continue
-            offs = s.body.load_offsets.get(u)
-            if offs is None or offs - {own}:
-                continue
-            return u
-        return None
+            return False
+        if u.aval.shape != v.aval.shape or u.aval.dtype != v.aval.dtype or \
+                u in self.plan.graph.outputs or last_use.get(u, -1) > i:
+            return False
+        offs = s.body.load_offsets.get(u)
+        return offs is not None and not offs - {self.plan.syntax.offset(s.body.full_idx, s.shape)}
