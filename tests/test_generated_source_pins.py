@@ -95,8 +95,8 @@ PINS = {
     "cuda/cumulative": "9fc8bc768fb18c4750cf0691769a6d03b21e5cfba50276028d6ee29e7263de0c",
     "cpu/long_rows": "a2625dcaffbd4336b7f060b963b5357853365e3d9f8cd60596e79cdece36534d",
     "cuda/long_rows": "f99a5530e0b62f741b7d6183c2c9d254f97c9a9c9fa8cd1bec89aab7041368c8",
-    "cpu/sgd_vjp": "8ea093940a1df8b407caebbc987394ce52e90e3c5207d2c1cd048db8cb242356",
-    "cuda/sgd_vjp": "4d84e94aa5019f8416d6248aa0787209a6b531cf81567308bbe9d1814a3a02e5"
+    "cpu/sgd_vjp": "84b63133cc8a16b7d9804825a3de5db525927bf5c6603908f434a44ea294471f",
+    "cuda/sgd_vjp": "4a8b96e338507e4c1a6e3968fe4a512fa5eac3993290a17def50bc9fd18b9988"
 }
 
 _PROGRAMS = programs()

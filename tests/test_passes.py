@@ -217,6 +217,38 @@ def test_simplification(fn, remaining):
     assert_same_results(g, s, [x])
 
 
+def test_transpose_of_a_product_is_the_product_of_transposed_operands():
+    """(a @ b)^T = b^T @ a^T, its operands transposed for free: no transpose of the result is
+    left (a tied embedding's gradient, batched products too), and the results are the same;
+    kept where the product has another use (else two products would be computed)."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((5, 3)), rng.standard_normal((3, 4))
+    ab, bb = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 3, 4))
+    cases = [
+        (lambda a, b: jnp.transpose(a @ b), (a, b)),
+        (lambda a, b: jnp.transpose(a.T @ b), (a.T.copy(), b)),
+        (lambda a, b: jnp.swapaxes(a @ b, -1, -2), (ab, bb)),
+    ]
+    for fn, args in cases:
+        g = raw_graph(fn, *args)
+        s = optimize(g)
+        assert prims(g)[-1] == "transpose"
+        (m,) = [n for n in s.nodes if n.prim.name == "matmul"]
+        producers = {o: n for n in s.nodes for o in n.outs}
+        assert s.outputs[0] is m.out           # nothing transposes the product's result
+        assert all(v in s.inputs or producers[v].prim.name == "transpose" for v in m.inputs)
+        assert_same_results(g, s, list(args))
+    # (a tied embedding: the gradient of logits = h @ E^T with respect to E)
+    e, h = rng.standard_normal((7, 3)), rng.standard_normal((4, 3))
+    g = raw_graph(grad(lambda e: jnp.sum(jnp.sin(h @ e.T))), e)
+    s = optimize(g)
+    producers = {o: n for n in s.nodes for o in n.outs}
+    assert producers[s.outputs[0]].prim.name == "matmul", prims(s)
+    assert_same_results(g, s, [e])
+    both = optimize(raw_graph(lambda a, b: (jnp.transpose(a @ b), a @ b), a, b))
+    assert prims(both).count("matmul") == 1 and "transpose" in prims(both)
+
+
 def test_convert_to_same_dtype_is_removed():
     b = Builder()
     x = b.input((3,))
