@@ -43,7 +43,9 @@ class _Builder(Rebuilder):
         self.subst: dict[Var, Var] = {}
         self.cse: dict = {}
         self.const_keys: dict = {}
-        self.uses = Counter(v for n in g.nodes for v in n.inputs) + Counter(g.outputs)
+        # each var's readers (outputs count), for the transposed-product sweep alone
+        self.uses = Counter(v for n in g.nodes for v in n.inputs) + Counter(g.outputs) \
+            if products else Counter()
         for v, c in g.consts.items():
             self._dedupe_const(v, c)
 
@@ -233,7 +235,8 @@ def _simplify(g: Graph, products: bool = False) -> tuple[Graph, bool]:
         for old, rep in zip(n.outs, reps):
             if rep is not old:
                 b.subst[old] = rep
-                b.uses[rep] += b.uses[old]      # (a CSE hit: the uses of both)
+                if products:                    # (a CSE hit: the uses of both)
+                    b.uses[rep] += b.uses[old]
     outs = [b.r(v) for v in g.outputs]
     return Graph(list(g.inputs), b.nodes, outs, b.consts, g.in_tree, g.out_tree), bool(b.subst)
 

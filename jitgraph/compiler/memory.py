@@ -195,6 +195,9 @@ class MemoryPlan:
         occupancy: dict = {}            # slot -> [(first step, last step)] it holds a value
         opened: dict = {}               # slot -> the step its current value was bound at
         donatable = {g.inputs[i]: i for i in self.donate if i < len(g.inputs)}
+        own_input: dict = {}            # output var -> the input at its position (first one)
+        for v, u in zip(g.outputs, g.inputs):
+            own_input.setdefault(v, u)
 
         def bind_buffer(v, step_index, s):
             if v in bound or (v not in plan.needed and v not in outputs):
@@ -202,7 +205,7 @@ class MemoryPlan:
             bound.add(v)
             name = plan.array_name(v)
             if v in outputs:
-                src = self._donor(v, s, step_index, donatable, last_use)
+                src = self._donor(v, s, step_index, donatable, last_use, own_input.get(v))
                 if src is not None:
                     donated[v] = donatable.pop(src)
                     self.in_place[v] = src
@@ -311,16 +314,14 @@ class MemoryPlan:
                 res.append(("input", g.inputs.index(v)))
         return res
 
-    def _donor(self, v, s, i, donatable, last_use):
+    def _donor(self, v, s, i, donatable, last_use, own):
         """A donated input whose buffer can hold output ``v``: same shape and dtype, read for the
         last time by the elementwise kernel that writes ``v``, at the same index only. The input
         at ``v``'s own position first (a training step's parameter or optimizer state, whose
         new value it is): a caller who passes the donated arrays again (``benchmark``,
         ``profile``, a loop that does not rebind) then gets each leaf's new value in its own
-        array, not another leaf's (an AdamW step's moments in its parameters' arrays)."""
-        g = self.plan.graph
-        k = next((j for j, out in enumerate(g.outputs) if out is v), None)
-        own = g.inputs[k] if k is not None and k < len(g.inputs) else None
+        array, not another leaf's (an AdamW step's moments in its parameters' arrays).
+        ``own``: that input (None where the outputs outnumber the inputs)."""
         if own in donatable and self._can_hold(own, v, s, i, last_use):
             return own
         return next((u for u in donatable if u is not own and
