@@ -151,23 +151,28 @@ def _where_inf(mask):
     return att
 
 
+@pytest.mark.parametrize("t", [T, 260], ids=["one-tile", "three-tiles"])
 @pytest.mark.parametrize("causal", [False, True], ids=["padded", "causal"])
-def test_nan_inputs_and_rows_with_no_key_under_an_infinite_fill_give_nan_as_unfused(causal):
+def test_nan_inputs_and_rows_with_no_key_under_an_infinite_fill_give_nan_as_unfused(causal, t):
     """NaN in a query gives NaN in its row's output, as the unfused program does, and a row
     that sees no key where masked scores are -inf gives NaN (0 / 0) as it does: the kernels
-    neither stop with an error nor make up a value."""
-    mask = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+    neither stop with an error nor make up a value. At 260 rows, over several key blocks (the
+    running maximum's rescaling) and with the gradient's key and query sweeps."""
+    mask = np.tril(np.ones((t, t), bool)) if causal else np.ones((t, t), bool)
     mask[7] = False                             # row 7 sees no key
-    q = Q.copy()
+    q, k, v = (Q, K, V) if t == T else (RNG.standard_normal((B, H, t, D)) for _ in range(3))
+    q = q.copy()
     q[0, 1, 30, 2] = np.nan
+    q[1, 0, t - 3, 0] = np.nan                  # (at 260: the last query block)
     att = _where_inf(mask)
-    assert jg.jit(att).lower(q, K, V).stages["lowered"].count("attention") == 1
+    assert jg.jit(att).lower(q, k, v).stages["lowered"].count("attention") == 1
     with np.errstate(invalid="ignore"):       # (NumPy's reference warns of its NaN)
-        got, want = jg.jit(att)(q, K, V), att(q, K, V)
+        got, want = jg.jit(att)(q, k, v), att(q, k, v)
     assert np.isnan(want[0, 1, 30]).all() and np.isnan(want[:, :, 7]).all()
+    assert np.isnan(want[1, 0, t - 3]).all()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-10)
-    grads = jg.jit(jg.grad(_loss(att), argnums=(0, 1, 2)))(q, K, V)
+    grads = jg.jit(jg.grad(_loss(att), argnums=(0, 1, 2)))(q, k, v)
     assert all(np.isnan(g).any() for g in grads)     # NaN flows back, no error
 
 
