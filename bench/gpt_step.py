@@ -5,7 +5,7 @@ torch.compile vs jax.jit, the same model written the same way in each, same init
     python bench/gpt_step.py [--size tiny|small|large] [--untied] [--attention library]
                              [--optimizer sgd] [--repeats N] [--quick] [--json out.json]
                              [--python-jax PATH] [--python-torch PATH] [--busy N]
-                             [--rounds N]
+                             [--rounds N] [--dims vocab=V,dim=D,heads=H,...]
 
 Each framework runs in a new process (so ``ru_maxrss``, the RSS high-water mark, is that
 framework's own), in turn: jitgraph first (it builds the model and saves its weights and the
@@ -19,7 +19,8 @@ imports); jitgraph also its planned peak (``lower(...).memory_analysis()``). The
 of every framework must agree with jitgraph's to 1e-4 relative. Ratios are to the best peer.
 ``--python-jax`` / ``--python-torch`` run that framework's process with another interpreter
 (a virtual environment holding JAX, say); that process imports neither jitgraph nor Numba.
-``--busy N`` keeps N processes spinning (one CPU each) while each framework runs: the loaded
+``--dims`` replaces some of ``--size``'s sizes (a held-out shape: an odd vocabulary, other
+head sizes). ``--busy N`` keeps N processes spinning (one CPU each) while each framework runs: the loaded
 machine of a shared server or CI runner, where a step that needs every core at once at every
 barrier loses most.
 """
@@ -347,10 +348,25 @@ def loss_check(losses, ref) -> str:
     return ("ok" if rel <= CHECK_RTOL else "MISMATCH") + f" (rel {rel:.1e})"
 
 
+def sized(args) -> tuple[str, dict]:
+    """The step's sizes: ``--size``'s, each one ``--dims`` names replaced (a held-out shape)."""
+    size, name = dict(SIZES[args.size]), args.size
+    for item in filter(None, (args.dims or "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in size or not value.strip().isdigit() or int(value) < 1:
+            raise SystemExit(f"gpt_step: --dims takes positive KEY=N items, KEY one of "
+                             f"{', '.join(size)}; got {item!r}")
+        size[key.strip()] = int(value)
+        name = "custom"
+    if size["dim"] % size["heads"]:
+        raise SystemExit(f"gpt_step: dim {size['dim']} is not a multiple of heads {size['heads']}")
+    return name, size
+
+
 def run(args) -> dict:
-    size = SIZES[args.size]
+    size_name, size = sized(args)
     quick = args.quick
-    cfg = {"size": size, "size_name": args.size, "tied": not args.untied,
+    cfg = {"size": size, "size_name": size_name, "tied": not args.untied,
            "attention": args.attention, "optimizer": args.optimizer, "seed": 0,
            "repeats": args.repeats or (3 if quick else 20), "warmup": 1 if quick else 3,
            "max_time": 10.0 if quick else 60.0}
@@ -390,7 +406,7 @@ def run(args) -> dict:
     ref = results.get("jitgraph", {}).get("losses")
     s = size
     table = ResultTable(
-        f"GPT training step ({args.size}: {s['layers']} layers, d={s['dim']}, {s['heads']} heads, "
+        f"GPT training step ({size_name}: {s['layers']} layers, d={s['dim']}, {s['heads']} heads, "
         f"T={s['context']}, batch {s['batch']}, vocab {s['vocab']}, "
         f"{'tied' if cfg['tied'] else 'untied'}, {cfg['attention']} attention, "
         f"{cfg['optimizer']}, float32"
@@ -431,6 +447,9 @@ def run(args) -> dict:
 
 def extra_args(p) -> None:
     p.add_argument("--size", choices=tuple(SIZES), default="small")
+    p.add_argument("--dims", default=None, metavar="KEY=N,...",
+                   help="replace --size's sizes (vocab, dim, heads, layers, context, batch): "
+                        "a held-out shape, e.g. vocab=5000,heads=6,context=200")
     p.add_argument("--untied", action="store_true", help="an output matrix of its own")
     p.add_argument("--attention", choices=("explicit", "library"), default="explicit",
                    help="explicit softmax(q @ k.T / sqrt(d) + mask) @ v, or each library's "

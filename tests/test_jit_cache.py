@@ -546,6 +546,27 @@ def test_donated_parameter_aliasing_another_argument_is_copied_first(alias):
     assert float(s) == pytest.approx(float(np.sum(x_before)))
 
 
+def test_overlap_check_of_donated_arguments_finds_every_alias():
+    """The donated arguments that may share memory with another argument, found by owner
+    groups, are those a comparison of every pair with ``np.may_share_memory`` finds."""
+    from jitgraph.compiler.backends.cpu_program import _overlaps
+    base = np.arange(40.0)
+    other = np.arange(10.0)
+    buf = bytearray(other.tobytes())
+    foreign_a, foreign_b = np.frombuffer(buf, np.float64), np.frombuffer(buf, np.float64)
+    alone = np.frombuffer(bytearray(8 * 3), np.float64)
+    xs = (base[:10], base[10:20], base[5:15], other, other, foreign_a, foreign_b, alone,
+          np.ones(4), base.reshape(4, 10)[1], np.zeros(2)[:1], other[::2].copy())
+
+    def reference(xs, donated):
+        return [i for i in donated if any(j != i and (xs[j] is xs[i] or
+                                                      np.may_share_memory(xs[i], xs[j]))
+                                          for j in range(len(xs)))]
+    for donated in (tuple(range(len(xs))), (0, 1), (1, 3, 7, 8), (5, 7, 11), (9,), ()):
+        assert _overlaps(xs, donated) == reference(xs, donated), donated
+    assert _overlaps(xs, tuple(range(len(xs)))) == [0, 1, 2, 3, 4, 5, 6, 9]
+
+
 def test_garbage_collector_is_off_while_compiling_and_restored_after():
     """``compile_settings`` turns the cyclic collector off (Numba's compiles spend much of
     their time in it) and leaves it as it found it, also when the compile raises."""

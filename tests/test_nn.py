@@ -167,3 +167,48 @@ def test_module_is_a_pytree_with_static_fields():
     np.testing.assert_array_equal(doubled.layers[0].weight, 2 * m.layers[0].weight)
     assert m.num_parameters() == 3 * 4 + 4 + 4 * 2 + 2
     assert "layers=" in repr(m)
+
+
+def test_module_children_are_the_attributes_whose_flattening_reaches_an_array():
+    """An attribute is a child where flattening it (modules as leaves) reaches an array or a
+    module, at any depth and through namedtuples and registered nodes; else it is static (part
+    of the tree's definition, so of jit's cache key)."""
+    import collections
+
+    from jitgraph.nn.module import _flatten
+    from jitgraph.tree import register_pytree_node
+
+    class Box:                              # a registered node holding one child
+        def __init__(self, v):
+            self.v = v
+    register_pytree_node(Box, lambda b: ([b.v], None), lambda aux, ch: Box(ch[0]))
+    Pair = collections.namedtuple("Pair", "a b")
+
+    class Holder(nn.Module):
+        def __init__(self, size=3):
+            self.sizes = (size, 4)
+            self.name = "holder"
+            self.nothing = None
+            self.empty = ()
+            self.nested_ints = ((1, 2), (None, "k"))
+            self.deep = [[(), {"w": np.ones(2)}]]
+            self.pair = Pair(1, np.zeros(3))
+            self.static_pair = Pair(1, "x")
+            self.boxed = (Box(np.ones(1)),)
+            self.blocks = [nn.Linear(2, 2, key=jr.key(0)), 7]
+            self.fn = np.tanh
+    m = Holder()
+    children, (dyn, static) = _flatten(m)
+    assert dyn == ("blocks", "boxed", "deep", "pair")
+    assert [k for k, _ in static] == ["empty", "fn", "name", "nested_ints", "nothing", "sizes",
+                                      "static_pair"]
+    assert children[0] is m.blocks and children[3] is m.pair
+    leaves, tree = jitgraph.tree_flatten(m)
+    # (as in JAX, a child's other leaves are leaves too: the 7 beside the layer, the pair's 1)
+    assert [np.shape(a) for a in leaves] == [(2,), (2, 2), (), (1,), (2,), (), (3,)]
+    assert leaves[2] == 7 and leaves[5] == 1
+    m2 = jitgraph.tree_unflatten(tree, [a + 1 for a in leaves])
+    assert m2.sizes == (3, 4) and m2.fn is np.tanh and m2.static_pair == Pair(1, "x")
+    np.testing.assert_array_equal(m2.boxed[0].v, 2.0)
+    assert jitgraph.tree_flatten(Holder(size=5))[1] != tree
+    assert jitgraph.tree_flatten(Holder())[1] == tree

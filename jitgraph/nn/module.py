@@ -22,19 +22,40 @@ def _is_array(x: Any) -> bool:
 
 
 def _is_dynamic(v: Any) -> bool:
+    """Whether an attribute is a child: an array or a module, or a container holding one."""
     if _is_array(v) or isinstance(v, Module):
         return True
-    if isinstance(v, (list, tuple, dict)):
-        return any(_is_array(x) or isinstance(x, Module)
-                   for x in tree_flatten(v, is_leaf=lambda y: isinstance(y, Module))[0])
-    return False
+    return isinstance(v, (list, tuple, dict)) and _holds_dynamic(v)
+
+
+def _holds_dynamic(x: Any) -> bool:
+    """Whether flattening ``x`` (modules as leaves) reaches an array or a module: a search that
+    stops at the first one (a model's list of blocks answers at its first block; flattening
+    it whole at every level made a call's pytree walk quadratic in the model's depth)."""
+    if _is_array(x) or isinstance(x, Module):
+        return True
+    t = type(x)
+    if t is list or t is tuple:
+        return any(map(_holds_dynamic, x))
+    if t is dict:
+        return any(map(_holds_dynamic, x.values()))
+    if x is None or t in (int, float, str, bool):
+        return False
+    return any(_is_array(y) or isinstance(y, Module)     # namedtuples, registered nodes
+               for y in tree_flatten(x, is_leaf=lambda y: isinstance(y, Module))[0])
 
 
 def _flatten(m: "Module"):
-    items = sorted(vars(m).items())
-    dyn = tuple(k for k, v in items if _is_dynamic(v))
-    static = tuple((k, v) for k, v in items if k not in dyn)
-    return [getattr(m, k) for k in dyn], (dyn, static)
+    attrs = vars(m)
+    dyn, children, static = [], [], []
+    for k in sorted(attrs):
+        v = attrs[k]
+        if _is_dynamic(v):
+            dyn.append(k)
+            children.append(v)
+        else:
+            static.append((k, v))
+    return children, (tuple(dyn), tuple(static))
 
 
 def _unflatten(cls, aux, children):
