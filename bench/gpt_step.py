@@ -20,9 +20,9 @@ of every framework must agree with jitgraph's to 1e-4 relative. Ratios are to th
 ``--python-jax`` / ``--python-torch`` run that framework's process with another interpreter
 (a virtual environment holding JAX, say); that process imports neither jitgraph nor Numba.
 ``--dims`` replaces some of ``--size``'s sizes (a held-out shape: an odd vocabulary, other
-head sizes). ``--busy N`` keeps N processes spinning (one CPU each) while each framework runs: the loaded
-machine of a shared server or CI runner, where a step that needs every core at once at every
-barrier loses most.
+head sizes). ``--busy N`` keeps N processes spinning (one CPU each) while each framework
+runs: the loaded machine of a shared server or CI runner, where a step that needs every core
+at once at every barrier loses most.
 """
 from __future__ import annotations
 
